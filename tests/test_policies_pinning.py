@@ -1,0 +1,151 @@
+"""Property tests of the pinned life cycle that the block pool and vLLM's free queue rely on."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from wakman.policies import POLICIES, NoEvictableKey, handover, make_policy
+
+NAMES = sorted(POLICIES)
+BOUNDED = [n for n in NAMES if n != "infinite"]
+FUTURE = [k % 23 for k in range(400)]  # Belady's key sequence: keys 0..22, cycled
+
+
+def build(name: str, capacity: int):
+    extra = {"future": FUTURE} if name == "belady" else {}
+    return make_policy(name, capacity, **extra)
+
+
+def check(policy, resident: set, pinned: set) -> None:
+    order = policy.eviction_order()
+    assert len(order) == len(set(order)), "a key is duplicated in the eviction order"
+    assert set(order) == resident - pinned, "evictable keys lost or invented"
+    assert set(policy.pinned_keys()) == pinned
+    assert len(policy) == len(resident)
+    assert policy.num_evictable == len(resident) - len(pinned)
+    for key in resident:
+        assert key in policy
+    assert all(not policy.is_pinned(k) for k in order)
+
+
+operations = st.lists(
+    st.tuples(
+        st.sampled_from(["insert", "insert_pinned", "hit", "pin", "unpin", "evict", "seek"]),
+        st.integers(0, 22),
+    ),
+    max_size=120,
+)
+
+
+@settings(max_examples=150, deadline=None)
+@given(name=st.sampled_from(BOUNDED), capacity=st.integers(1, 8), ops=operations)
+def test_pinned_life_cycle(name, capacity, ops):
+    policy = build(name, capacity)
+    resident: set[int] = set()
+    pinned: set[int] = set()
+    for op, key in ops:
+        if op.startswith("insert") and key not in resident:
+            while len(resident) >= capacity:  # the pool makes room first
+                if len(pinned) == len(resident):
+                    with pytest.raises(NoEvictableKey):
+                        policy.evict()
+                    break
+                victim = policy.evict()
+                assert victim in resident and victim not in pinned
+                resident.discard(victim)
+            else:
+                policy.insert(key, pinned=(op == "insert_pinned"))
+                resident.add(key)
+                if op == "insert_pinned":
+                    pinned.add(key)
+        elif op == "hit" and key in resident:
+            policy.hit(key)
+        elif op == "pin" and key in resident:
+            policy.pin(key)
+            pinned.add(key)
+        elif op == "unpin" and key in pinned:
+            policy.unpin(key)
+            pinned.discard(key)
+        elif op == "evict":
+            if resident - pinned:
+                victim = policy.evict()
+                assert victim in resident and victim not in pinned, "evicted a pinned or unknown key"
+                resident.discard(victim)
+            else:
+                with pytest.raises(NoEvictableKey):
+                    policy.evict()
+        elif op == "seek" and name == "belady":
+            policy.seek(key * 10)
+        assert len(resident) <= capacity
+        check(policy, resident, pinned)
+
+
+@settings(max_examples=150, deadline=None)
+@given(src=st.sampled_from(BOUNDED), dst=st.sampled_from(NAMES), ops=operations, capacity=st.integers(2, 8))
+def test_handover_keeps_the_cached_blocks(src, dst, ops, capacity):
+    policy = build(src, capacity)
+    for _op, key in ops:
+        if key not in policy:
+            while len(policy) >= capacity:
+                policy.evict()
+            policy.insert(key)
+        else:
+            policy.hit(key)
+    pinned = set(policy.eviction_order()[::2])
+    for key in pinned:
+        policy.pin(key)
+    resident = set(policy.eviction_order()) | pinned
+    target = handover(policy, build(dst, capacity))
+    check(target, resident, pinned)
+    check(policy, resident, pinned)  # the source is untouched
+    for key in pinned:  # and the target keeps working afterwards
+        target.unpin(key)
+    check(target, resident, set())
+    if dst != "infinite":
+        for _ in range(len(resident)):
+            target.evict()
+        assert len(target) == 0
+
+
+@pytest.mark.parametrize("name", BOUNDED)
+def test_reset_forgets_everything(name):
+    policy = build(name, 4)
+    for key in (1, 2, 3):
+        policy.insert(key, pinned=key == 2)
+    policy.reset()
+    assert len(policy) == 0 and policy.num_pinned == 0 and 1 not in policy
+
+
+def test_pins_that_are_not_hits_do_not_raise_frequency():
+    """S3-FIFO: a block pinned and unpinned without a hit is still a one-hit wonder in S."""
+    policy = make_policy("s3fifo", 100)
+    for key in range(10):
+        policy.insert(key)
+    for key in range(10):
+        policy.pin(key)
+        policy.unpin(key)
+    policy.hit(9)
+    policy.hit(9)
+    victims = [policy.evict() for _ in range(9)]
+    assert 9 not in victims and all(policy.in_ghost(v) for v in victims)
+
+
+def test_lru_unpin_order_is_release_order():
+    """vLLM frees a request's blocks tail first, so its root is evicted last."""
+    policy = make_policy("lru", 10)
+    for key in ("root", "mid", "leaf"):
+        policy.insert(key, pinned=True)
+    for key in ("leaf", "mid", "root"):
+        policy.unpin(key)
+    assert policy.eviction_order() == ["leaf", "mid", "root"]
+
+
+def test_s3fifo_ghost_is_keyed_by_hash_and_readmits_to_main():
+    policy = make_policy("s3fifo", 20)
+    for key in range(30):  # S holds 2 blocks, M 18: keys 0, 1 and 20..27 go through S to the ghost
+        policy.access(key)
+    assert policy.in_ghost(0) and 0 not in policy
+    policy.access(0)  # a ghost hit goes straight to the main queue
+    assert 0 in policy and not policy.in_ghost(0)
