@@ -1,0 +1,44 @@
+# Two entry points for a fresh machine (Python >= 3.11 with venv and pip):
+#   make run   - set everything up and run the main job on the bundled default
+#   make test  - set everything up and run lint and the whole test suite
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+PYTEST_ARGS ?=
+
+.PHONY: run test lint bench clean
+
+$(BIN)/python:
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade pip
+
+$(VENV)/.run-ready: pyproject.toml | $(BIN)/python
+	$(BIN)/python -m pip install -q -e '.[plot]'
+	touch $@
+
+$(VENV)/.test-ready: pyproject.toml | $(BIN)/python
+	$(BIN)/python -m pip install -q -e '.[plot,test]'
+	touch $@
+
+# AIPerf pins its own dependency versions: it gets an environment of its own, used by one test.
+AIPERF_VENV ?= .venv-aiperf
+$(AIPERF_VENV)/.ready:
+	$(PYTHON) -m venv $(AIPERF_VENV)
+	$(AIPERF_VENV)/bin/python -m pip install -q aiperf==0.13.0
+	touch $@
+
+run: $(VENV)/.run-ready
+	$(BIN)/wakman shadow
+
+lint: $(VENV)/.test-ready
+	$(BIN)/ruff check src tests benchmarks
+
+test: lint $(AIPERF_VENV)/.ready
+	WAKMAN_AIPERF_PYTHON=$(AIPERF_VENV)/bin/python $(BIN)/python -m pytest -n 2 $(PYTEST_ARGS)
+
+bench: $(VENV)/.test-ready
+	$(BIN)/python benchmarks/bench_policies.py
+	$(BIN)/python benchmarks/bench_traces.py
+
+clean:
+	rm -rf $(VENV) .pytest_cache .ruff_cache .hypothesis

@@ -1,0 +1,62 @@
+"""Shared CLI plumbing: trace options, clean errors (file, line, field; exit code 2), console."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import typer
+from rich.console import Console
+
+from wakman.traces import TraceFormatError, detect_format, read_trace
+from wakman.traces.model import Request
+
+console = Console()
+err_console = Console(stderr=True, soft_wrap=True)
+
+FormatOption = typer.Option(None, "--format", "-f", help="Trace format (detected when omitted).")
+BlockSizeOption = typer.Option(
+    None, "--block-size", help="Tokens per block for formats without it (mooncake 512, bailian 16)."
+)
+RateOption = typer.Option(
+    None, "--rate", help="kv-cache-tester: new conversations per second (default 1/60), Poisson, seeded."
+)
+SeedOption = typer.Option(None, "--seed", help="kv-cache-tester: seed of the conversation arrival process.")
+
+
+def open_trace(
+    path: Path,
+    fmt: str | None,
+    block_size: int | None = None,
+    rate: float | None = None,
+    seed: int | None = None,
+) -> Iterator[Request]:
+    name = fmt or detect_format(path)
+    options: dict[str, object] = {}
+    if block_size is not None:
+        if name not in ("mooncake", "aiperf-sessions", "bailian"):
+            raise ValueError(f"--block-size does not apply to {name} traces (they carry their block size)")
+        options["block_size"] = block_size
+    if rate is not None or seed is not None:
+        if name != "kv-cache-tester":
+            raise ValueError("--rate/--seed apply to kv-cache-tester traces only")
+        if rate is not None:
+            options["rate"] = rate
+        if seed is not None:
+            options["seed"] = seed
+    return read_trace(path, name, **options)
+
+
+@contextmanager
+def cli_errors() -> Iterator[None]:
+    """Bad input becomes one clear line on stderr and exit code 2, never a traceback."""
+    try:
+        yield
+    except TraceFormatError as exc:
+        err_console.print(f"[red]error:[/red] {exc}", highlight=False)
+        sys.exit(2)
+    except (ValueError, OSError) as exc:
+        err_console.print(f"[red]error:[/red] {exc}", highlight=False)
+        sys.exit(2)

@@ -1,0 +1,69 @@
+"""`wakman policies` (list them) and `wakman shadow` (replay a trace's block keys through them)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import typer
+from rich.progress import Progress
+from rich.table import Table
+
+from wakman.cli.common import BlockSizeOption, FormatOption, cli_errors, console, open_trace
+from wakman.data import BUNDLED_MOONCAKE, BUNDLED_MOONCAKE_ATTRIBUTION
+from wakman.policies import POLICIES, make_policy
+
+
+def policies() -> None:
+    """List the eviction policies and the first line of their semantics."""
+    table = Table("name", "semantics")
+    for name, cls in POLICIES.items():
+        doc = ((cls.__module__ and __import__(cls.__module__, fromlist=["x"]).__doc__) or "").strip()
+        table.add_row(name, doc.splitlines()[0] if doc else "")
+    console.print(table)
+
+
+def shadow(
+    trace: Path | None = typer.Argument(None, help="Trace (default: the bundled Mooncake chat trace)."),
+    fmt: str | None = FormatOption,
+    policy_names: str = typer.Option("lru,fifo,s3fifo,s3fifo-v0,sieve,arc,belady,infinite", "--policies"),
+    capacities: str = typer.Option("5000,20000,50000", "--capacities", help="Cache sizes in blocks."),
+    as_json: bool = typer.Option(False, "--json"),
+    block_size: int | None = BlockSizeOption,
+) -> None:
+    """Block hit ratio of each policy replaying the trace's block keys (plain shadow replay)."""
+    path = trace or BUNDLED_MOONCAKE
+    names = [n.strip() for n in policy_names.split(",") if n.strip()]
+    with cli_errors():
+        sizes = [int(c) for c in capacities.split(",")]
+        for name in names:
+            if name not in POLICIES:
+                raise ValueError(f"unknown policy {name!r}; choose from {', '.join(POLICIES)}")
+        keys = [k for req in open_trace(path, fmt, block_size) for k in req.block_keys]
+    results: dict[str, dict[int, float]] = {n: {} for n in names}
+    with Progress(console=console, transient=True, disable=as_json) as progress:
+        task = progress.add_task("replaying", total=len(names) * len(sizes))
+        for name in names:
+            for size in sizes:
+                extra = {"future": keys} if name == "belady" else {}
+                results[name][size] = make_policy(name, size, **extra).replay(keys) / len(keys)
+                progress.advance(task)
+    if as_json:
+        print(json.dumps({"trace": str(path), "block_accesses": len(keys), "block_hit_ratio": results}))
+        return
+    table = Table(title=f"block hit ratio, {path.name} ({len(keys):,} block accesses)")
+    table.add_column("policy")
+    for size in sizes:
+        table.add_column(f"{size:,} blocks", justify="right")
+    for name in names:
+        best = {s: max(results[n][s] for n in names if n not in ("belady", "infinite")) for s in sizes}
+        cells = []
+        for size in sizes:
+            value = results[name][size]
+            mark = " *" if name not in ("belady", "infinite") and value == best[size] else ""
+            cells.append(f"{value:.4f}{mark}")
+        table.add_row(name, *cells)
+    console.print(table)
+    console.print("* best online policy at that size.")
+    if trace is None:
+        console.print(f"[dim]{BUNDLED_MOONCAKE_ATTRIBUTION}[/dim]")

@@ -1,0 +1,1 @@
+"""Experiments: reproduction of the paper's results, sweeps and plots."""

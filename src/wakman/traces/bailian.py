@@ -1,0 +1,61 @@
+"""Alibaba Bailian usage traces (``qwen-bailian-usagetraces-anon``, USENIX ATC'25), JSONL rows:
+
+    {"chat_id": 7, "parent_chat_id": -1, "timestamp": 1.25, "input_length": 900, "output_length": 40,
+     "type": "text", "turn": 1, "hash_ids": [1, 2, ...]}
+
+``timestamp`` in seconds; ``hash_ids`` are 16-token blocks covering the request's whole context;
+``parent_chat_id`` is -1 on a first turn. A request's session is the ``chat_id`` of its first turn
+(followed through ``parent_chat_id``; an unknown parent starts a new session); ``type`` becomes the
+label. Streaming: memory grows with the number of chats, not their blocks.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import msgspec
+
+from wakman.traces.io import decode_error, iter_lines
+from wakman.traces.model import Request, validate_request
+
+DEFAULT_BLOCK_SIZE = 16
+
+
+class BailianRow(msgspec.Struct, kw_only=True):
+    chat_id: int
+    parent_chat_id: int
+    timestamp: int | float
+    input_length: int
+    output_length: int
+    hash_ids: list[int]
+    type: str | None = None
+    turn: int | None = None
+
+
+_row = msgspec.json.Decoder(BailianRow)
+
+
+def read(path: str | Path, block_size: int = DEFAULT_BLOCK_SIZE) -> Iterator[Request]:
+    path = Path(path)
+    root_of: dict[int, int] = {}
+    previous = 0.0
+    for number, line in iter_lines(path):
+        try:
+            row = _row.decode(line)
+        except msgspec.MsgspecError as exc:
+            raise decode_error(path, number, exc) from exc
+        root = root_of.get(row.parent_chat_id, row.chat_id) if row.parent_chat_id >= 0 else row.chat_id
+        root_of[row.chat_id] = root
+        req = Request(
+            arrival_s=float(row.timestamp),
+            block_keys=row.hash_ids,
+            prompt_tokens=row.input_length,
+            output_tokens=row.output_length,
+            block_size=block_size,
+            session_id=str(root),
+            label=row.type,
+        )
+        validate_request(req, path, number, previous)
+        previous = req.arrival_s
+        yield req

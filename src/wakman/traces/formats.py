@@ -1,0 +1,69 @@
+"""The trace formats wakman reads and writes, by name, and format detection."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from wakman.traces import aiperf_sessions, bailian, kvcache_tester, mooncake, native
+from wakman.traces.io import iter_lines
+from wakman.traces.model import Request
+
+
+@dataclass(frozen=True)
+class TraceFormat:
+    name: str
+    read: Callable[..., Iterator[Request]]
+    write: Callable[[Iterable[Request], Path], int] | None
+    description: str
+
+
+FORMATS: dict[str, TraceFormat] = {
+    f.name: f
+    for f in (
+        TraceFormat("native", native.read, native.write, "wakman's own versioned JSONL"),
+        TraceFormat("mooncake", mooncake.read, mooncake.write, "Mooncake / AIPerf mooncake_trace rows"),
+        TraceFormat("aiperf-sessions", aiperf_sessions.read, aiperf_sessions.write, "AIPerf session rows"),
+        TraceFormat("kv-cache-tester", kvcache_tester.read, None, "kv-cache-tester conversations"),
+        TraceFormat("bailian", bailian.read, None, "Alibaba Bailian usage trace rows"),
+    )
+}
+
+
+def detect_format(path: str | Path) -> str:
+    """Guess a trace's format from its shape: folders and archives are kv-cache-tester; JSONL by keys."""
+    path = Path(path)
+    if path.is_dir() or path.name.endswith((".tar.xz", ".tar.gz", ".tgz", ".tar")):
+        return "kv-cache-tester"
+    if path.suffix == ".json":
+        return "kv-cache-tester"
+    lines = iter_lines(path)
+    _, first = next(lines)
+    if b'"wakman-trace"' in first:
+        return "native"
+    if b'"chat_id"' in first:
+        return "bailian"
+    if b'"session_id"' in first:  # session rows put "delay" on later turns; Mooncake rows never do
+        for number, line in lines:
+            if b'"delay"' in line:
+                return "aiperf-sessions"
+            if number > 1000:
+                break
+    return "mooncake"
+
+
+def read_trace(path: str | Path, fmt: str | None = None, **options: Any) -> Iterator[Request]:
+    """Stream the requests of ``path`` (format detected when ``fmt`` is None)."""
+    name = fmt or detect_format(path)
+    if name not in FORMATS:
+        raise ValueError(f"unknown trace format {name!r}; choose from {', '.join(FORMATS)}")
+    return FORMATS[name].read(path, **options)
+
+
+def write_trace(requests: Iterable[Request], path: str | Path, fmt: str) -> int:
+    if fmt not in FORMATS or FORMATS[fmt].write is None:
+        writable = [n for n, f in FORMATS.items() if f.write]
+        raise ValueError(f"cannot write format {fmt!r}; writable: {', '.join(writable)}")
+    return FORMATS[fmt].write(requests, Path(path))

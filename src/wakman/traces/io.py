@@ -1,0 +1,100 @@
+"""Line-oriented reading (plain or gzip, with line numbers) and all-or-nothing writing."""
+
+from __future__ import annotations
+
+import gzip
+import os
+import tempfile
+import zlib
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import IO
+
+import msgspec
+
+from wakman.traces.model import TraceFormatError
+
+GZIP_MAGIC = b"\x1f\x8b"
+
+
+def is_gzip(path: Path) -> bool:
+    with open(path, "rb") as f:
+        return f.read(2) == GZIP_MAGIC
+
+
+def iter_lines(path: str | Path) -> Iterator[tuple[int, bytes]]:
+    """Yield ``(line_number, line)`` for non-blank lines; gzip is detected by its magic bytes.
+
+    A missing file, an empty file and a truncated or corrupt gzip stream raise ``TraceFormatError``.
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise TraceFormatError(path, 0, "-", "no such file")
+    opener = gzip.open if is_gzip(path) else open
+    count = 0
+    number = 0
+    try:
+        with opener(path, "rb") as f:
+            for number, raw in enumerate(f, start=1):
+                line = raw.strip()
+                if line:
+                    count += 1
+                    yield number, line
+    except (EOFError, zlib.error, gzip.BadGzipFile, OSError) as exc:
+        raise TraceFormatError(
+            path, number + 1, "-", f"truncated or corrupt compressed data ({exc})"
+        ) from exc
+    if count == 0:
+        raise TraceFormatError(path, 0, "-", "empty trace: no rows")
+
+
+def decode_error(path: Path, line: int, exc: msgspec.MsgspecError) -> TraceFormatError:
+    """Turn a msgspec error into one that names the field (``$.field`` in msgspec's message)."""
+    text = str(exc)
+    field = "-"
+    if "at `$." in text:
+        field = text.split("at `$.", 1)[1].split("`", 1)[0]
+    elif "missing required field `" in text:
+        field = text.split("missing required field `", 1)[1].split("`", 1)[0]
+    elif isinstance(exc, msgspec.DecodeError):
+        text = f"not valid JSON ({text})"
+    return TraceFormatError(path, line, field, text)
+
+
+@contextmanager
+def atomic_output(path: str | Path) -> Iterator[IO[bytes]]:
+    """Write to a temporary file beside ``path`` and move it into place only on success.
+
+    A ``.gz`` suffix compresses. On any exception the temporary file is removed and ``path`` is
+    left as it was: never a half-written output.
+    """
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".part", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as raw:
+            if path.suffix == ".gz":
+                with gzip.GzipFile(fileobj=raw, mode="wb", mtime=0) as gz:
+                    yield gz
+            else:
+                yield raw
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def _enc_hook(obj: object) -> object:
+    if hasattr(obj, "tolist"):
+        return obj.tolist()  # array('q'), numpy arrays
+    raise NotImplementedError(f"cannot encode {type(obj).__name__}")
+
+
+JSON_ENCODER = msgspec.json.Encoder(enc_hook=_enc_hook)
+
+
+def seconds_to_ms(seconds: float) -> int | float:
+    """Milliseconds for trace files: rounded to the microsecond, an int when whole."""
+    ms = round(seconds * 1000.0, 3)
+    return int(ms) if ms == int(ms) else ms

@@ -1,0 +1,78 @@
+"""The one request model every trace format is read into and written from.
+
+Units: ``arrival_s`` in seconds from the start of the trace; lengths in tokens; ``block_size`` in
+tokens per block. ``block_keys[i]`` stands for the whole prefix up to the end of block ``i`` (keys are
+prefix-chained: equal key means equal whole prefix), in prefix order. Block ``i`` covers tokens
+``[i * block_size, (i + 1) * block_size)``; the last key may cover a partial block (Mooncake rows do
+this), and only the ``prompt_tokens // block_size`` full blocks are cacheable in a vLLM-like pool.
+``output_keys`` are the keys of blocks that decoding completes (vLLM hashes generated tokens too),
+chained after ``block_keys``; traces that do not know them leave the list empty.
+``label`` (single-turn, multi-turn, agentic, ...) is for analysis only: no policy ever reads it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import msgspec
+
+
+class Request(msgspec.Struct, kw_only=True, omit_defaults=True):
+    arrival_s: float
+    block_keys: Sequence[int]
+    prompt_tokens: int
+    output_tokens: int
+    block_size: int
+    session_id: str | None = None
+    label: str | None = None
+    output_keys: Sequence[int] = msgspec.field(default_factory=list)
+
+    @property
+    def full_blocks(self) -> int:
+        """Prompt blocks vLLM can cache: only full blocks are hashed."""
+        return min(len(self.block_keys), self.prompt_tokens // self.block_size)
+
+    @property
+    def max_hit_blocks(self) -> int:
+        """vLLM lets at most ``prompt_tokens - 1`` tokens hit, in whole blocks."""
+        return min(len(self.block_keys), (self.prompt_tokens - 1) // self.block_size)
+
+
+class TraceFormatError(ValueError):
+    """Bad trace input: names the file, the line (1-based, 0 = whole file) and the field."""
+
+    def __init__(self, path: object, line: int, field: str, message: str) -> None:
+        self.path, self.line, self.field, self.message = str(path), line, field, message
+        where = f"{self.path}:{line}" if line else self.path
+        super().__init__(f"{where}: field '{field}': {message}")
+
+
+def validate_request(req: Request, path: object, line: int, previous_arrival_s: float) -> None:
+    """Rules every reader applies: finite, non-negative and non-decreasing arrival times (file
+    order is arrival order); at least one prompt token; non-negative output; positive block size;
+    no more keys than the prompt has (possibly partial) blocks."""
+    if not req.arrival_s >= 0 or req.arrival_s == float("inf"):
+        raise TraceFormatError(path, line, "timestamp", f"must be a finite time >= 0, got {req.arrival_s}")
+    if req.arrival_s < previous_arrival_s:
+        raise TraceFormatError(
+            path,
+            line,
+            "timestamp",
+            f"decreases ({req.arrival_s:.6f} s after {previous_arrival_s:.6f} s); "
+            "rows must be in arrival order",
+        )
+    if req.block_size < 1:
+        raise TraceFormatError(path, line, "block_size", f"must be >= 1, got {req.block_size}")
+    if req.prompt_tokens < 1:
+        raise TraceFormatError(path, line, "input_length", f"must be >= 1 token, got {req.prompt_tokens}")
+    if req.output_tokens < 0:
+        raise TraceFormatError(path, line, "output_length", f"must be >= 0, got {req.output_tokens}")
+    most = -(-req.prompt_tokens // req.block_size)
+    if len(req.block_keys) > most:
+        raise TraceFormatError(
+            path,
+            line,
+            "hash_ids",
+            f"{len(req.block_keys)} blocks for {req.prompt_tokens} tokens of {req.block_size} per block "
+            f"(at most {most}); is the block size right?",
+        )

@@ -1,0 +1,74 @@
+"""Mooncake / AIPerf ``mooncake_trace`` rows: one JSON object per line.
+
+    {"timestamp": 0, "input_length": 6758, "output_length": 500, "hash_ids": [0, 1, 2]}
+
+``timestamp`` is the arrival in milliseconds from the start; ``hash_ids`` are prefix-chained ids of
+the prompt's blocks (512 tokens by default, the last usually partial). Rows may carry AIPerf's
+optional ``session_id``. Written rows use only fields AIPerf's ``MooncakeTrace`` model accepts.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+
+import msgspec
+
+from wakman.traces.io import JSON_ENCODER, atomic_output, decode_error, iter_lines, seconds_to_ms
+from wakman.traces.model import Request, validate_request
+
+DEFAULT_BLOCK_SIZE = 512
+
+
+class MooncakeRow(msgspec.Struct, kw_only=True, omit_defaults=True):
+    timestamp: int | float
+    input_length: int
+    output_length: int
+    hash_ids: list[int]
+    session_id: str | None = None
+
+
+_row = msgspec.json.Decoder(MooncakeRow)
+
+
+def read(
+    path: str | Path, block_size: int = DEFAULT_BLOCK_SIZE, label: str | None = None
+) -> Iterator[Request]:
+    path = Path(path)
+    previous = 0.0
+    for number, line in iter_lines(path):
+        try:
+            row = _row.decode(line)
+        except msgspec.MsgspecError as exc:
+            raise decode_error(path, number, exc) from exc
+        req = Request(
+            arrival_s=row.timestamp / 1000.0,
+            block_keys=row.hash_ids,
+            prompt_tokens=row.input_length,
+            output_tokens=row.output_length,
+            block_size=block_size,
+            session_id=row.session_id,
+            label=label,
+        )
+        validate_request(req, path, number, previous)
+        previous = req.arrival_s
+        yield req
+
+
+def to_row(req: Request) -> MooncakeRow:
+    return MooncakeRow(
+        timestamp=seconds_to_ms(req.arrival_s),
+        input_length=req.prompt_tokens,
+        output_length=req.output_tokens,
+        hash_ids=list(req.block_keys),
+        session_id=req.session_id,
+    )
+
+
+def write(requests: Iterable[Request], path: str | Path) -> int:
+    count = 0
+    with atomic_output(path) as out:
+        for req in requests:
+            out.write(JSON_ENCODER.encode(to_row(req)) + b"\n")
+            count += 1
+    return count

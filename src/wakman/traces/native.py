@@ -1,0 +1,86 @@
+"""wakman's own JSONL trace: a versioned header line, then one ``Request`` object per line.
+
+    {"format": "wakman-trace", "version": 1}
+    {"arrival_s": 0.0, "block_keys": [1, 2], "prompt_tokens": 1000, "output_tokens": 20, "block_size": 512}
+
+Fields and units are those of ``wakman.traces.model.Request``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+
+import msgspec
+
+from wakman.traces.io import JSON_ENCODER, atomic_output, decode_error, iter_lines
+from wakman.traces.model import Request, TraceFormatError, validate_request
+
+FORMAT_NAME = "wakman-trace"
+VERSION = 1
+
+
+class Header(msgspec.Struct):
+    format: str
+    version: int
+
+
+class NativeRow(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    arrival_s: float
+    block_keys: list[int]
+    prompt_tokens: int
+    output_tokens: int
+    block_size: int
+    session_id: str | None = None
+    label: str | None = None
+    output_keys: list[int] = []
+
+
+_header = msgspec.json.Decoder(Header)
+_row = msgspec.json.Decoder(NativeRow)
+
+
+def read(path: str | Path) -> Iterator[Request]:
+    path = Path(path)
+    lines = iter_lines(path)
+    number, first = next(lines)
+    try:
+        header = _header.decode(first)
+    except msgspec.MsgspecError as exc:
+        raise TraceFormatError(path, number, "format", f"not a wakman trace header ({exc})") from exc
+    if header.format != FORMAT_NAME or header.version != VERSION:
+        raise TraceFormatError(
+            path,
+            number,
+            "version",
+            f"expected {FORMAT_NAME} version {VERSION}, got {header.format} {header.version}",
+        )
+    previous = 0.0
+    for number, line in lines:
+        try:
+            row = _row.decode(line)
+        except msgspec.MsgspecError as exc:
+            raise decode_error(path, number, exc) from exc
+        req = Request(
+            arrival_s=row.arrival_s,
+            block_keys=row.block_keys,
+            prompt_tokens=row.prompt_tokens,
+            output_tokens=row.output_tokens,
+            block_size=row.block_size,
+            session_id=row.session_id,
+            label=row.label,
+            output_keys=row.output_keys,
+        )
+        validate_request(req, path, number, previous)
+        previous = req.arrival_s
+        yield req
+
+
+def write(requests: Iterable[Request], path: str | Path) -> int:
+    count = 0
+    with atomic_output(path) as out:
+        out.write(JSON_ENCODER.encode(Header(FORMAT_NAME, VERSION)) + b"\n")
+        for req in requests:
+            out.write(JSON_ENCODER.encode(req) + b"\n")
+            count += 1
+    return count

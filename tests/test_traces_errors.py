@@ -1,0 +1,123 @@
+"""Bad input: one clear error naming file, line and field; non-zero exit; never a half-written output."""
+
+from __future__ import annotations
+
+import gzip
+import json
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from typer.testing import CliRunner
+
+from wakman.cli.main import app
+from wakman.traces import FORMATS, TraceFormatError, read_trace
+
+GOOD = {"timestamp": 0, "input_length": 1000, "output_length": 5, "hash_ids": [1, 2]}
+
+
+def rows(*items) -> str:
+    return "\n".join(i if isinstance(i, str) else json.dumps(i) for i in items) + "\n"
+
+
+CASES = {
+    "malformed line": (rows(GOOD, '{"timestamp": 1, "input_length"'), 2, "-"),
+    "missing field": (rows(GOOD, {"timestamp": 5, "input_length": 10, "output_length": 1}), 2, "hash_ids"),
+    "wrong type": (rows(GOOD, {**GOOD, "timestamp": "soon"}), 2, "timestamp"),
+    "wrong element type": (rows(GOOD, {**GOOD, "hash_ids": [1, "x"]}), 2, "hash_ids[1]"),
+    "negative timestamp": (rows({**GOOD, "timestamp": -5}), 1, "timestamp"),
+    "decreasing timestamp": (rows({**GOOD, "timestamp": 10}, {**GOOD, "timestamp": 3}), 2, "timestamp"),
+    "too many blocks": (rows({**GOOD, "hash_ids": [1, 2, 3, 4]}), 1, "hash_ids"),
+    "zero prompt": (rows({**GOOD, "input_length": 0, "hash_ids": []}), 1, "input_length"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_each_bad_input_names_file_line_and_field(tmp_path, case):
+    text, line, field = CASES[case]
+    path = tmp_path / "bad.jsonl"
+    path.write_text(text)
+    with pytest.raises(TraceFormatError) as info:
+        list(read_trace(path, "mooncake"))
+    err = info.value
+    assert (err.path, err.line, err.field) == (str(path), line, field)
+    assert f"{path}:{line}" in str(err)
+
+
+def test_empty_file(tmp_path):
+    path = tmp_path / "empty.jsonl"
+    path.write_text("\n\n")
+    with pytest.raises(TraceFormatError, match="empty trace"):
+        list(read_trace(path, "mooncake"))
+
+
+def test_truncated_gzip(tmp_path):
+    data = gzip.compress(rows(*[{**GOOD, "timestamp": i} for i in range(2000)]).encode())
+    path = tmp_path / "cut.jsonl.gz"
+    path.write_bytes(data[: len(data) // 2])
+    with pytest.raises(TraceFormatError, match="truncated or corrupt"):
+        list(read_trace(path, "mooncake"))
+
+
+def test_cli_exits_non_zero_and_writes_nothing(tmp_path):
+    src = tmp_path / "bad.jsonl"
+    src.write_text(rows(GOOD, {**GOOD, "timestamp": 3}, {**GOOD, "timestamp": 1}))
+    out = tmp_path / "out" / "converted.jsonl"
+    result = CliRunner().invoke(app, ["convert", str(src), str(out), "--from", "mooncake", "--to", "native"])
+    assert result.exit_code == 2
+    assert f"{src}:3" in result.output and "timestamp" in result.output
+    assert not out.exists() and list(out.parent.iterdir()) == []
+
+
+def test_cli_stats_on_missing_file(tmp_path):
+    result = CliRunner().invoke(app, ["stats", str(tmp_path / "nope.jsonl"), "--format", "mooncake"])
+    assert result.exit_code == 2 and "no such file" in result.output
+
+
+json_values = st.recursive(
+    st.none()
+    | st.booleans()
+    | st.integers(-(2**70), 2**70)
+    | st.floats(allow_nan=True)
+    | st.text(max_size=5),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner, max_size=4),
+    max_leaves=12,
+)
+field_names = st.sampled_from(
+    [
+        "timestamp",
+        "input_length",
+        "output_length",
+        "hash_ids",
+        "session_id",
+        "delay",
+        "chat_id",
+        "parent_chat_id",
+        "arrival_s",
+        "block_keys",
+        "prompt_tokens",
+        "output_tokens",
+        "block_size",
+    ]
+)
+rows_strategy = st.lists(
+    st.dictionaries(field_names, json_values, max_size=8).map(json.dumps)
+    | st.binary(max_size=40).map(lambda b: b.decode("latin-1")),
+    min_size=0,
+    max_size=6,
+)
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(lines=rows_strategy, fmt=st.sampled_from(["mooncake", "aiperf-sessions", "bailian", "native"]))
+def test_fuzzed_readers_fail_only_with_trace_errors(tmp_path, lines, fmt):
+    path = tmp_path / f"fuzz-{fmt}.jsonl"
+    with open(path, "w", encoding="latin-1") as f:
+        if fmt == "native":
+            f.write('{"format": "wakman-trace", "version": 1}\n')
+        f.write("\n".join(line.replace("\n", " ") for line in lines))
+    try:
+        for req in FORMATS[fmt].read(path):
+            assert req.arrival_s >= 0 and req.prompt_tokens >= 1
+    except TraceFormatError as err:
+        assert err.path == str(path)
