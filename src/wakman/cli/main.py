@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import typer
 
-from wakman.cli import policies, traces
+from wakman.cli import generate, policies, traces
 
 app = typer.Typer(
     name="wakman",
@@ -17,6 +17,7 @@ app.command("policies")(policies.policies)
 app.command("shadow")(policies.shadow)
 app.command("stats")(traces.stats)
 app.command("convert")(traces.convert)
+app.command("generate")(generate.generate)
 
 if __name__ == "__main__":  # pragma: no cover
     app()

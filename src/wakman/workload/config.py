@@ -1,0 +1,142 @@
+"""The workload configuration: one documented, versioned TOML file (``default.toml``) and overrides.
+
+``load_config(path=None, overrides={"agentic.turns.median": "8"})`` reads the bundled defaults (or a
+user's copy), applies dotted ``key=value`` overrides, validates, and returns ``WorkloadConfig``.
+"""
+
+from __future__ import annotations
+
+import tomllib
+from importlib.resources import files
+from pathlib import Path
+from typing import Any
+
+import msgspec
+
+CONFIG_VERSION = 1
+DEFAULT_CONFIG = Path(str(files("wakman.workload") / "default.toml"))
+PROFILES = ("single-turn", "multi-turn", "agentic")
+
+
+class LogNormal(msgspec.Struct, forbid_unknown_fields=True):
+    """exp(N(ln(median), sigma^2)), clipped to [min, max]."""
+
+    median: float
+    sigma: float
+    min: float = 0.0
+    max: float = float("inf")
+
+    def check(self, name: str) -> None:
+        if not (self.median > 0 and self.sigma >= 0 and self.min <= self.median <= self.max):
+            raise ValueError(f"{name}: need median > 0, sigma >= 0 and min <= median <= max, got {self}")
+
+
+class SingleTurn(msgspec.Struct, forbid_unknown_fields=True):
+    catalog_size: int
+    zipf_s: float
+    zipf_q: float
+    fixed_prompt: LogNormal
+    payload: LogNormal
+    output: LogNormal
+
+
+class MultiTurn(msgspec.Struct, forbid_unknown_fields=True):
+    system_catalog_size: int
+    system_zipf_s: float
+    system_zipf_q: float
+    system_prompt: LogNormal
+    user_prefix: LogNormal
+    turns: LogNormal
+    message: LogNormal
+    output: LogNormal
+    gap_s: LogNormal
+
+
+class Agentic(msgspec.Struct, forbid_unknown_fields=True):
+    system_catalog_size: int
+    system_zipf_s: float
+    system_zipf_q: float
+    system_prompt: LogNormal
+    task: LogNormal
+    turns: LogNormal
+    tool_result: LogNormal
+    output: LogNormal
+    gap_s: LogNormal
+    long_call_probability: float
+    long_call_s: LogNormal
+
+
+class WorkloadConfig(msgspec.Struct, forbid_unknown_fields=True):
+    version: int
+    rate: float
+    duration_s: float
+    warmup_s: float
+    mix: list[float]
+    block_size: int
+    vocab_size: int
+    hash: str
+    hash_seed: str
+    single_turn: SingleTurn
+    multi_turn: MultiTurn
+    agentic: Agentic
+
+    def validate(self) -> WorkloadConfig:
+        if self.version != CONFIG_VERSION:
+            raise ValueError(f"workload config version {self.version} is not {CONFIG_VERSION}")
+        if self.rate <= 0 or self.duration_s <= 0 or self.warmup_s < 0:
+            raise ValueError("rate and duration_s must be > 0, warmup_s >= 0")
+        if len(self.mix) != 3 or min(self.mix) < 0 or abs(sum(self.mix) - 1) > 1e-6:
+            raise ValueError(f"mix needs three fractions >= 0 summing to 1, got {self.mix}")
+        if self.block_size < 1 or self.vocab_size < 2:
+            raise ValueError("block_size must be >= 1 and vocab_size >= 2")
+        if self.hash not in ("fast", "sha256"):
+            raise ValueError(f"hash must be 'fast' or 'sha256', got {self.hash!r}")
+        for section in (self.single_turn, self.multi_turn, self.agentic):
+            for name in section.__struct_fields__:
+                value = getattr(section, name)
+                if isinstance(value, LogNormal):
+                    value.check(f"{type(section).__name__}.{name}")
+        if not 0 <= self.agentic.long_call_probability <= 1:
+            raise ValueError("agentic.long_call_probability must lie in [0, 1]")
+        return self
+
+    def to_toml_dict(self) -> dict[str, Any]:
+        return msgspec.to_builtins(self)
+
+
+def _set_dotted(tree: dict[str, Any], dotted: str, raw: str) -> None:
+    parts = dotted.split(".")
+    node = tree
+    for part in parts[:-1]:
+        if not isinstance(node.get(part), dict):
+            raise ValueError(f"--set {dotted}: no section {part!r}")
+        node = node[part]
+    if parts[-1] not in node:
+        raise ValueError(f"--set {dotted}: unknown key {parts[-1]!r}")
+    try:
+        node[parts[-1]] = tomllib.loads(f"v = {raw}")["v"]
+    except tomllib.TOMLDecodeError:
+        node[parts[-1]] = raw  # a bare string
+    if isinstance(node[parts[-1]], int) and isinstance(_default_value(dotted), float):
+        node[parts[-1]] = float(node[parts[-1]])
+
+
+def _default_value(dotted: str) -> Any:
+    node: Any = tomllib.loads(DEFAULT_CONFIG.read_text())
+    for part in dotted.split("."):
+        node = node.get(part) if isinstance(node, dict) else None
+    return node
+
+
+def load_config(path: str | Path | None = None, overrides: dict[str, str] | None = None) -> WorkloadConfig:
+    source = Path(path) if path else DEFAULT_CONFIG
+    try:
+        tree = tomllib.loads(source.read_text())
+    except (OSError, tomllib.TOMLDecodeError) as exc:
+        raise ValueError(f"{source}: cannot read workload config ({exc})") from exc
+    for key, value in (overrides or {}).items():
+        _set_dotted(tree, key, value)
+    try:
+        return msgspec.convert(tree, WorkloadConfig, strict=False).validate()
+    except msgspec.ValidationError as exc:
+        raise ValueError(f"{source}: {exc}") from exc

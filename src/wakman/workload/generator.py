@@ -1,0 +1,204 @@
+"""Deterministic token-level generation of single-turn, multi-turn and agentic sessions.
+
+Sessions start as a Poisson process over ``[-warmup_s, duration_s)`` at rate
+``rate / E[turns]`` (E[turns] is the mix-weighted mean of each profile's discretised turn count, so
+requests arrive at ``rate``); each session's profile is drawn from ``mix``. A session is generated
+whole from its own random stream (``SeedSequence([seed, session index])``), so it does not depend on
+the others. Turn ``k+1`` arrives ``gap`` seconds after turn ``k``; its prompt is turn k's prompt, the
+answer (output tokens) and the new message or tool result, so its block keys extend turn k's.
+Requests outside ``[0, duration_s)`` are dropped. Keys come from ``BlockHasher`` over the token ids;
+``output_keys`` are the blocks decoding fills (vLLM caches them; the last sampled token has no KV).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator
+
+import numpy as np
+
+from wakman.traces.model import Request
+from wakman.workload.config import LogNormal, WorkloadConfig
+from wakman.workload.hashing import BlockHasher
+
+LABELS = ("single-turn", "multi-turn", "agentic")
+_CATALOG_STREAM = 1 << 40  # seed-sequence offsets keep catalogs apart from sessions
+_SYSTEM_STREAMS = {"multi-turn": 2 << 40, "agentic": 3 << 40}
+
+
+def draw(rng: np.random.Generator, dist: LogNormal, integer: bool = True) -> float:
+    value = math.exp(rng.normal(math.log(dist.median), dist.sigma)) if dist.sigma > 0 else dist.median
+    value = min(max(value, dist.min), dist.max)
+    return max(1, round(value)) if integer else value
+
+
+def expected_turns(dist: LogNormal) -> float:
+    """Mean of ``max(1, round(clip(lognormal)))``, exactly (sum over the integer support)."""
+
+    def cdf(x: float) -> float:
+        if x <= 0:
+            return 0.0
+        if dist.sigma == 0:
+            return float(x >= dist.median)
+        return 0.5 * (1 + math.erf((math.log(x) - math.log(dist.median)) / (dist.sigma * math.sqrt(2))))
+
+    lo, hi = max(1, math.floor(dist.min)), max(1, math.ceil(dist.max))
+    mean, prev = 0.0, 0.0
+    for k in range(lo, hi + 1):
+        upper = 1.0 if k == hi else cdf(k + 0.5)
+        mean += k * (upper - prev)
+        prev = upper
+    return mean
+
+
+def zipf_mandelbrot(n: int, s: float, q: float) -> np.ndarray:
+    """Probabilities of ranks 1..n: proportional to 1 / (k + q) ** s."""
+    weights = 1.0 / (np.arange(1, n + 1) + q) ** s
+    return weights / weights.sum()
+
+
+class WorkloadGenerator:
+    def __init__(self, config: WorkloadConfig, seed: int = 0) -> None:
+        self.config = config
+        self.seed = seed
+        self.hasher = BlockHasher(config.hash, config.hash_seed)
+        self._catalogs: dict[tuple[str, int], np.ndarray] = {}
+        st, mt, ag = config.single_turn, config.multi_turn, config.agentic
+        self.popularity = {
+            "single-turn": zipf_mandelbrot(st.catalog_size, st.zipf_s, st.zipf_q),
+            "multi-turn": zipf_mandelbrot(mt.system_catalog_size, mt.system_zipf_s, mt.system_zipf_q),
+            "agentic": zipf_mandelbrot(ag.system_catalog_size, ag.system_zipf_s, ag.system_zipf_q),
+        }
+        turns = [1.0, expected_turns(mt.turns), expected_turns(ag.turns)]
+        self.mean_turns = float(np.dot(config.mix, turns))
+        self.session_rate = config.rate / self.mean_turns  # sessions per second
+
+    # ------------------------------------------------------------ token material
+    def _tokens(self, rng: np.random.Generator, n: int) -> np.ndarray:
+        return rng.integers(0, self.config.vocab_size, size=n, dtype=np.int32)
+
+    def catalog_prompt(self, profile: str, index: int) -> np.ndarray:
+        """The fixed prompt ``index`` of a profile's catalog: the same tokens in every session."""
+        key = (profile, index)
+        if key not in self._catalogs:
+            offset = _CATALOG_STREAM if profile == "single-turn" else _SYSTEM_STREAMS[profile]
+            rng = np.random.default_rng(np.random.SeedSequence([self.seed, offset + index]))
+            dist = (
+                self.config.single_turn.fixed_prompt
+                if profile == "single-turn"
+                else getattr(self.config, profile.replace("-", "_")).system_prompt
+            )
+            self._catalogs[key] = self._tokens(rng, draw(rng, dist))
+        return self._catalogs[key]
+
+    # ------------------------------------------------------------ sessions
+    def session_starts(self) -> tuple[np.ndarray, np.ndarray]:
+        """Start times (s) and profile index of every session, in start order."""
+        cfg = self.config
+        rng = np.random.default_rng(np.random.SeedSequence([self.seed, 0]))
+        span = cfg.warmup_s + cfg.duration_s
+        n = rng.poisson(self.session_rate * span)
+        starts = np.sort(rng.uniform(-cfg.warmup_s, cfg.duration_s, size=n))
+        profiles = rng.choice(3, size=n, p=np.asarray(cfg.mix) / sum(cfg.mix))
+        return starts, profiles
+
+    def session(self, index: int, start: float, profile: str) -> list[Request]:
+        rng = np.random.default_rng(np.random.SeedSequence([self.seed, 1, index]))
+        cfg, sid = self.config, f"s{index}"
+        chain = _Chain(self.hasher, cfg.block_size)
+        if profile == "single-turn":
+            st = cfg.single_turn
+            fixed = self.catalog_prompt(profile, int(rng.choice(st.catalog_size, p=self.popularity[profile])))
+            chain.append(fixed)
+            chain.append(self._tokens(rng, draw(rng, st.payload)))
+            return [chain.request(start, self._tokens(rng, draw(rng, st.output)), sid, profile)]
+        section = cfg.multi_turn if profile == "multi-turn" else cfg.agentic
+        system = self.catalog_prompt(
+            profile, int(rng.choice(len(self.popularity[profile]), p=self.popularity[profile]))
+        )
+        chain.append(system)
+        chain.append(
+            self._tokens(rng, draw(rng, section.user_prefix if profile == "multi-turn" else section.task))
+        )
+        step = section.message if profile == "multi-turn" else section.tool_result
+        requests, t = [], start
+        for turn in range(int(draw(rng, section.turns))):
+            if turn:
+                t += self._gap(rng, profile)
+                if t >= cfg.duration_s:
+                    break
+                chain.append(self._tokens(rng, draw(rng, step)))
+            answer = self._tokens(rng, draw(rng, section.output))
+            requests.append(chain.request(t, answer, sid, profile))
+            chain.append(answer)
+        return requests
+
+    def _gap(self, rng: np.random.Generator, profile: str) -> float:
+        if profile == "multi-turn":
+            return draw(rng, self.config.multi_turn.gap_s, integer=False)
+        ag = self.config.agentic
+        gap = draw(rng, ag.gap_s, integer=False)
+        if rng.random() < ag.long_call_probability:
+            gap += draw(rng, ag.long_call_s, integer=False)
+        return gap
+
+    def requests(self) -> Iterator[Request]:
+        """Every request in ``[0, duration_s)``, in arrival order (ties: session order)."""
+        starts, profiles = self.session_starts()
+        out: list[tuple[float, int, int, Request]] = []
+        for index, (start, p) in enumerate(zip(starts.tolist(), profiles.tolist(), strict=True)):
+            for turn, req in enumerate(self.session(index, start, LABELS[p])):
+                if 0 <= req.arrival_s < self.config.duration_s:
+                    out.append((req.arrival_s, index, turn, req))
+        out.sort(key=lambda x: x[:3])
+        for entry in out:
+            yield entry[3]
+
+
+class _Chain:
+    """A session's append-only token stream and the hashes of its full blocks, computed once."""
+
+    def __init__(self, hasher: BlockHasher, block_size: int) -> None:
+        self.hasher, self.block_size = hasher, block_size
+        self.hashes: list[bytes] = []  # hash of each full block of the stream, in order
+        self.keys: list[int] = []
+        self._flat = np.zeros(0, dtype=np.int32)
+        self._pending: list[np.ndarray] = []
+
+    def append(self, tokens: np.ndarray) -> None:
+        self._pending.append(tokens)
+
+    def tokens(self) -> np.ndarray:
+        if self._pending:
+            self._flat = np.concatenate([self._flat, *self._pending])
+            self._pending = []
+        return self._flat
+
+    def _extend(self, tokens: np.ndarray, blocks: int) -> None:
+        bs = self.block_size
+        for b in range(len(self.hashes), blocks):
+            parent = self.hashes[-1] if self.hashes else None
+            h = self.hasher.chain(parent, tokens[b * bs : (b + 1) * bs])
+            self.hashes.append(h)
+            self.keys.append(self.hasher.key(h))
+
+    def request(self, t: float, answer: np.ndarray, sid: str, label: str) -> Request:
+        """The request whose prompt is the stream so far and whose output is ``answer`` (not yet
+        appended): prompt keys = its full blocks; output keys = the further full blocks of
+        ``prompt + answer[:-1]`` (vLLM has no KV for the last sampled token)."""
+        bs = self.block_size
+        prompt = self.tokens()
+        n_prompt = len(prompt) // bs
+        cacheable = np.concatenate([prompt, answer[:-1]]) if len(answer) > 1 else prompt
+        n_all = len(cacheable) // bs
+        self._extend(cacheable, n_all)
+        return Request(
+            arrival_s=float(t),
+            block_keys=self.keys[:n_prompt],
+            prompt_tokens=len(prompt),
+            output_tokens=len(answer),
+            block_size=bs,
+            session_id=sid,
+            label=label,
+            output_keys=self.keys[n_prompt:n_all],
+        )
