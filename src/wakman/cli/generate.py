@@ -9,7 +9,6 @@ from rich.table import Table
 
 from wakman.cli.common import cli_errors, console
 from wakman.traces import write_trace
-from wakman.workload import PRESETS, build_config, generate_requests
 
 
 def generate(
@@ -27,6 +26,8 @@ def generate(
     list_presets: bool = typer.Option(False, "--list-presets", help="List the presets and exit."),
 ) -> None:
     """Generate a workload deterministically, at the token level, with vLLM-style chained block keys."""
+    from wakman.workload import PRESETS, build_config, generate_requests
+
     if list_presets:
         table = Table("preset", "mix (single, multi, agentic)", "overrides", "group")
         for p in PRESETS.values():

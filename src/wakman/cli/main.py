@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import typer
 
-from wakman.cli import generate, policies, traces
+from wakman.cli import generate, policies, simulate, traces
 
 app = typer.Typer(
     name="wakman",
@@ -18,6 +18,8 @@ app.command("shadow")(policies.shadow)
 app.command("stats")(traces.stats)
 app.command("convert")(traces.convert)
 app.command("generate")(generate.generate)
+app.command("simulate")(simulate.simulate)
+app.command("sweep")(simulate.sweep)
 
 if __name__ == "__main__":  # pragma: no cover
     app()

@@ -18,7 +18,6 @@ from wakman.cli.common import (
     open_trace,
 )
 from wakman.traces import FORMATS, write_trace
-from wakman.traces.stats import compute_stats
 
 
 def stats(
@@ -32,6 +31,8 @@ def stats(
     seed: int | None = SeedOption,
 ) -> None:
     """Requests, blocks, reuse, the infinite-cache ceiling and the LRU curve of a trace."""
+    from wakman.traces.stats import compute_stats
+
     with cli_errors():
         result = compute_stats(
             open_trace(trace, fmt, block_size, rate, seed), lru_curve=curve or plot is not None

@@ -42,3 +42,44 @@ def plot_lru_curve(stats: TraceStats, path: Path, title: str = "") -> Path:
     fig.savefig(path, dpi=120)
     plt.close(fig)
     return path
+
+
+def plot_sweep(rows: list[dict], path: Path, title: str = "") -> Path:
+    """Hit rate (vLLM's token metric) against cache size, one line per policy."""
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(7, 4.2))
+    for policy in dict.fromkeys(r["policy"] for r in rows):
+        points = sorted((r["capacity_blocks"], r["hit_rate"]) for r in rows if r["policy"] == policy)
+        style = "--" if policy in ("belady", "infinite") else "-"
+        ax.plot([p[0] for p in points], [p[1] for p in points], style, marker="o", label=policy)
+    ax.set_xlabel("cache size (blocks)")
+    ax.set_ylabel("prefix-cache hit rate (tokens)")
+    ax.set_title(title or "hit rate against cache size")
+    ax.grid(alpha=0.3)
+    ax.legend()
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path
+
+
+def plot_intervals(series: list[dict], path: Path, title: str = "") -> Path:
+    """Per-interval hit rate and mean free blocks of one simulation."""
+    plt = _pyplot()
+    fig, (top, bottom) = plt.subplots(2, 1, figsize=(8, 5), sharex=True)
+    xs = [s["start_s"] / 60 for s in series]
+    top.plot(xs, [s["hit_rate"] if s["hit_rate"] is not None else float("nan") for s in series])
+    top.set_ylabel("hit rate")
+    bottom.plot(
+        xs, [s["mean_free_blocks"] if s["mean_free_blocks"] is not None else float("nan") for s in series]
+    )
+    bottom.set_ylabel("mean free blocks")
+    bottom.set_xlabel("time (min)")
+    top.set_title(title)
+    for ax in (top, bottom):
+        ax.grid(alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path

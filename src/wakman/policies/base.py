@@ -72,9 +72,10 @@ class EvictionPolicy(ABC):
     # ------------------------------------------------------------------ pool path
     def insert(self, key: Key, pinned: bool = False) -> None:
         """A new key becomes resident (the caller made room). ``pinned``: in use by a request."""
-        self._insert(key)
         if pinned:
-            self._pinned[key] = self._detach(key)
+            self._pinned[key] = self._insert_pinned(key)
+        else:
+            self._insert(key)
 
     def hit(self, key: Key) -> None:
         """A lookup found resident ``key`` (pinned or not)."""
@@ -97,6 +98,13 @@ class EvictionPolicy(ABC):
         if self.num_evictable == 0:
             raise NoEvictableKey(f"{self.name}: no unpinned key to evict ({len(self._pinned)} pinned)")
         return self._evict()
+
+    def evict_many(self, n: int) -> list[Key]:
+        """``n`` victims at once (the caller's hot path): one check, then the policy's own hook."""
+        if n > self.num_evictable:
+            raise NoEvictableKey(f"{self.name}: {n} victims asked, {self.num_evictable} unpinned")
+        evict = self._evict
+        return [evict() for _ in range(n)]
 
     def reset(self) -> None:
         """Forget everything: resident keys, pins, ghosts and adaptive state."""
@@ -151,6 +159,11 @@ class EvictionPolicy(ABC):
 
     def _hit_pinned(self, key: Key, meta: Any) -> Any:
         return meta
+
+    def _insert_pinned(self, key: Key) -> Any:
+        """Metadata of a key inserted already pinned (default: insert, then detach)."""
+        self._insert(key)
+        return self._detach(key)
 
     @abstractmethod
     def _clear(self) -> None: ...

@@ -61,5 +61,8 @@ class LRU(EvictionPolicy):
     def _attach(self, key: Key, meta: None) -> None:
         self._order[key] = None
 
+    def _insert_pinned(self, key: Key) -> None:
+        return None
+
     def _clear(self) -> None:
         self._order.clear()

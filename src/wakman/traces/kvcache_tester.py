@@ -21,7 +21,6 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import msgspec
-import numpy as np
 
 from wakman.traces.model import Request, TraceFormatError
 
@@ -71,6 +70,8 @@ def _sources(path: Path) -> Iterator[tuple[str, bytes]]:
 
 def _flatten(conv: Conversation, source: str) -> list[Request]:
     """The conversation's requests in its own time, keys still local (int64 arrays)."""
+    import numpy as np
+
     out: list[Request] = []
 
     def add(item: TesterRequest, offset: float, session: str, label: str) -> None:
@@ -102,6 +103,8 @@ def _flatten(conv: Conversation, source: str) -> list[Request]:
 
 def read(path: str | Path, rate: float = DEFAULT_RATE, seed: int = DEFAULT_SEED) -> Iterator[Request]:
     """All conversations on one timeline, in arrival order."""
+    import numpy as np
+
     if rate <= 0:
         raise ValueError(f"rate must be > 0 conversations per second, got {rate}")
     path = Path(path)

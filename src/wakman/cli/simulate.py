@@ -1,0 +1,132 @@
+"""`wakman simulate` and `wakman sweep`."""
+
+from __future__ import annotations
+
+import csv
+import json
+from pathlib import Path
+
+import typer
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from wakman.cli.common import (
+    BlockSizeOption,
+    FormatOption,
+    RateOption,
+    SeedOption,
+    cli_errors,
+    console,
+    open_trace,
+)
+from wakman.experiments.sweep import run_grid
+from wakman.simulation import MODES, ServerModel
+from wakman.simulation import simulate as run_simulation
+
+PREFILL = typer.Option(ServerModel.prefill_tokens_per_s, "--prefill-tps", help="Prefill tokens per second.")
+DECODE = typer.Option(ServerModel.decode_tokens_per_s, "--decode-tps", help="Decode tokens/s per request.")
+RUNNING = typer.Option(ServerModel.max_running, "--max-running", help="Concurrent requests at most.")
+WARMUP = typer.Option(0.0, "--warmup-s", help="Requests arriving earlier are left out of the figures.")
+MODE = typer.Option("serve", "--mode", help="serve (time, pinning) or cache (shadow replay).")
+
+
+def simulate(
+    trace: Path = typer.Argument(..., help="Trace file, folder or archive."),
+    policy: str = typer.Option(..., "--policy", help="An eviction policy (see `wakman policies`)."),
+    capacity: int = typer.Option(..., "--capacity-blocks", help="Usable KV-cache blocks."),
+    fmt: str | None = FormatOption,
+    mode: str = MODE,
+    as_json: bool = typer.Option(False, "--json", help="One flat JSON object."),
+    series: bool = typer.Option(False, "--series", help="Include the per-interval series in --json."),
+    plot: Path | None = typer.Option(None, "--plot", help="Draw the per-interval series to this PNG."),
+    warmup_s: float = WARMUP,
+    interval_s: float = typer.Option(60.0, "--interval-s", help="Width of the per-interval series."),
+    prefill_tps: float = PREFILL,
+    decode_tps: float = DECODE,
+    max_running: int = RUNNING,
+    block_size: int | None = BlockSizeOption,
+    rate: float | None = RateOption,
+    seed: int | None = SeedOption,
+) -> None:
+    """Simulate one policy at one cache size; report vLLM's prefix-cache hit rate and more."""
+    with cli_errors():
+        if mode not in MODES:
+            raise ValueError(f"--mode must be one of {', '.join(MODES)}")
+        requests = list(open_trace(trace, fmt, block_size, rate, seed))
+        server = ServerModel(prefill_tps, 0.005, decode_tps, max_running)
+        result = run_simulation(
+            requests, policy, capacity, mode=mode, server=server, warmup_s=warmup_s, interval_s=interval_s
+        )
+    flat = result.as_flat_dict(series=series)
+    if as_json:
+        print(json.dumps(flat))
+    else:
+        table = Table(title=f"{policy} at {capacity:,} blocks, {trace.name} ({mode} mode)", show_header=False)
+        for key, value in flat.items():
+            table.add_row(key, f"{value:,.4f}" if isinstance(value, float) else str(value))
+        console.print(table)
+    if plot is not None:
+        from wakman.experiments.plots import plot_intervals
+
+        plot_intervals([i.as_dict() for i in result.intervals], plot, f"{policy}, {capacity:,} blocks")
+
+
+def sweep(
+    trace: Path = typer.Argument(..., help="Trace file, folder or archive."),
+    policies: str = typer.Option("lru,s3fifo,belady,infinite", "--policies"),
+    capacities: str = typer.Option(..., "--capacities", help="Comma-separated cache sizes in blocks."),
+    out: Path = typer.Option(Path("sweep"), "--out", help="Folder for sweep.csv, sweep.json, sweep.png."),
+    fmt: str | None = FormatOption,
+    mode: str = MODE,
+    jobs: int | None = typer.Option(None, "--jobs", help="Worker processes (default: all cores)."),
+    warmup_s: float = WARMUP,
+    prefill_tps: float = PREFILL,
+    decode_tps: float = DECODE,
+    max_running: int = RUNNING,
+    block_size: int | None = BlockSizeOption,
+    rate: float | None = RateOption,
+    seed: int | None = SeedOption,
+) -> None:
+    """Every policy at every cache size, on all cores; CSV, JSON and a plot."""
+    with cli_errors():
+        names = [p.strip() for p in policies.split(",") if p.strip()]
+        sizes = [int(c) for c in capacities.split(",") if c.strip()]
+        if mode not in MODES:
+            raise ValueError(f"--mode must be one of {', '.join(MODES)}")
+        requests = list(open_trace(trace, fmt, block_size, rate, seed))
+        server = ServerModel(prefill_tps, 0.005, decode_tps, max_running)
+        with Progress(
+            TextColumn("{task.description}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TimeElapsedColumn(),
+            console=console,
+        ) as progress:
+            task = progress.add_task(f"sweeping {trace.name}", total=len(names) * len(sizes))
+            rows = run_grid(
+                requests,
+                names,
+                sizes,
+                mode,
+                server,
+                warmup_s,
+                jobs=jobs,
+                on_done=lambda _row: progress.advance(task),
+            )
+    out.mkdir(parents=True, exist_ok=True)
+    columns = list(dict.fromkeys(k for row in rows for k in row))
+    with open(out / "sweep.csv", "w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=columns, restval="")
+        writer.writeheader()
+        writer.writerows(rows)
+    (out / "sweep.json").write_text(
+        json.dumps({"trace": str(trace), "mode": mode, "results": rows}, indent=1)
+    )
+    from wakman.experiments.plots import plot_sweep
+
+    plot_sweep(rows, out / "sweep.png", f"{trace.name} ({mode} mode)")
+    table = Table("policy", *[f"{s:,}" for s in sizes], title="hit rate by cache size (blocks)")
+    for name in names:
+        table.add_row(name, *[f"{r['hit_rate']:.4f}" for r in rows if r["policy"] == name])
+    console.print(table)
+    console.print(f"wrote {out / 'sweep.csv'}, {out / 'sweep.json'}, {out / 'sweep.png'}")

@@ -1,0 +1,91 @@
+"""``simulate``: one trace, one policy, one capacity, in serve or cache mode."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from typing import Any
+
+from wakman.policies import POLICIES, EvictionPolicy, make_policy
+from wakman.simulation.cache_mode import replay_prefixes
+from wakman.simulation.controller import Controller
+from wakman.simulation.pool import BlockPool
+from wakman.simulation.results import SimResult
+from wakman.simulation.serve import ServeSimulation
+from wakman.simulation.server import ServerModel
+from wakman.traces.model import Request
+
+MODES = ("serve", "cache")
+
+
+def key_sequence(requests: Sequence[Request], deepest_first: bool = False) -> tuple[list, list[int]]:
+    """Every cacheable key in request order (full prompt blocks, then output blocks; reversed
+    within a request when ``deepest_first``, the cache mode's access order) and each request's
+    start offset in it (Belady's future; offsets[-1] = len)."""
+    keys: list = []
+    offsets = [0]
+    for req in requests:
+        chain = [*req.block_keys[: req.full_blocks], *req.output_keys]
+        keys.extend(reversed(chain) if deepest_first else chain)
+        offsets.append(len(keys))
+    return keys, offsets
+
+
+def upper_bound_blocks(requests: Sequence[Request]) -> int:
+    """Enough blocks that nothing is ever evicted (the infinite ceiling's pool)."""
+    return sum(-(-(r.prompt_tokens + r.output_tokens) // r.block_size) for r in requests) + 1
+
+
+def simulate(
+    requests: Sequence[Request],
+    policy: str | EvictionPolicy,
+    capacity_blocks: int,
+    mode: str = "serve",
+    server: ServerModel | None = None,
+    warmup_s: float = 0.0,
+    warmup_requests: int = 0,
+    interval_s: float = 60.0,
+    controller: Controller | None = None,
+    policy_params: dict[str, Any] | None = None,
+) -> SimResult:
+    """Simulate ``requests`` (in arrival order). ``policy`` is a name from ``wakman.policies`` or a
+    ready policy object (the adaptive manager passes its own)."""
+    if mode not in MODES:
+        raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
+    if capacity_blocks < 1:
+        raise ValueError(f"capacity must be >= 1 block, got {capacity_blocks}")
+    requests = list(requests)
+    started = time.perf_counter()
+    offsets = None
+    requested = capacity_blocks
+    if isinstance(policy, str):
+        if policy not in POLICIES:
+            raise ValueError(f"unknown policy {policy!r}; choose from {', '.join(POLICIES)}")
+        params = dict(policy_params or {})
+        if policy == "belady":
+            params["future"], offsets = key_sequence(requests, deepest_first=mode == "cache")
+        if policy == "infinite":
+            capacity_blocks = max(capacity_blocks, upper_bound_blocks(requests))
+        policy_obj = make_policy(policy, capacity_blocks, **params)
+    else:
+        policy_obj = policy
+    result = SimResult(policy=policy_obj.name, mode=mode, capacity_blocks=requested)
+    if capacity_blocks != requested:
+        result.extra["pool_blocks"] = capacity_blocks  # the infinite ceiling's unbounded pool
+    if mode == "cache":
+        replay_prefixes(requests, policy_obj, result, warmup_s, warmup_requests)
+    else:
+        pool = BlockPool(capacity_blocks, policy_obj)
+        ServeSimulation(
+            requests,
+            pool,
+            server or ServerModel(),
+            result,
+            warmup_s,
+            interval_s,
+            controller,
+            offsets,
+            warmup_requests,
+        ).run()
+    result.wall_s = time.perf_counter() - started
+    return result
