@@ -28,7 +28,7 @@ $(AIPERF_VENV)/.ready:
 	touch $@
 
 run: $(VENV)/.run-ready
-	$(BIN)/wakman shadow
+	$(BIN)/wakman reproduce --out results
 
 lint: $(VENV)/.test-ready
 	$(BIN)/ruff check src tests benchmarks
@@ -39,6 +39,9 @@ test: lint $(AIPERF_VENV)/.ready
 bench: $(VENV)/.test-ready
 	$(BIN)/python benchmarks/bench_policies.py
 	$(BIN)/python benchmarks/bench_traces.py
+	$(BIN)/python benchmarks/bench_generate.py
+	$(BIN)/python benchmarks/bench_simulate.py
+	$(BIN)/python benchmarks/bench_reproduce.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache .hypothesis

@@ -250,3 +250,8 @@ def test_bad_overrides_are_refused():
         build_config(mix=[0.5, 0.6, 0.1])
     with pytest.raises(ValueError, match="median"):
         build_config(overrides={"agentic.turns.median": "-2"})
+
+
+def test_every_preset_builds_a_valid_configuration():
+    for name in PRESETS:
+        build_config(preset=name)

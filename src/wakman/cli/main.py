@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import typer
 
-from wakman.cli import generate, policies, simulate, traces
+from wakman.cli import generate, policies, reproduce, simulate, traces
 
 app = typer.Typer(
     name="wakman",
@@ -13,6 +13,7 @@ app = typer.Typer(
     add_completion=False,
     pretty_exceptions_enable=False,
 )
+app.command("reproduce")(reproduce.reproduce)
 app.command("policies")(policies.policies)
 app.command("shadow")(policies.shadow)
 app.command("stats")(traces.stats)

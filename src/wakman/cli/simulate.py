@@ -32,7 +32,7 @@ MODE = typer.Option("serve", "--mode", help="serve (time, pinning) or cache (sha
 
 def simulate(
     trace: Path = typer.Argument(..., help="Trace file, folder or archive."),
-    policy: str = typer.Option(..., "--policy", help="An eviction policy (see `wakman policies`)."),
+    policy: str = typer.Option(..., "--policy", help="A policy (`wakman policies`), wakman or wakman-plus."),
     capacity: int = typer.Option(..., "--capacity-blocks", help="Usable KV-cache blocks."),
     fmt: str | None = FormatOption,
     mode: str = MODE,
@@ -66,9 +66,12 @@ def simulate(
             table.add_row(key, f"{value:,.4f}" if isinstance(value, float) else str(value))
         console.print(table)
     if plot is not None:
-        from wakman.experiments.plots import plot_intervals
+        from wakman.experiments.plots import plot_decisions, plot_intervals
 
-        plot_intervals([i.as_dict() for i in result.intervals], plot, f"{policy}, {capacity:,} blocks")
+        if "decisions" in result.extra:
+            plot_decisions(result.extra["decisions"], plot, f"{policy}, {capacity:,} blocks, {trace.name}")
+        else:
+            plot_intervals([i.as_dict() for i in result.intervals], plot, f"{policy}, {capacity:,} blocks")
 
 
 def sweep(

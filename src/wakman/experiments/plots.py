@@ -83,3 +83,31 @@ def plot_intervals(series: list[dict], path: Path, title: str = "") -> Path:
     fig.savefig(path, dpi=120)
     plt.close(fig)
     return path
+
+
+def plot_decisions(decisions: list[dict], path: Path, title: str = "") -> Path:
+    """WAKMan's shadow hit rates at each decision and the live policy over time."""
+    plt = _pyplot()
+    fig, (top, bottom) = plt.subplots(
+        2, 1, figsize=(8, 5), sharex=True, gridspec_kw={"height_ratios": [3, 1]}
+    )
+    names = sorted({n for d in decisions for n in d["rates"]})
+    for name in names:
+        pts = [(d["time_s"] / 60, d["rates"][name]) for d in decisions if name in d["rates"]]
+        top.plot([p[0] for p in pts], [p[1] for p in pts], marker=".", label=f"shadow {name}")
+    top.set_ylabel("shadow hit rate")
+    top.legend()
+    top.grid(alpha=0.3)
+    top.set_title(title or "WAKMan decisions")
+    order = {n: i for i, n in enumerate(names or ["lru"])}
+    xs = [d["time_s"] / 60 for d in decisions]
+    bottom.step(xs, [order.get(d["choice"], 0) for d in decisions], where="post")
+    bottom.set_yticks(list(order.values()), list(order))
+    bottom.set_ylabel("live")
+    bottom.set_xlabel("time (min)")
+    bottom.grid(alpha=0.3)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path

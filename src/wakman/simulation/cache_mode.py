@@ -7,7 +7,7 @@ and what other KV-cache simulators compute."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from wakman.policies import EvictionPolicy
 from wakman.simulation.pool import count_stranded
@@ -22,11 +22,18 @@ def replay_prefixes(
     warmup_s: float = 0.0,
     warmup_requests: int = 0,
     track_stranded: bool = True,
+    switcher: Callable[[float, Request, EvictionPolicy], EvictionPolicy] | None = None,
 ) -> SimResult:
+    """``switcher(now, request, policy)``, called before each request, may return a new policy
+    (the adaptive manager's decisions in cache mode)."""
     replay = policy.replay  # each policy's fast shadow loop
     parent: dict = {}
     misses = 0
     for index, req in enumerate(requests):
+        if switcher is not None:
+            new = switcher(req.arrival_s, req, policy)
+            if new is not policy:
+                policy, replay = new, new.replay
         keys, bs = req.block_keys, req.block_size
         limit, full = req.max_hit_blocks, req.full_blocks
         hits = 0

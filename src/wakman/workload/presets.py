@@ -81,6 +81,9 @@ def _ablations() -> list[Preset]:
                         "single_turn.payload.median": str(tokens),
                         "multi_turn.message.median": str(tokens),
                         "agentic.tool_result.median": str(tokens),
+                        "single_turn.payload.max": str(max(16384, 4 * tokens)),
+                        "multi_turn.message.max": str(max(8192, 4 * tokens)),
+                        "agentic.tool_result.max": str(max(4096, 4 * tokens)),
                     },
                     group=f"ablation-input-{base}",
                 )

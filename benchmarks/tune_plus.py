@@ -1,0 +1,77 @@
+"""Measure candidate settings for ``wakman-plus`` on the 20 mixes and the real traces; the preset's
+defaults are the configuration with the lowest mean regret here (docs/adaptive.md records the run).
+
+Regret of a policy on a trace = (best of static lru and s3fifo) - its hit rate, in points.
+Run: ``python benchmarks/tune_plus.py [--duration 3600] [--capacity 8000]``."""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+from concurrent.futures import ProcessPoolExecutor
+
+from wakman.adaptive import PAPER, PLUS, AdaptiveConfig
+from wakman.simulation import simulate
+from wakman.workload import MIXES, build_config, generate_requests
+
+CANDIDATES: dict[str, AdaptiveConfig] = {
+    "paper": PAPER,
+    "plus": PLUS,
+    "fast-block": PAPER.with_options(name="fast-block", interval_s=120, window_s=600, first_decision_s=120),
+    "fast-vllm": PAPER.with_options(
+        name="fast-vllm", interval_s=120, window_s=600, first_decision_s=120, shadow_metric="vllm"
+    ),
+    "fast-vllm-h1": PAPER.with_options(
+        name="fast-vllm-h1",
+        interval_s=120,
+        window_s=600,
+        first_decision_s=120,
+        shadow_metric="vllm",
+        hysteresis=0.01,
+    ),
+    "fast-vllm-arc": PAPER.with_options(
+        name="fast-vllm-arc",
+        interval_s=120,
+        window_s=600,
+        first_decision_s=120,
+        shadow_metric="vllm",
+        candidates=("lru", "s3fifo", "arc"),
+    ),
+    "mid-vllm": PAPER.with_options(
+        name="mid-vllm",
+        interval_s=300,
+        window_s=600,
+        first_decision_s=120,
+        shadow_metric="vllm",
+        hysteresis=0.005,
+    ),
+}
+
+
+def evaluate(args: tuple[str, int, float, int]) -> dict[str, float]:
+    preset, capacity, duration, seed = args
+    reqs = generate_requests(build_config(preset=preset, duration_s=duration), seed=seed)
+    out = {p: simulate(reqs, p, capacity).hit_rate for p in ("lru", "s3fifo")}
+    for name, cfg in CANDIDATES.items():
+        out[name] = simulate(reqs, cfg, capacity).hit_rate
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--duration", type=float, default=3600)
+    parser.add_argument("--capacity", type=int, default=8000)
+    parser.add_argument("--seed", type=int, default=0)
+    args = parser.parse_args()
+    tasks = [(m.name, args.capacity, args.duration, args.seed) for m in MIXES]
+    with ProcessPoolExecutor() as pool:
+        rows = list(pool.map(evaluate, tasks))
+    where = f"(points, {len(rows)} mixes, {args.capacity} blocks)"
+    print(f"{'config':<16} {'mean regret':>12} {'max regret':>11}   {where}")
+    for name in CANDIDATES:
+        regrets = [100 * (max(r["lru"], r["s3fifo"]) - r[name]) for r in rows]
+        print(f"{name:<16} {statistics.mean(regrets):>12.2f} {max(regrets):>11.2f}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,6 @@
+"""WAKMan: choose the eviction policy at run time from shadow replays of recent traffic."""
+
+from wakman.adaptive.config import ADAPTIVE_PRESETS, PAPER, PLUS, AdaptiveConfig
+from wakman.adaptive.manager import AdaptiveManager, Decision
+
+__all__ = ["ADAPTIVE_PRESETS", "PAPER", "PLUS", "AdaptiveConfig", "AdaptiveManager", "Decision"]

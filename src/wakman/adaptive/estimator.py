@@ -1,0 +1,70 @@
+"""The estimator: what WAKMan logs, and nothing more (no request type, no prompt content).
+
+Per request: its arrival time (s) and block keys; per event: the number of free blocks, integrated
+over time so that each window's time-weighted mean is exact. Memory is bounded: at most
+``max_blocks`` logged keys (one 8-byte reference each; the keys themselves are the requests' own
+objects), the oldest requests dropped first; the default 4 M keys is 32 MB of references.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+DEFAULT_MAX_BLOCKS = 4_000_000
+
+
+@dataclass(frozen=True)
+class LoggedRequest:
+    arrival_s: float
+    block_keys: Sequence
+    block_size: int
+    prompt_tokens: int
+
+
+class Estimator:
+    def __init__(self, max_blocks: int = DEFAULT_MAX_BLOCKS) -> None:
+        self.max_blocks = max_blocks
+        self.log: deque[LoggedRequest] = deque()
+        self.logged_blocks = 0
+        self.dropped_requests = 0
+        self._last_t: float | None = None
+        self._last_free = 0
+        self._segments: deque[tuple[float, float, int]] = deque()  # (start s, end s, free blocks)
+
+    def record(self, arrival_s: float, block_keys: Sequence, block_size: int, prompt_tokens: int) -> None:
+        self.log.append(LoggedRequest(arrival_s, block_keys, block_size, prompt_tokens))
+        self.logged_blocks += len(block_keys)
+        while self.logged_blocks > self.max_blocks and len(self.log) > 1:
+            old = self.log.popleft()
+            self.logged_blocks -= len(old.block_keys)
+            self.dropped_requests += 1
+
+    def sample_free(self, now: float, free_blocks: int) -> None:
+        """The pool has ``free_blocks`` free blocks from ``now`` on."""
+        if self._last_t is not None and now > self._last_t:
+            self._segments.append((self._last_t, now, self._last_free))
+        if self._last_t is None or now >= self._last_t:
+            self._last_t, self._last_free = now, free_blocks
+
+    def window(self, start_s: float, end_s: float) -> list[LoggedRequest]:
+        return [r for r in self.log if start_s <= r.arrival_s < end_s]
+
+    def mean_free(self, start_s: float, end_s: float) -> float:
+        """Time-weighted mean number of free blocks over [start_s, end_s)."""
+        area = covered = 0.0
+        for a, b, free in self._segments:
+            overlap = min(b, end_s) - max(a, start_s)
+            if overlap > 0:
+                area += free * overlap
+                covered += overlap
+        return area / covered if covered > 0 else float(self._last_free)
+
+    def forget_before(self, t: float) -> None:
+        """Drop what no future window will read (requests and samples before ``t``)."""
+        while self.log and self.log[0].arrival_s < t:
+            old = self.log.popleft()
+            self.logged_blocks -= len(old.block_keys)
+        while self._segments and self._segments[0][1] <= t:
+            self._segments.popleft()

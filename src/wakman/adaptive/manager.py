@@ -1,0 +1,172 @@
+"""The WAKMan adaptive manager: shadow replay of recent traffic and live policy switching.
+
+At each decision time it replays the requests of the last ``window_s`` seconds through a fresh
+shadow of every candidate policy whose capacity is the window's time-weighted mean number of free
+blocks, scores each (per-block hits / keys, or vLLM's first-miss token rate), and makes the best
+the live policy. A switch rebuilds the free blocks' order with ``handover`` in O(cached blocks):
+the new policy adopts the old one's eviction order (S3-FIFO puts inherited blocks in its main queue,
+oldest first; leaving S3-FIFO discards its ghost queue); pinned blocks stay pinned; no block is
+lost. A replay that raises is logged once; the live policy stays and serving goes on.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from wakman.adaptive.config import AdaptiveConfig
+from wakman.adaptive.estimator import Estimator, LoggedRequest
+from wakman.policies import EvictionPolicy, handover, make_policy
+from wakman.traces.model import Request
+
+if TYPE_CHECKING:
+    from wakman.simulation.pool import BlockPool
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class Decision:
+    time_s: float
+    window_start_s: float
+    shadow_capacity: int
+    rates: dict[str, float]
+    live_before: str
+    choice: str
+    switched: bool
+    replay_wall_s: float
+    requests: int
+    skipped: bool = False
+    error: str | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        return dict(self.__dict__)
+
+
+@dataclass
+class AdaptiveManager:
+    """A ``wakman.simulation.Controller``: give it to ``simulate`` with its ``initial_policy``."""
+
+    config: AdaptiveConfig
+    capacity: int
+    decisions: list[Decision] = field(default_factory=list)
+    replay_hook: Any = None  # tests inject a failing replay here
+
+    def __post_init__(self) -> None:
+        self.estimator = Estimator(self.config.max_logged_blocks)
+        self.next_decision = self.config.first_decision_s
+        self._error_logged = False
+        self._last_signature: tuple[float, float] | None = None
+        self.live = self.config.start_policy
+
+    def initial_policy(self) -> EvictionPolicy:
+        return self._make(self.config.start_policy, self.capacity)
+
+    def _make(self, name: str, capacity: int) -> EvictionPolicy:
+        return make_policy(name, capacity, **self.config.policy_params.get(name, {}))
+
+    # ------------------------------------------------------------------ Controller
+    def on_arrival(self, now: float, request: Request) -> None:
+        self.estimator.record(now, request.block_keys, request.block_size, request.prompt_tokens)
+
+    def on_time(self, now: float, pool: BlockPool) -> None:
+        self.estimator.sample_free(now, pool.free)
+        if now >= self.next_decision:
+            self.decide(now, pool)
+
+    # ------------------------------------------------------------------ decisions
+    def decide(self, now: float, pool: BlockPool | None, shadow_capacity: int | None = None) -> str:
+        """Take one decision at ``now``; switch ``pool``'s policy if needed. Returns the live name."""
+        cfg = self.config
+        start = max(0.0, now - cfg.window_s)
+        window = self.estimator.window(start, now)
+        capacity = shadow_capacity or max(1, round(self.estimator.mean_free(start, now)))
+        self.next_decision = now + cfg.interval_s
+        self.estimator.forget_before(now - cfg.window_s)
+        decision = Decision(now, start, capacity, {}, self.live, self.live, False, 0.0, len(window))
+        if not window:
+            self.decisions.append(decision)
+            return self.live
+        signature = (
+            len(window) / max(now - start, 1e-9),
+            sum(len(r.block_keys) for r in window) / len(window),
+        )
+        if cfg.skip_unchanged and self._unchanged(signature):
+            decision.skipped = True
+            self.decisions.append(decision)
+            return self.live
+        self._last_signature = signature
+        began = time.perf_counter()
+        try:
+            rates = (self.replay_hook or self.replay)(window, capacity)
+        except Exception as exc:  # an estimator failure never stops the cache
+            decision.error = f"{type(exc).__name__}: {exc}"
+            if not self._error_logged:
+                log.warning("WAKMan replay failed at t=%.1fs; keeping %s: %s", now, self.live, decision.error)
+                self._error_logged = True
+            decision.replay_wall_s = time.perf_counter() - began
+            self.decisions.append(decision)
+            return self.live
+        decision.replay_wall_s = time.perf_counter() - began
+        decision.rates = rates
+        best = max(cfg.candidates, key=lambda name: (rates[name], name == self.live))
+        if best != self.live and rates[best] - rates.get(self.live, 0.0) > cfg.hysteresis:
+            decision.choice = best
+            decision.switched = True
+            if pool is not None:
+                pool.replace_policy(handover(pool.policy, self._make(best, pool.capacity)))
+            self.live = best
+        self.decisions.append(decision)
+        return self.live
+
+    def _unchanged(self, signature: tuple[float, float]) -> bool:
+        if self._last_signature is None or len(self.decisions) < 2:
+            return False
+        recent = [d for d in self.decisions[-2:] if not d.skipped]
+        if len(recent) < 2 or recent[0].choice != recent[1].choice:
+            return False
+        return all(
+            abs(a - b) <= 0.1 * max(abs(b), 1e-9)
+            for a, b in zip(signature, self._last_signature, strict=True)
+        )
+
+    def replay(self, window: list[LoggedRequest], capacity: int) -> dict[str, float]:
+        """Each candidate's shadow hit rate over the window, from fresh shadows of ``capacity``."""
+        rates = {}
+        for name in self.config.candidates:
+            shadow = self._make(name, capacity)
+            if self.config.shadow_metric == "block":
+                keys = [k for r in window for k in r.block_keys]
+                rates[name] = shadow.replay(keys) / len(keys) if keys else 0.0
+            else:
+                rates[name] = _first_miss_rate(window, shadow)
+        return rates
+
+    def report(self) -> dict[str, Any]:
+        return {
+            "adaptive": self.config.name,
+            "decisions": [d.as_dict() for d in self.decisions],
+            "switches": sum(d.switched for d in self.decisions),
+            "replay_wall_s_total": sum(d.replay_wall_s for d in self.decisions),
+            "estimator_dropped_requests": self.estimator.dropped_requests,
+        }
+
+
+def _first_miss_rate(window: list[LoggedRequest], shadow: EvictionPolicy) -> float:
+    """vLLM's way: each request hits its longest cached prefix (at most prompt - 1 tokens), then
+    its blocks are accessed deepest first; the score is hit tokens / prompt tokens."""
+    hit_tokens = prompt_tokens = 0
+    replay = shadow.replay
+    for r in window:
+        keys, bs = r.block_keys, r.block_size
+        limit = min(len(keys), (r.prompt_tokens - 1) // bs)
+        full = min(len(keys), r.prompt_tokens // bs)
+        hits = 0
+        while hits < limit and keys[hits] in shadow:
+            hits += 1
+        replay(reversed(keys[:full]))
+        hit_tokens += hits * bs
+        prompt_tokens += r.prompt_tokens
+    return hit_tokens / prompt_tokens if prompt_tokens else 0.0

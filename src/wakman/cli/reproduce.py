@@ -1,0 +1,77 @@
+"""`wakman reproduce`: the paper's experiments in one command (the README's first command)."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import typer
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from wakman.cli.common import console
+
+
+def reproduce(
+    quick: bool = typer.Option(False, "--quick", help="Shorter traces and one capacity (about a minute)."),
+    out: Path = typer.Option(Path("results"), "--out", help="Folder for results.json, tables and figures."),
+    jobs: int | None = typer.Option(None, "--jobs", help="Worker processes (default: all cores)."),
+    docs: Path | None = typer.Option(None, "--docs", help="Also write the markdown report here."),
+    shared: Path | None = typer.Option(
+        None,
+        "--shared",
+        help="The shared/ folder with the real traces "
+        "(default: ../shared beside the current folder, when present).",
+    ),
+) -> None:
+    """Reproduce Table 1, Figures 1 and 3 and the real-trace results on the simulator."""
+    from wakman.experiments.report import render_markdown
+    from wakman.experiments.reproduce import Plan, run, write_outputs
+
+    if shared is None and (Path.cwd().parent / "shared" / "traces").is_dir():
+        shared = Path.cwd().parent / "shared"
+    plan = Plan.quick(shared) if quick else Plan(shared=shared)
+    started = time.perf_counter()
+    with Progress(
+        TextColumn("{task.description:<12}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=console,
+    ) as progress:
+        bars: dict[str, int] = {}
+
+        def advance(stage: str, done: int, total: int) -> None:
+            if stage not in bars:
+                bars[stage] = progress.add_task(stage, total=total)
+            progress.update(bars[stage], completed=done)
+
+        results = run(plan, jobs, advance)
+    payload = write_outputs(results, out)
+    command = "wakman reproduce" + (" --quick" if quick else "") + (f" --docs {docs}" if docs else "")
+    if docs is not None:
+        docs.parent.mkdir(parents=True, exist_ok=True)
+        for figure in ("figure1.png", "figure3.png", "decisions.png"):
+            (docs.parent / figure).write_bytes((out / figure).read_bytes())
+        docs.write_text(render_markdown(payload, command))
+    s = payload["summary"]
+    table = Table(
+        "policy", "mean regret", "max regret", "gain over LRU", title="regret (points) over the 20 mixes"
+    )
+    for name, v in s["policies"].items():
+        table.add_row(
+            name,
+            f"{v['mean_regret_points']:.2f}",
+            f"{v['max_regret_points']:.2f}",
+            f"{v['mean_gain_over_lru_points']:+.2f}",
+        )
+    console.print(table)
+    console.print(
+        f"LRU wins {s['lru_wins']}, S3-FIFO wins {s['s3fifo_wins']} (paper: 8 / 12); "
+        f"worst losses {s['lru_worst_loss_pct']:.1f} % / {s['s3fifo_worst_loss_pct']:.1f} % "
+        f"(paper: 22.4 % / 11.7 %)"
+    )
+    console.print(
+        f"wrote {out}/results.json, table1.csv, results.md, figure1.png, figure3.png, decisions.png "
+        f"in {time.perf_counter() - started:.0f} s"
+    )

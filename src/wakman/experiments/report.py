@@ -1,0 +1,236 @@
+"""Tables, figures and the markdown report of ``wakman reproduce``."""
+
+from __future__ import annotations
+
+import csv
+from pathlib import Path
+from typing import Any
+
+from wakman.experiments.plots import _pyplot, plot_decisions
+
+POLICIES = ("lru", "s3fifo", "wakman", "wakman-plus", "belady", "infinite")
+
+
+def table1_rows(payload: dict[str, Any]) -> list[dict[str, Any]]:
+    rows = []
+    for m in payload["mixes"]:
+        row = {
+            "mix": m["name"],
+            "single": m["fractions"][0],
+            "multi": m["fractions"][1],
+            "agentic": m["fractions"][2],
+        }
+        row.update({p: m["hit_rate"][p] for p in POLICIES})
+        rows.append(row)
+    return rows
+
+
+def _markdown_table(header: list[str], rows: list[list[str]]) -> str:
+    lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
+    lines += ["| " + " | ".join(r) + " |" for r in rows]
+    return "\n".join(lines)
+
+
+def figure1(payload: dict[str, Any], path: Path) -> None:
+    plt = _pyplot()
+    mixes = payload["mixes"]
+    fig, ax = plt.subplots(figsize=(11, 4.5))
+    xs = range(len(mixes))
+    for policy in POLICIES:
+        style = "--" if policy in ("belady", "infinite") else "-"
+        ax.plot(xs, [m["hit_rate"][policy] for m in mixes], style, marker="o", ms=3, label=policy)
+    ax.set_xticks(list(xs), [m["name"].split("-", 1)[1] for m in mixes], rotation=60, ha="right", fontsize=7)
+    ax.set_ylabel("prefix-cache hit rate (tokens)")
+    ax.set_title(f"Figure 1: hit rate across the 20 mixes ({payload['plan']['capacity']:,} blocks)")
+    ax.grid(alpha=0.3)
+    ax.legend(ncol=3, fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def figure3(payload: dict[str, Any], path: Path) -> None:
+    plt = _pyplot()
+    groups = list(dict.fromkeys(a["group"] for a in payload["ablations"]))
+    fig, axes = plt.subplots(1, len(groups), figsize=(4 * len(groups), 3.6), squeeze=False)
+    for ax, group in zip(axes[0], groups, strict=True):
+        rows = [a for a in payload["ablations"] if a["group"] == group]
+        xs = [int("".join(c for c in a["name"].split("-")[0] if c.isdigit())) for a in rows]
+        for policy in ("lru", "s3fifo", "wakman", "wakman-plus"):
+            ax.plot(xs, [a["hit_rate"][policy] for a in rows], marker="o", label=policy)
+        ax.set_xscale("log", base=2)
+        ax.set_title(group.replace("ablation-", ""), fontsize=9)
+        ax.set_xlabel("turns per session" if "turns" in group else "input tokens per turn")
+        ax.grid(alpha=0.3)
+    axes[0][0].set_ylabel("hit rate")
+    axes[0][0].legend(fontsize=7)
+    fig.suptitle("Figure 3: ablations")
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def write_report(payload: dict[str, Any], out: Path) -> None:
+    rows = table1_rows(payload)
+    with open(out / "table1.csv", "w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=list(rows[0]))
+        writer.writeheader()
+        writer.writerows(rows)
+    figure1(payload, out / "figure1.png")
+    figure3(payload, out / "figure3.png")
+    example = payload["decisions_example"]
+    plot_decisions(example["decisions"], out / "decisions.png", f"wakman decisions on {example['mix']}")
+    (out / "results.md").write_text(render_markdown(payload))
+
+
+def render_markdown(payload: dict[str, Any], command: str = "wakman reproduce") -> str:
+    s = payload["summary"]
+    plan = payload["plan"]
+    t1 = _markdown_table(
+        ["mix", "single/multi/agentic", *POLICIES],
+        [
+            [
+                m["name"],
+                "/".join(f"{x:g}" for x in m["fractions"]),
+                *[f"{m['hit_rate'][p]:.4f}" for p in POLICIES],
+            ]
+            for m in payload["mixes"]
+        ],
+    )
+    regret = _markdown_table(
+        [
+            "policy",
+            "mean regret (points)",
+            "max regret (points)",
+            "mean gain over LRU (points)",
+            "mean gap to Belady (points)",
+        ],
+        [
+            [
+                p,
+                f"{v['mean_regret_points']:.2f}",
+                f"{v['max_regret_points']:.2f}",
+                f"{v['mean_gain_over_lru_points']:+.2f}",
+                f"{v['mean_gap_to_belady_points']:.2f}",
+            ]
+            for p, v in s["policies"].items()
+        ],
+    )
+    paper = s["paper"]
+    compare = _markdown_table(
+        ["figure", "paper", "wakman (this run)"],
+        [
+            [
+                "LRU / S3-FIFO wins",
+                f"{paper['lru_wins']} / {paper['s3fifo_wins']}",
+                f"{s['lru_wins']} / {s['s3fifo_wins']}",
+            ],
+            ["LRU worst loss", f"{paper['lru_worst_loss_pct']} %", f"{s['lru_worst_loss_pct']:.1f} %"],
+            [
+                "S3-FIFO worst loss",
+                f"{paper['s3fifo_worst_loss_pct']} %",
+                f"{s['s3fifo_worst_loss_pct']:.1f} %",
+            ],
+            [
+                "WAKMan gain over LRU",
+                f"+{paper['wakman_gain_over_lru_points']} points",
+                f"{s['policies']['wakman']['mean_gain_over_lru_points']:+.2f} points",
+            ],
+            [
+                "WAKMan median recovery (difference > 1 point)",
+                f"{paper['wakman_median_recovered_pct']} %",
+                _pct(s["wakman_median_recovered_pct"]) + f" over {s['wakman_mixes_over_one_point']} mixes",
+            ],
+            ["WAKMan-plus median recovery", "-", _pct(s["wakman-plus_median_recovered_pct"])],
+        ],
+    )
+    caps = sorted({int(c) for m in payload["mixes"] for c in m["by_capacity"]})
+    by_cap = _markdown_table(
+        [
+            "capacity (blocks)",
+            "LRU wins",
+            "S3-FIFO wins",
+            *[f"mean regret {p}" for p in ("lru", "s3fifo", "wakman", "wakman-plus")],
+        ],
+        [[f"{c:,}", *_capacity_row(payload["mixes"], str(c))] for c in caps],
+    )
+    abl = _markdown_table(
+        ["ablation", "single/multi/agentic", "lru", "s3fifo", "wakman", "wakman-plus", "winner"],
+        [
+            [
+                a["name"],
+                "/".join(f"{x:g}" for x in a["fractions"]),
+                *[f"{a['hit_rate'][p]:.4f}" for p in ("lru", "s3fifo", "wakman", "wakman-plus")],
+                max(("lru", "s3fifo"), key=lambda p: a["hit_rate"][p]),
+            ]
+            for a in payload["ablations"]
+        ],
+    )
+    real = _markdown_table(
+        ["trace", "mode", "capacity", "requests", *POLICIES],
+        [
+            [
+                r["trace"],
+                r["mode"],
+                f"{r['capacity']:,}",
+                f"{r['requests']:,}",
+                *[f"{r['hit_rate'][p]:.4f}" for p in POLICIES],
+            ]
+            for r in payload["real_traces"]
+        ],
+    )
+    return f"""# Reproduction of the WAKMan results
+
+Generated by `{command}` (duration {plan["duration_s"]:g} s per mix at 1.5 requests/s, seed {plan["seed"]},
+primary capacity {plan["capacity"]:,} blocks of 32 tokens; the simulator in serve mode with its default
+server model). Hit rates are vLLM's metric: cached prompt tokens / prompt tokens.
+
+## Summary beside the paper
+
+{compare}
+
+## Regret (against the better of LRU and S3-FIFO on each mix)
+
+{regret}
+
+### At other capacities
+
+{by_cap}
+
+## Table 1: hit rate per mix and policy
+
+{t1}
+
+![Figure 1](figure1.png)
+
+## Figure 3: ablations (primary capacity)
+
+{abl}
+
+![Figure 3](figure3.png)
+
+## WAKMan's decisions on one mix ({payload["decisions_example"]["mix"]})
+
+![decisions](decisions.png)
+
+## Real traces
+
+{real}
+
+The Mooncake chat trace (bundled, Apache-2.0) runs in serve mode; the Claude Code sessions
+(kv-cache-tester, Apache-2.0) run in cache mode over the first {plan["claude_window_s"]:g} s of their
+seeded timeline (their prompts average 122k tokens: serve mode would need a cluster, not one server).
+"""
+
+
+def _pct(value: float | None) -> str:
+    return "n/a" if value is None else f"{value:.0f} %"
+
+
+def _capacity_row(mixes: list[dict[str, Any]], cap: str) -> list[str]:
+    rows = [m["by_capacity"][cap] for m in mixes if cap in m["by_capacity"]]
+    lru_wins = sum(r["lru"] > r["s3fifo"] for r in rows)
+    out = [str(lru_wins), str(len(rows) - lru_wins)]
+    for p in ("lru", "s3fifo", "wakman", "wakman-plus"):
+        out.append(f"{sum(100 * (max(r['lru'], r['s3fifo']) - r[p]) for r in rows) / len(rows):.2f}")
+    return out

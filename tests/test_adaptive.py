@@ -1,0 +1,173 @@
+"""The WAKMan manager: switching on traffic shifts, staying put on stable traffic, surviving a
+failing replay, and keeping the pool's invariants across switches at arbitrary times."""
+
+from __future__ import annotations
+
+import logging
+import random
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from wakman.adaptive import PAPER, PLUS, AdaptiveManager
+from wakman.policies import handover, make_policy
+from wakman.simulation import ServerModel, simulate
+from wakman.traces import Request
+from wakman.workload import build_config, generate_requests
+
+HOUR = 3600.0
+
+
+def shift(first: list[Request], second: list[Request], offset: float) -> list[Request]:
+    moved = [
+        Request(
+            arrival_s=r.arrival_s + offset,
+            block_keys=r.block_keys,
+            prompt_tokens=r.prompt_tokens,
+            output_tokens=r.output_tokens,
+            block_size=r.block_size,
+            session_id=r.session_id,
+            label=r.label,
+            output_keys=r.output_keys,
+        )
+        for r in second
+    ]
+    return [*first, *moved]
+
+
+@pytest.fixture(scope="module")
+def halves():
+    agentic = generate_requests(build_config(preset="mix03-pure-agentic", duration_s=HOUR), seed=1)
+    single = generate_requests(build_config(preset="mix01-pure-single", duration_s=HOUR), seed=2)
+    return agentic, single
+
+
+def capacity_where_halves_disagree(first, second, candidates=(8000, 12000)) -> int:
+    """Capacities under pressure but not dominated by pinned blocks: at 6,000 blocks and below, the
+    agentic half pins so much that the paper's shadow (sized to the mean *free* blocks, ~2,200)
+    prefers S3-FIFO for its first post-shift interval and switches one interval late."""
+    for capacity in candidates:
+        a = {p: simulate(first, p, capacity).hit_rate for p in ("lru", "s3fifo")}
+        b = {p: simulate(second, p, capacity).hit_rate for p in ("lru", "s3fifo")}
+        if (
+            max(a, key=a.get) != max(b, key=b.get)
+            and abs(a["lru"] - a["s3fifo"]) > 0.01
+            and abs(b["lru"] - b["s3fifo"]) > 0.01
+        ):
+            return capacity
+    pytest.fail("no capacity where the two halves favour different policies")
+
+
+@pytest.mark.parametrize("order", ["agentic-then-single", "single-then-agentic"])
+def test_shift_is_followed_and_plus_tracks_the_better_static_policy(halves, order):
+    agentic, single = halves
+    first, second = (agentic, single) if order == "agentic-then-single" else (single, agentic)
+    capacity = capacity_where_halves_disagree(first, second)
+    trace = shift(first, second, HOUR)
+    static = {p: simulate(trace, p, capacity).hit_rate for p in ("lru", "s3fifo")}
+    paper = simulate(trace, "wakman", capacity)
+    plus = simulate(trace, "wakman-plus", capacity)
+    # paper mode: the second half's winner is live within one interval after the shift
+    second_best = max(("lru", "s3fifo"), key=lambda p: simulate(second, p, capacity).hit_rate)
+    after = [d for d in paper.extra["decisions"] if HOUR <= d["time_s"] <= HOUR + PAPER.interval_s + 1]
+    assert any(d["choice"] == second_best for d in after), paper.extra["decisions"]
+    assert plus.hit_rate >= max(static.values()) - 0.005, (plus.hit_rate, static)
+    assert plus.hit_rate > paper.hit_rate, (plus.hit_rate, paper.hit_rate)
+
+
+@pytest.mark.parametrize(
+    "preset", ["mix02-pure-multi", "mix03-pure-agentic", "mix19-thirds", "mix20-agentic-heavy"]
+)
+def test_plus_stays_within_half_a_point_on_stable_traffic(preset):
+    reqs = generate_requests(build_config(preset=preset), seed=5)
+    for capacity in (3000, 8000):
+        best = max(simulate(reqs, p, capacity).hit_rate for p in ("lru", "s3fifo"))
+        plus = simulate(reqs, "wakman-plus", capacity).hit_rate
+        assert plus >= best - 0.005, (preset, capacity, plus, best)
+
+
+def test_a_failing_replay_keeps_serving_with_the_current_policy(caplog):
+    reqs = generate_requests(build_config(preset="mix19-thirds", duration_s=1800), seed=3)
+    manager = AdaptiveManager(PAPER.with_options(interval_s=300, first_decision_s=300), 4000)
+
+    def broken(window, capacity):
+        raise RuntimeError("shadow exploded")
+
+    manager.replay_hook = broken
+    with caplog.at_level(logging.WARNING, logger="wakman.adaptive.manager"):
+        result = simulate(reqs, manager.initial_policy(), 4000, controller=manager)
+    assert result.measured_requests == len(reqs)
+    assert result.hit_rate == pytest.approx(simulate(reqs, "lru", 4000).hit_rate)
+    errors = [d for d in manager.decisions if d.error]
+    assert len(errors) >= 5 and all(d.choice == "lru" for d in manager.decisions)
+    assert sum("shadow exploded" in r.getMessage() for r in caplog.records) == 1  # logged once
+
+
+def test_decision_log_in_simulate_json():
+    reqs = generate_requests(build_config(preset="mix19-thirds", duration_s=2700), seed=3)
+    flat = simulate(reqs, "wakman", 4000).as_flat_dict()
+    decisions = flat["decisions"]
+    assert len(decisions) == 3
+    for d in decisions:
+        assert {"time_s", "window_start_s", "shadow_capacity", "rates", "choice", "replay_wall_s"} <= set(d)
+        assert set(d["rates"]) == {"lru", "s3fifo"} and 0 < d["shadow_capacity"] <= 4000
+
+
+class RandomSwitcher:
+    """Switches the live policy at random events and checks the pool after each one."""
+
+    def __init__(self, seed: int, names: list[str]) -> None:
+        self.rng = random.Random(seed)
+        self.names = names
+        self.switches = 0
+
+    def on_arrival(self, now, request) -> None:
+        pass
+
+    def on_time(self, now, pool) -> None:
+        pool.check()
+        if self.rng.random() < 0.3:
+            cached = set(pool.policy.eviction_order()) | set(pool.policy.pinned_keys())
+            name = self.rng.choice(self.names)
+            pool.replace_policy(handover(pool.policy, make_policy(name, pool.capacity)))
+            pool.check()
+            assert set(pool.policy.eviction_order()) | set(pool.policy.pinned_keys()) == cached
+            self.switches += 1
+
+
+@settings(max_examples=40, deadline=None)
+@given(seed=st.integers(0, 10_000), capacity=st.integers(8, 40))
+def test_invariants_hold_across_switches_at_random_times(seed, capacity):
+    rng = random.Random(seed)
+    trace, t = [], 0.0
+    for _ in range(30):
+        t += rng.random()
+        ids = [rng.randint(0, 5) for _ in range(rng.randint(1, 6))]
+        chain = [tuple(ids[: i + 1]) for i in range(len(ids))]
+        trace.append(
+            Request(
+                arrival_s=t,
+                block_keys=chain,
+                prompt_tokens=len(chain) * 16 + 5,
+                output_tokens=rng.randint(1, 40),
+                block_size=16,
+            )
+        )
+    switcher = RandomSwitcher(seed, ["lru", "s3fifo", "s3fifo-v0", "arc", "sieve", "fifo"])
+    server = ServerModel(
+        prefill_tokens_per_s=3000, prefill_overhead_s=0.0, decode_tokens_per_s=40, max_running=4
+    )
+    result = simulate(trace, "lru", capacity, server=server, controller=switcher)
+    assert switcher.switches > 0 and result.measured_requests + result.rejected == len(trace)
+
+
+def test_cache_mode_supports_the_manager():
+    reqs = generate_requests(build_config(preset="mix01-pure-single", duration_s=3600), seed=4)
+    result = simulate(reqs, "wakman", 3000, mode="cache")
+    assert any(d["switched"] for d in result.extra["decisions"])
+    assert result.extra["decisions"][0]["shadow_capacity"] == 3000
+
+
+def test_plus_is_a_documented_combination():
+    assert PLUS.interval_s < PAPER.interval_s and PLUS.first_decision_s < PAPER.first_decision_s
