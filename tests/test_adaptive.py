@@ -6,6 +6,7 @@ from __future__ import annotations
 import logging
 import random
 
+import msgspec
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -20,19 +21,7 @@ HOUR = 3600.0
 
 
 def shift(first: list[Request], second: list[Request], offset: float) -> list[Request]:
-    moved = [
-        Request(
-            arrival_s=r.arrival_s + offset,
-            block_keys=r.block_keys,
-            prompt_tokens=r.prompt_tokens,
-            output_tokens=r.output_tokens,
-            block_size=r.block_size,
-            session_id=r.session_id,
-            label=r.label,
-            output_keys=r.output_keys,
-        )
-        for r in second
-    ]
+    moved = [msgspec.structs.replace(r, arrival_s=r.arrival_s + offset) for r in second]
     return [*first, *moved]
 
 
