@@ -96,7 +96,8 @@ def plot_decisions(decisions: list[dict], path: Path, title: str = "") -> Path:
         pts = [(d["time_s"] / 60, d["rates"][name]) for d in decisions if name in d["rates"]]
         top.plot([p[0] for p in pts], [p[1] for p in pts], marker=".", label=f"shadow {name}")
     top.set_ylabel("shadow hit rate")
-    top.legend()
+    if names:
+        top.legend()
     top.grid(alpha=0.3)
     top.set_title(title or "WAKMan decisions")
     order = {n: i for i, n in enumerate(names or ["lru"])}
