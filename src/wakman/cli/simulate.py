@@ -30,6 +30,13 @@ WARMUP = typer.Option(0.0, "--warmup-s", help="Requests arriving earlier are lef
 MODE = typer.Option("serve", "--mode", help="serve (time, pinning) or cache (shadow replay).")
 
 
+def _server(prefill_tps: float, decode_tps: float, max_running: int) -> ServerModel:
+    """The CLI's server model: the throughputs given, the default per-request prefill overhead."""
+    return ServerModel(
+        prefill_tokens_per_s=prefill_tps, decode_tokens_per_s=decode_tps, max_running=max_running
+    )
+
+
 def simulate(
     trace: Path = typer.Argument(..., help="Trace file, folder or archive."),
     policy: str = typer.Option(..., "--policy", help="A policy (`wakman policies`), wakman or wakman-plus."),
@@ -53,7 +60,7 @@ def simulate(
         if mode not in MODES:
             raise ValueError(f"--mode must be one of {', '.join(MODES)}")
         requests = list(open_trace(trace, fmt, block_size, rate, seed))
-        server = ServerModel(prefill_tps, 0.005, decode_tps, max_running)
+        server = _server(prefill_tps, decode_tps, max_running)
         result = run_simulation(
             requests, policy, capacity, mode=mode, server=server, warmup_s=warmup_s, interval_s=interval_s
         )
@@ -97,7 +104,7 @@ def sweep(
         if mode not in MODES:
             raise ValueError(f"--mode must be one of {', '.join(MODES)}")
         requests = list(open_trace(trace, fmt, block_size, rate, seed))
-        server = ServerModel(prefill_tps, 0.005, decode_tps, max_running)
+        server = _server(prefill_tps, decode_tps, max_running)
         with Progress(
             TextColumn("{task.description}"),
             BarColumn(),

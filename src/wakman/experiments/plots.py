@@ -20,6 +20,25 @@ def _pyplot():
     return plt
 
 
+def save_figure(fig, path: Path) -> Path:
+    """Lay out, write as PNG (120 dpi, parent folders made) and release ``fig``."""
+    import matplotlib.pyplot as plt
+
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path
+
+
+def _finish_axes(ax, xlabel: str, ylabel: str, title: str) -> None:
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    ax.set_title(title)
+    ax.grid(alpha=0.3)
+    ax.legend()
+
+
 def plot_lru_curve(stats: TraceStats, path: Path, title: str = "") -> Path:
     """LRU block hit ratio against cache size (blocks), with the infinite-cache ceiling."""
     import numpy as np
@@ -32,16 +51,8 @@ def plot_lru_curve(stats: TraceStats, path: Path, title: str = "") -> Path:
     ax.plot(capacities[1:], hits[1:] / stats.block_accesses, label="LRU (stack distances)")
     ax.axhline(stats.infinite_block_hit_ratio, color="grey", linestyle="--", label="infinite cache")
     ax.set_xscale("log")
-    ax.set_xlabel("cache size (blocks)")
-    ax.set_ylabel("block hit ratio")
-    ax.set_title(title or "LRU hit-ratio curve")
-    ax.grid(alpha=0.3)
-    ax.legend()
-    fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return path
+    _finish_axes(ax, "cache size (blocks)", "block hit ratio", title or "LRU hit-ratio curve")
+    return save_figure(fig, path)
 
 
 def plot_sweep(rows: list[dict], path: Path, title: str = "") -> Path:
@@ -52,16 +63,10 @@ def plot_sweep(rows: list[dict], path: Path, title: str = "") -> Path:
         points = sorted((r["capacity_blocks"], r["hit_rate"]) for r in rows if r["policy"] == policy)
         style = "--" if policy in ("belady", "infinite") else "-"
         ax.plot([p[0] for p in points], [p[1] for p in points], style, marker="o", label=policy)
-    ax.set_xlabel("cache size (blocks)")
-    ax.set_ylabel("prefix-cache hit rate (tokens)")
-    ax.set_title(title or "hit rate against cache size")
-    ax.grid(alpha=0.3)
-    ax.legend()
-    fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return path
+    _finish_axes(
+        ax, "cache size (blocks)", "prefix-cache hit rate (tokens)", title or "hit rate against cache size"
+    )
+    return save_figure(fig, path)
 
 
 def plot_intervals(series: list[dict], path: Path, title: str = "") -> Path:
@@ -79,10 +84,7 @@ def plot_intervals(series: list[dict], path: Path, title: str = "") -> Path:
     top.set_title(title)
     for ax in (top, bottom):
         ax.grid(alpha=0.3)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return path
+    return save_figure(fig, path)
 
 
 def plot_decisions(decisions: list[dict], path: Path, title: str = "") -> Path:
@@ -107,8 +109,4 @@ def plot_decisions(decisions: list[dict], path: Path, title: str = "") -> Path:
     bottom.set_ylabel("live")
     bottom.set_xlabel("time (min)")
     bottom.grid(alpha=0.3)
-    fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return path
+    return save_figure(fig, path)

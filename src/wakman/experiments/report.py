@@ -6,7 +6,7 @@ import csv
 from pathlib import Path
 from typing import Any
 
-from wakman.experiments.plots import _pyplot, plot_decisions
+from wakman.experiments.plots import _pyplot, plot_decisions, save_figure
 
 POLICIES = ("lru", "s3fifo", "wakman", "wakman-plus", "belady", "infinite")
 
@@ -44,9 +44,7 @@ def figure1(payload: dict[str, Any], path: Path) -> None:
     ax.set_title(f"Figure 1: hit rate across the 20 mixes ({payload['plan']['capacity']:,} blocks)")
     ax.grid(alpha=0.3)
     ax.legend(ncol=3, fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    save_figure(fig, path)
 
 
 def figure3(payload: dict[str, Any], path: Path) -> None:
@@ -65,9 +63,7 @@ def figure3(payload: dict[str, Any], path: Path) -> None:
     axes[0][0].set_ylabel("hit rate")
     axes[0][0].legend(fontsize=7)
     fig.suptitle("Figure 3: ablations")
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    save_figure(fig, path)
 
 
 def write_report(payload: dict[str, Any], out: Path) -> None:

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import msgspec
 
-from wakman.traces.io import JSON_ENCODER, atomic_output, decode_error, iter_lines, seconds_to_ms
+from wakman.traces.io import JSON_ENCODER, atomic_output, decode_rows, seconds_to_ms
 from wakman.traces.model import Request, TraceFormatError, validate_request
 
 DEFAULT_BLOCK_SIZE = 512
@@ -41,11 +41,7 @@ def read(path: str | Path, block_size: int = DEFAULT_BLOCK_SIZE) -> Iterator[Req
     path = Path(path)
     sessions: dict[str, tuple[float, list[int], int]] = {}  # id -> (last arrival s, keys, tokens)
     turns: list[tuple[float, int, Request]] = []
-    for number, line in iter_lines(path):
-        try:
-            row = _row.decode(line)
-        except msgspec.MsgspecError as exc:
-            raise decode_error(path, number, exc) from exc
+    for number, row in decode_rows(path, _row):
         state = sessions.get(row.session_id)
         if state is None:
             if row.timestamp is None:

@@ -16,8 +16,8 @@ from pathlib import Path
 
 import msgspec
 
-from wakman.traces.io import decode_error, iter_lines
-from wakman.traces.model import Request, validate_request
+from wakman.traces.io import read_rows
+from wakman.traces.model import Request
 
 DEFAULT_BLOCK_SIZE = 16
 
@@ -37,17 +37,12 @@ _row = msgspec.json.Decoder(BailianRow)
 
 
 def read(path: str | Path, block_size: int = DEFAULT_BLOCK_SIZE) -> Iterator[Request]:
-    path = Path(path)
     root_of: dict[int, int] = {}
-    previous = 0.0
-    for number, line in iter_lines(path):
-        try:
-            row = _row.decode(line)
-        except msgspec.MsgspecError as exc:
-            raise decode_error(path, number, exc) from exc
+
+    def to_request(row: BailianRow) -> Request:
         root = root_of.get(row.parent_chat_id, row.chat_id) if row.parent_chat_id >= 0 else row.chat_id
         root_of[row.chat_id] = root
-        req = Request(
+        return Request(
             arrival_s=float(row.timestamp),
             block_keys=row.hash_ids,
             prompt_tokens=row.input_length,
@@ -56,6 +51,5 @@ def read(path: str | Path, block_size: int = DEFAULT_BLOCK_SIZE) -> Iterator[Req
             session_id=str(root),
             label=row.type,
         )
-        validate_request(req, path, number, previous)
-        previous = req.arrival_s
-        yield req
+
+    return read_rows(Path(path), _row, to_request)

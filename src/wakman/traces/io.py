@@ -6,14 +6,14 @@ import gzip
 import os
 import tempfile
 import zlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import IO
 
 import msgspec
 
-from wakman.traces.model import TraceFormatError
+from wakman.traces.model import Request, TraceFormatError, validate_request
 
 GZIP_MAGIC = b"\x1f\x8b"
 
@@ -60,6 +60,32 @@ def decode_error(path: Path, line: int, exc: msgspec.MsgspecError) -> TraceForma
     elif isinstance(exc, msgspec.DecodeError):
         text = f"not valid JSON ({text})"
     return TraceFormatError(path, line, field, text)
+
+
+def decode_rows(
+    path: Path, decoder: msgspec.json.Decoder, lines: Iterator[tuple[int, bytes]] | None = None
+) -> Iterator[tuple[int, object]]:
+    """``(line_number, row)`` for each line of ``path`` decoded by ``decoder``; errors name the field."""
+    for number, line in lines if lines is not None else iter_lines(path):
+        try:
+            yield number, decoder.decode(line)
+        except msgspec.MsgspecError as exc:
+            raise decode_error(path, number, exc) from exc
+
+
+def read_rows(
+    path: Path,
+    decoder: msgspec.json.Decoder,
+    to_request: Callable[[object], Request],
+    lines: Iterator[tuple[int, bytes]] | None = None,
+) -> Iterator[Request]:
+    """Decode, convert and check every row by the reader rules (file order is arrival order)."""
+    previous = 0.0
+    for number, row in decode_rows(path, decoder, lines):
+        req = to_request(row)
+        validate_request(req, path, number, previous)
+        previous = req.arrival_s
+        yield req
 
 
 @contextmanager

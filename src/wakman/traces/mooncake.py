@@ -14,8 +14,8 @@ from pathlib import Path
 
 import msgspec
 
-from wakman.traces.io import JSON_ENCODER, atomic_output, decode_error, iter_lines, seconds_to_ms
-from wakman.traces.model import Request, validate_request
+from wakman.traces.io import JSON_ENCODER, atomic_output, read_rows, seconds_to_ms
+from wakman.traces.model import Request
 
 DEFAULT_BLOCK_SIZE = 512
 
@@ -34,14 +34,8 @@ _row = msgspec.json.Decoder(MooncakeRow)
 def read(
     path: str | Path, block_size: int = DEFAULT_BLOCK_SIZE, label: str | None = None
 ) -> Iterator[Request]:
-    path = Path(path)
-    previous = 0.0
-    for number, line in iter_lines(path):
-        try:
-            row = _row.decode(line)
-        except msgspec.MsgspecError as exc:
-            raise decode_error(path, number, exc) from exc
-        req = Request(
+    def to_request(row: MooncakeRow) -> Request:
+        return Request(
             arrival_s=row.timestamp / 1000.0,
             block_keys=row.hash_ids,
             prompt_tokens=row.input_length,
@@ -50,9 +44,8 @@ def read(
             session_id=row.session_id,
             label=label,
         )
-        validate_request(req, path, number, previous)
-        previous = req.arrival_s
-        yield req
+
+    return read_rows(Path(path), _row, to_request)
 
 
 def to_row(req: Request) -> MooncakeRow:

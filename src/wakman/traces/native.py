@@ -13,8 +13,8 @@ from pathlib import Path
 
 import msgspec
 
-from wakman.traces.io import JSON_ENCODER, atomic_output, decode_error, iter_lines
-from wakman.traces.model import Request, TraceFormatError, validate_request
+from wakman.traces.io import JSON_ENCODER, atomic_output, iter_lines, read_rows
+from wakman.traces.model import Request, TraceFormatError
 
 FORMAT_NAME = "wakman-trace"
 VERSION = 1
@@ -55,25 +55,20 @@ def read(path: str | Path) -> Iterator[Request]:
             "version",
             f"expected {FORMAT_NAME} version {VERSION}, got {header.format} {header.version}",
         )
-    previous = 0.0
-    for number, line in lines:
-        try:
-            row = _row.decode(line)
-        except msgspec.MsgspecError as exc:
-            raise decode_error(path, number, exc) from exc
-        req = Request(
-            arrival_s=row.arrival_s,
-            block_keys=row.block_keys,
-            prompt_tokens=row.prompt_tokens,
-            output_tokens=row.output_tokens,
-            block_size=row.block_size,
-            session_id=row.session_id,
-            label=row.label,
-            output_keys=row.output_keys,
-        )
-        validate_request(req, path, number, previous)
-        previous = req.arrival_s
-        yield req
+    yield from read_rows(path, _row, _to_request, lines)
+
+
+def _to_request(row: NativeRow) -> Request:
+    return Request(
+        arrival_s=row.arrival_s,
+        block_keys=row.block_keys,
+        prompt_tokens=row.prompt_tokens,
+        output_tokens=row.output_tokens,
+        block_size=row.block_size,
+        session_id=row.session_id,
+        label=row.label,
+        output_keys=row.output_keys,
+    )
 
 
 def write(requests: Iterable[Request], path: str | Path) -> int:
