@@ -46,6 +46,15 @@ class Decision:
 
 
 @dataclass
+class PendingDecision:
+    """A decision whose replay is running: the window is a private snapshot of the log."""
+
+    decision: Decision
+    window: list[LoggedRequest]
+    capacity: int
+
+
+@dataclass
 class AdaptiveManager:
     """A ``wakman.simulation.Controller``: give it to ``simulate`` with its ``initial_policy``."""
 
@@ -62,9 +71,10 @@ class AdaptiveManager:
         self.live = self.config.start_policy
 
     def initial_policy(self) -> EvictionPolicy:
-        return self._make(self.config.start_policy, self.capacity)
+        return self.make_policy(self.config.start_policy, self.capacity)
 
-    def _make(self, name: str, capacity: int) -> EvictionPolicy:
+    def make_policy(self, name: str, capacity: int) -> EvictionPolicy:
+        """A candidate policy with this manager's parameters for it."""
         return make_policy(name, capacity, **self.config.policy_params.get(name, {}))
 
     # ------------------------------------------------------------------ Controller
@@ -79,6 +89,22 @@ class AdaptiveManager:
     # ------------------------------------------------------------------ decisions
     def decide(self, now: float, pool: BlockPool | None, shadow_capacity: int | None = None) -> str:
         """Take one decision at ``now``; switch ``pool``'s policy if needed. Returns the live name."""
+        pending = self.open_decision(now, shadow_capacity)
+        if pending is None:
+            return self.live
+        began = time.perf_counter()
+        try:
+            rates, error = (self.replay_hook or self.replay)(pending.window, pending.capacity), None
+        except Exception as exc:  # an estimator failure never stops the cache
+            rates, error = None, f"{type(exc).__name__}: {exc}"
+        switch_to = self.close_decision(pending, rates, error, time.perf_counter() - began)
+        if switch_to is not None and pool is not None:
+            pool.replace_policy(handover(pool.policy, self.make_policy(switch_to, pool.capacity)))
+        return self.live
+
+    def open_decision(self, now: float, shadow_capacity: int | None = None) -> PendingDecision | None:
+        """Start the decision due at ``now``: snapshot the window to replay (safe to hand to another
+        thread). None when there is nothing to replay; that decision is already logged."""
         cfg = self.config
         start = max(0.0, now - cfg.window_s)
         window = self.estimator.window(start, now)
@@ -88,7 +114,7 @@ class AdaptiveManager:
         decision = Decision(now, start, capacity, {}, self.live, self.live, False, 0.0, len(window))
         if not window:
             self.decisions.append(decision)
-            return self.live
+            return None
         signature = (
             len(window) / max(now - start, 1e-9),
             sum(len(r.block_keys) for r in window) / len(window),
@@ -96,30 +122,37 @@ class AdaptiveManager:
         if cfg.skip_unchanged and self._unchanged(signature):
             decision.skipped = True
             self.decisions.append(decision)
-            return self.live
+            return None
         self._last_signature = signature
-        began = time.perf_counter()
-        try:
-            rates = (self.replay_hook or self.replay)(window, capacity)
-        except Exception as exc:  # an estimator failure never stops the cache
-            decision.error = f"{type(exc).__name__}: {exc}"
-            if not self._error_logged:
-                log.warning("WAKMan replay failed at t=%.1fs; keeping %s: %s", now, self.live, decision.error)
-                self._error_logged = True
-            decision.replay_wall_s = time.perf_counter() - began
-            self.decisions.append(decision)
-            return self.live
-        decision.replay_wall_s = time.perf_counter() - began
-        decision.rates = rates
-        best = max(cfg.candidates, key=lambda name: (rates[name], name == self.live))
-        if best != self.live and rates[best] - rates.get(self.live, 0.0) > cfg.hysteresis:
-            decision.choice = best
-            decision.switched = True
-            if pool is not None:
-                pool.replace_policy(handover(pool.policy, self._make(best, pool.capacity)))
-            self.live = best
+        return PendingDecision(decision, window, capacity)
+
+    def close_decision(
+        self, pending: PendingDecision, rates: dict[str, float] | None, error: str | None, wall_s: float
+    ) -> str | None:
+        """Log the decision; return the policy to switch the live cache to, or None to stay."""
+        decision = pending.decision
+        decision.replay_wall_s = wall_s
         self.decisions.append(decision)
-        return self.live
+        if error is not None or rates is None:
+            decision.error = error or "no rates"
+            if not self._error_logged:
+                log.warning(
+                    "WAKMan replay failed at t=%.1fs; keeping %s: %s",
+                    decision.time_s,
+                    self.live,
+                    decision.error,
+                )
+                self._error_logged = True
+            return None
+        decision.rates = rates
+        cfg = self.config
+        best = max(cfg.candidates, key=lambda name: (rates[name], name == self.live))
+        if best == self.live or rates[best] - rates.get(self.live, 0.0) <= cfg.hysteresis:
+            return None
+        decision.choice = best
+        decision.switched = True
+        self.live = best
+        return best
 
     def _unchanged(self, signature: tuple[float, float]) -> bool:
         if self._last_signature is None or len(self.decisions) < 2:
@@ -136,7 +169,7 @@ class AdaptiveManager:
         """Each candidate's shadow hit rate over the window, from fresh shadows of ``capacity``."""
         rates = {}
         for name in self.config.candidates:
-            shadow = self._make(name, capacity)
+            shadow = self.make_policy(name, capacity)
             if self.config.shadow_metric == "block":
                 keys = [k for r in window for k in r.block_keys]
                 rates[name] = shadow.replay(keys) / len(keys) if keys else 0.0

@@ -111,6 +111,20 @@ class EvictionPolicy(ABC):
         self._pinned.clear()
         self._clear()
 
+    def discard(self, key: Key) -> None:
+        """Drop resident ``key`` outside eviction (vLLM: a connector or a hash promotion removed it).
+
+        Rare path, O(resident keys): the order is rebuilt without ``key`` through ``adopt``, so the
+        other keys keep their order but lose policy metadata (frequencies, segments, ghosts)."""
+        if key not in self:
+            return
+        pinned = [k for k in self._pinned if k != key]
+        order = [k for k in self.eviction_order() if k != key]
+        self.reset()
+        self.adopt(order)
+        for k in pinned:
+            self.insert(k, pinned=True)
+
     def adopt(self, keys: Iterable[Key]) -> None:
         """Take over unpinned ``keys`` given oldest (first victim) first; used by ``handover``."""
         for key in keys:

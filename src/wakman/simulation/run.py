@@ -94,7 +94,7 @@ def simulate(
                 manager.decide(now, None, shadow_capacity=live.capacity)
                 if manager.live == before:
                     return live
-                return handover(live, make_policy(manager.live, live.capacity))
+                return handover(live, manager.make_policy(manager.live, live.capacity))
 
         replay_prefixes(requests, policy_obj, result, warmup_s, warmup_requests, switcher=switcher)
     else:
