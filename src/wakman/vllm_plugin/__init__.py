@@ -1,0 +1,26 @@
+"""WAKMan inside vLLM 0.32: every wakman policy, and the adaptive manager, behind vLLM's free queue.
+
+One flag turns it on, ``--scheduler-cls wakman.vllm_plugin.WakmanScheduler``; environment variables
+choose the policy (``settings.py``). Nothing here imports vLLM until a scheduler is built, so
+``import wakman`` stays light.
+
+Layout: ``compat`` (supported vLLM versions), ``settings`` (options), ``free_queue`` (the policy
+behind vLLM's free-block queue protocol), ``block_pool`` (the pool hooks the queue cannot see),
+``runtime`` (estimator logging and background replays), ``scheduler`` (the entry class),
+``metrics`` (Prometheus), ``plugin`` (the ``vllm.general_plugins`` entry point), ``engine`` and
+``replay`` (an in-process engine driven by a trace).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+__all__ = ["WakmanAsyncScheduler", "WakmanScheduler"]
+
+
+def __getattr__(name: str) -> Any:
+    if name in __all__:
+        from wakman.vllm_plugin import scheduler
+
+        return getattr(scheduler, name)
+    raise AttributeError(name)

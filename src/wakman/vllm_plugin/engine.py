@@ -1,0 +1,99 @@
+"""An in-process vLLM engine with a tiny random-weight model: no download, runs on a CPU.
+
+The model is a folder holding only a Llama ``config.json`` (2 layers, hidden size 256, vocabulary
+1,024); ``load_format="dummy"`` fills random weights. Outputs are meaningless, but the scheduler,
+block pool, prefix cache and metrics are vLLM's own, which is all a cache study needs.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from pathlib import Path
+from typing import Any
+
+TINY_VOCAB = 1024
+TINY_LLAMA = {
+    "architectures": ["LlamaForCausalLM"],
+    "model_type": "llama",
+    "hidden_size": 256,
+    "intermediate_size": 512,
+    "num_hidden_layers": 2,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+    "head_dim": 64,
+    "vocab_size": TINY_VOCAB,
+    "max_position_embeddings": 131072,
+    "rms_norm_eps": 1e-5,
+    "torch_dtype": "float32",
+    "tie_word_embeddings": False,
+    "bos_token_id": 1,
+    "eos_token_id": 2,
+}
+SCHEDULER_CLS = "wakman.vllm_plugin.WakmanScheduler"
+ENGINE_ENV = {"HF_HUB_OFFLINE": "1", "VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_ENABLE_V1_MULTIPROCESSING": "0"}
+
+
+def tiny_model_dir(path: Path | None = None) -> Path:
+    """Write the tiny model's ``config.json`` into ``path`` (a new temporary folder by default)."""
+    path = Path(path) if path is not None else Path(tempfile.mkdtemp(prefix="wakman-tiny-llama-"))
+    path.mkdir(parents=True, exist_ok=True)
+    (path / "config.json").write_text(json.dumps(TINY_LLAMA, indent=1))
+    return path
+
+
+def build_llm(
+    capacity_blocks: int,
+    block_size: int = 32,
+    max_model_len: int | None = None,
+    policy: str | None = "lru",
+    max_num_seqs: int = 64,
+    max_num_batched_tokens: int = 4096,
+    model_dir: Path | None = None,
+    **engine_kwargs: Any,
+) -> Any:
+    """An in-process ``vllm.LLM`` with ``capacity_blocks`` usable KV blocks.
+
+    ``policy=None`` runs stock vLLM; otherwise wakman's scheduler with ``WAKMAN_POLICY=policy`` (the
+    other ``WAKMAN_*`` variables are read from the environment as usual)."""
+    for key, value in ENGINE_ENV.items():
+        os.environ.setdefault(key, value)
+    if policy is not None:
+        os.environ["WAKMAN_POLICY"] = policy
+    else:
+        os.environ.pop("WAKMAN_POLICY", None)
+    from vllm import LLM
+
+    limit = capacity_blocks * block_size
+    max_model_len = min(max_model_len or limit, limit)
+    kwargs: dict[str, Any] = dict(
+        model=str(tiny_model_dir(model_dir)),
+        load_format="dummy",
+        skip_tokenizer_init=True,
+        dtype="float32",
+        enable_prefix_caching=True,
+        block_size=block_size,
+        num_gpu_blocks_override=capacity_blocks + 1,  # block 0 is vLLM's null block
+        max_model_len=max_model_len,
+        max_num_seqs=max_num_seqs,
+        max_num_batched_tokens=max(max_num_batched_tokens, block_size),
+        enforce_eager=True,
+        disable_log_stats=False,
+        seed=0,
+    )
+    if policy is not None:
+        kwargs["scheduler_cls"] = SCHEDULER_CLS
+    kwargs.update(engine_kwargs)
+    return LLM(**kwargs)
+
+
+def engine_core(llm: Any) -> Any:
+    """The in-process ``EngineCore`` (needs ``VLLM_ENABLE_V1_MULTIPROCESSING=0``)."""
+    return llm.llm_engine.engine_core.engine_core
+
+
+def prefix_cache_counters(llm: Any) -> tuple[int, int]:
+    """vLLM's own ``vllm:prefix_cache_hits`` and ``vllm:prefix_cache_queries`` (tokens)."""
+    values = {m.name: m.value for m in llm.get_metrics() if m.name.startswith("vllm:prefix_cache_")}
+    return int(values.get("vllm:prefix_cache_hits", 0)), int(values.get("vllm:prefix_cache_queries", 0))

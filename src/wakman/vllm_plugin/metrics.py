@@ -1,0 +1,99 @@
+"""WAKMan's figures in vLLM's Prometheus registry (``/metrics`` of ``vllm serve``).
+
+The policy lives in the engine-core process; ``/metrics`` is served by the API-server process. The
+engine publishes its state (``PolicyRuntime.state``) to a small JSON file per engine in
+``WAKMAN_METRICS_DIR`` (the plugin creates it in the first vLLM process, so spawned engines inherit
+it), rewritten atomically at start-up and after each decision; ``WakmanCollector``, registered in
+the API server by the ``vllm.stat_logger_plugins`` entry point (or in-process by the scheduler when
+the engine runs in the same process), reads them at scrape time. Metrics:
+
+- ``wakman:live_policy{policy}``: 1 for the live policy, 0 for the other candidates;
+- ``wakman:decisions_total``, ``wakman:switches_total``, ``wakman:replay_errors_total``;
+- ``wakman:shadow_hit_rate{policy}``: each shadow's hit rate at the last replay;
+- ``wakman:replay_seconds`` (last replay) and ``wakman:replay_seconds_total``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+ENV_DIR = "WAKMAN_METRICS_DIR"
+_registered: set[int] = set()
+
+
+def metrics_dir() -> Path:
+    """The shared directory; created (and exported to children) on first use in this process tree."""
+    path = os.environ.get(ENV_DIR)
+    if not path:
+        path = tempfile.mkdtemp(prefix="wakman-metrics-")
+        os.environ[ENV_DIR] = path
+    Path(path).mkdir(parents=True, exist_ok=True)
+    return Path(path)
+
+
+def publish_state(runtime: Any) -> None:
+    """Write ``runtime.state()`` for the collector; never raises into the engine."""
+    try:
+        state = runtime.state()
+        target = metrics_dir() / f"engine-{os.getpid()}-{state['engine']}.json"
+        tmp = target.with_suffix(".tmp")
+        tmp.write_text(json.dumps(state))
+        tmp.replace(target)
+    except OSError:
+        pass
+
+
+def read_states() -> list[dict[str, Any]]:
+    states = []
+    for path in sorted(metrics_dir().glob("engine-*.json")):
+        try:
+            states.append(json.loads(path.read_text()))
+        except (OSError, ValueError):
+            continue
+    return states
+
+
+class WakmanCollector:
+    """A prometheus_client custom collector over the published engine states."""
+
+    def collect(self) -> Iterator[Any]:
+        from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+
+        live = GaugeMetricFamily(
+            "wakman:live_policy", "1 for the live eviction policy", labels=["engine", "policy"]
+        )
+        shadow = GaugeMetricFamily(
+            "wakman:shadow_hit_rate", "Shadow hit rate at the last replay", labels=["engine", "policy"]
+        )
+        decisions = CounterMetricFamily("wakman:decisions", "WAKMan decisions taken", labels=["engine"])
+        switches = CounterMetricFamily("wakman:switches", "Live policy switches", labels=["engine"])
+        errors = CounterMetricFamily("wakman:replay_errors", "Replays that failed", labels=["engine"])
+        last = GaugeMetricFamily("wakman:replay_seconds", "Wall time of the last replay", labels=["engine"])
+        total = CounterMetricFamily("wakman:replay_seconds", "Wall time of all replays", labels=["engine"])
+        for state in read_states():
+            engine = str(state["engine"])
+            for name in state["candidates"]:
+                live.add_metric([engine, name], 1.0 if name == state["live_policy"] else 0.0)
+            for name, rate in state["shadow_hit_rate"].items():
+                shadow.add_metric([engine, name], rate)
+            decisions.add_metric([engine], state["decisions"])
+            switches.add_metric([engine], state["switches"])
+            errors.add_metric([engine], state["replay_errors"])
+            last.add_metric([engine], state["last_replay_seconds"])
+            total.add_metric([engine], state["replay_seconds_total"])
+        yield from (live, shadow, decisions, switches, errors, last, total)
+
+
+def register_collector(registry: Any = None) -> None:
+    """Add ``WakmanCollector`` to ``registry`` (vLLM's: prometheus_client's default) once."""
+    if registry is None:
+        from prometheus_client import REGISTRY as registry
+    if id(registry) in _registered:
+        return
+    registry.register(WakmanCollector())
+    _registered.add(id(registry))

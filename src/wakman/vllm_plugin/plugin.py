@@ -1,0 +1,32 @@
+"""The ``vllm.general_plugins`` entry point: vLLM runs ``register`` once in every process it starts.
+
+It does two cheap things and changes nothing in vLLM: refuse an unsupported vLLM version as soon
+as wakman is asked for (``WAKMAN_POLICY`` set, or our scheduler class named), and create the
+metrics directory in the first process so the engine processes it spawns inherit it.
+
+Why ``--scheduler-cls`` and not only this entry point: the scheduler class is vLLM's official,
+per-engine switch (stock vLLM runs when it is absent, even with wakman installed), it sees the
+requests (arrival time, block hashes) and every step, and it owns the block pool. An entry point
+alone would have to rebind vLLM's ``BlockPool`` name for every engine in the environment.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+
+def wakman_requested() -> bool:
+    return bool(os.environ.get("WAKMAN_POLICY")) or any("wakman.vllm_plugin" in arg for arg in sys.argv)
+
+
+def register() -> None:
+    if not wakman_requested():
+        return
+    from wakman.vllm_plugin.compat import check_vllm_version
+    from wakman.vllm_plugin.metrics import metrics_dir
+    from wakman.vllm_plugin.settings import PluginSettings
+
+    check_vllm_version()
+    PluginSettings.from_env()  # bad WAKMAN_* values fail here, at start-up
+    metrics_dir()

@@ -1,0 +1,205 @@
+"""Replay a trace through a real in-process vLLM engine and read vLLM's own prefix-cache counters.
+
+Token ids come from the block keys: block ``i`` of a prompt gets ``block_size`` pseudo-random ids
+seeded by ``block_keys[i]``, so equal keys give equal tokens and vLLM's chained hashes match exactly
+where the trace's keys do. A prompt's tokens past its full blocks come from its partial key if the
+trace has one, else from a per-request seed (never shared). Generated tokens come from the model:
+a trace's ``output_keys`` cannot be honoured, and are reported as ``output_keys_ignored``.
+
+Time is compressed on a virtual clock: each engine step advances it by ``step_s`` (default 1/40 s,
+the simulator's decode rate), requests enter when the clock passes their arrival time, and an idle
+engine jumps to the next arrival. The adaptive manager runs on that clock, so ``WAKMAN_INTERVAL_S``
+is in trace seconds. The run is deterministic with ``WAKMAN_REPLAY=inline`` (the default here).
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from wakman.traces.model import Request
+from wakman.vllm_plugin.engine import TINY_VOCAB, build_llm, engine_core, prefix_cache_counters
+
+FIRST_TOKEN = 3  # ids 0-2 are left to special tokens
+
+
+class TokenBuilder:
+    """Deterministic prompt token ids from block keys, memoised per key."""
+
+    def __init__(self, vocab: int = TINY_VOCAB) -> None:
+        self.vocab = vocab
+        self._blocks: dict[tuple[Any, int], list[int]] = {}
+
+    def block(self, key: Any, size: int) -> list[int]:
+        memo = self._blocks.get((key, size))
+        if memo is None:
+            seed = hash(key) & 0xFFFF_FFFF_FFFF_FFFF
+            memo = np.random.default_rng(seed).integers(FIRST_TOKEN, self.vocab, size).tolist()
+            self._blocks[(key, size)] = memo
+        return memo
+
+    def prompt(self, req: Request, index: int) -> list[int]:
+        bs, full = req.block_size, req.full_blocks
+        ids: list[int] = []
+        for key in req.block_keys[:full]:
+            ids.extend(self.block(key, bs))
+        rest = req.prompt_tokens - full * bs
+        if rest > 0:
+            if len(req.block_keys) > full:
+                ids.extend(self.block(req.block_keys[full], bs)[:rest])
+            else:
+                rng = np.random.default_rng((1 << 62) + index)
+                ids.extend(rng.integers(FIRST_TOKEN, self.vocab, rest).tolist())
+        return ids
+
+
+@dataclass
+class ReplayResult:
+    policy: str
+    capacity_blocks: int
+    block_size: int
+    requests: int
+    rejected: int
+    hit_tokens: int
+    prompt_tokens: int
+    preemptions: int
+    steps: int
+    virtual_s: float
+    wall_s: float
+    output_keys_ignored: bool
+    adaptive: dict[str, Any] | None = None
+
+    @property
+    def hit_rate(self) -> float:
+        return self.hit_tokens / self.prompt_tokens if self.prompt_tokens else 0.0
+
+    def as_flat_dict(self) -> dict[str, Any]:
+        """The keys ``wakman simulate --json`` uses, plus the engine's own counters."""
+        out: dict[str, Any] = {
+            "policy": self.policy,
+            "mode": "vllm",
+            "capacity_blocks": self.capacity_blocks,
+            "hit_rate": self.hit_rate,
+            "requests": self.requests,
+            "measured_requests": self.requests - self.rejected,
+            "prompt_tokens": self.prompt_tokens,
+            "hit_tokens": self.hit_tokens,
+            "preemptions": self.preemptions,
+            "rejected": self.rejected,
+            "wall_s": self.wall_s,
+            "vllm:prefix_cache_hits": self.hit_tokens,
+            "vllm:prefix_cache_queries": self.prompt_tokens,
+            "block_size": self.block_size,
+            "engine_steps": self.steps,
+            "virtual_s": self.virtual_s,
+            "output_keys_ignored": self.output_keys_ignored,
+        }
+        if self.adaptive:
+            out.update(self.adaptive)
+        return out
+
+
+def replay(
+    requests: Sequence[Request],
+    policy: str | None,
+    capacity_blocks: int,
+    block_size: int | None = None,
+    step_s: float = 1 / 40,
+    max_output_tokens: int | None = None,
+    max_num_seqs: int = 64,
+    max_num_batched_tokens: int = 4096,
+    after_step: Callable[[Any], None] | None = None,
+    progress: Callable[[int, int], None] | None = None,
+    llm: Any = None,
+) -> ReplayResult:
+    """Drive an in-process engine with ``requests`` in arrival order; ``policy=None`` is stock vLLM.
+
+    ``after_step(scheduler)`` runs after every engine step (the soak test checks invariants there).
+    Pass ``llm`` to reuse an engine built by ``build_llm`` with the same settings."""
+    if not requests:
+        raise ValueError("the trace has no requests")
+    trace_bs = requests[0].block_size
+    block_size = block_size or trace_bs
+    if any(r.block_size != block_size for r in requests):
+        raise ValueError(f"the trace's block size ({trace_bs}) differs from the engine's ({block_size})")
+    if step_s <= 0:
+        raise ValueError("step_s must be > 0 seconds")
+    os.environ.setdefault("WAKMAN_REPLAY", "inline")
+    from vllm import SamplingParams
+    from vllm.inputs import TokensPrompt
+
+    longest = max(r.prompt_tokens + max(1, r.output_tokens) for r in requests)
+    if llm is None:
+        llm = build_llm(
+            capacity_blocks,
+            block_size,
+            max_model_len=longest,
+            policy=policy,
+            max_num_seqs=max_num_seqs,
+            max_num_batched_tokens=max_num_batched_tokens,
+        )
+    engine = llm.llm_engine
+    scheduler = engine_core(llm).scheduler
+    runtime = getattr(scheduler, "wakman", None)
+    clock = {"t": requests[0].arrival_s}
+    if runtime is not None:
+        runtime.clock = lambda: clock["t"]
+    max_len = scheduler.vllm_config.model_config.max_model_len
+    hits0, queries0 = prefix_cache_counters(llm)
+    preempt0 = _preemptions(llm)
+    tokens = TokenBuilder()
+    began = time.perf_counter()
+    n, i, rejected, steps = len(requests), 0, 0, 0
+    while i < n or engine.has_unfinished_requests():
+        if not engine.has_unfinished_requests() and i < n:
+            clock["t"] = max(clock["t"], requests[i].arrival_s)
+        while i < n and requests[i].arrival_s <= clock["t"]:
+            req = requests[i]
+            out = max(
+                1,
+                req.output_tokens if max_output_tokens is None else min(req.output_tokens, max_output_tokens),
+            )
+            if req.prompt_tokens + out > max_len:
+                rejected += 1
+            else:
+                params = SamplingParams(max_tokens=out, ignore_eos=True, detokenize=False, temperature=0.0)
+                engine.add_request(str(i), TokensPrompt(prompt_token_ids=tokens.prompt(req, i)), params)
+            i += 1
+            if progress is not None:
+                progress(i, n)
+        engine.step()
+        steps += 1
+        clock["t"] += step_s
+        if after_step is not None:
+            after_step(scheduler)
+    wall = time.perf_counter() - began
+    if runtime is not None:
+        runtime.drain()
+    hits, queries = prefix_cache_counters(llm)
+    adaptive = None
+    if runtime is not None and runtime.manager is not None:
+        adaptive = runtime.manager.report()
+    return ReplayResult(
+        policy=policy or "stock",
+        capacity_blocks=capacity_blocks,
+        block_size=block_size,
+        requests=n,
+        rejected=rejected,
+        hit_tokens=hits - hits0,
+        prompt_tokens=queries - queries0,
+        preemptions=_preemptions(llm) - preempt0,
+        steps=steps,
+        virtual_s=clock["t"] - requests[0].arrival_s,
+        wall_s=wall,
+        output_keys_ignored=any(r.output_keys for r in requests),
+        adaptive=adaptive,
+    )
+
+
+def _preemptions(llm: Any) -> int:
+    return int(sum(m.value for m in llm.get_metrics() if m.name == "vllm:num_preemptions"))

@@ -1,0 +1,142 @@
+"""The live policy of one vLLM block pool, and, for ``wakman``/``wakman-plus``, its manager.
+
+Called from the scheduler (one thread): ``on_request`` logs what the paper's estimator logs (arrival
+time, block hashes, prompt length); ``on_step`` samples the free blocks and drives decisions. A
+decision snapshots its window on the scheduler thread, replays it in a background thread (``thread``
+mode, the default: the step never waits), and is applied by the first step after the replay ends:
+the switch reorders the free blocks in O(cached blocks) on the scheduler thread, the only one that
+touches the pool. A replay that raises is logged once; the live policy stays.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
+from typing import Any
+
+from wakman.adaptive.manager import AdaptiveManager, PendingDecision
+from wakman.policies import make_policy
+from wakman.vllm_plugin.block_pool import PolicyBlockPool, install
+from wakman.vllm_plugin.metrics import publish_state
+from wakman.vllm_plugin.settings import PluginSettings
+
+log = logging.getLogger(__name__)
+Replay = Callable[[list, int], dict[str, float]]
+
+
+def _timed(replay: Replay, window: list, capacity: int) -> tuple[dict[str, float] | None, str | None, float]:
+    began = time.perf_counter()
+    try:
+        return replay(window, capacity), None, time.perf_counter() - began
+    except Exception as exc:  # reported through close_decision; never raised into the engine
+        return None, f"{type(exc).__name__}: {exc}", time.perf_counter() - began
+
+
+class PolicyRuntime:
+    def __init__(
+        self,
+        settings: PluginSettings,
+        pool: Any,
+        coordinator: Any = None,
+        clock: Callable[[], float] = time.time,
+        engine_index: int = 0,
+    ) -> None:
+        self.settings, self.clock, self.engine_index = settings, clock, engine_index
+        self.capacity = pool.num_gpu_blocks - 1
+        self.manager = AdaptiveManager(settings.adaptive, self.capacity) if settings.adaptive else None
+        policy = (
+            self.manager.initial_policy() if self.manager else make_policy(settings.policy, self.capacity)
+        )
+        self.pool: PolicyBlockPool = install(pool, policy, coordinator)
+        self.replay_hook: Replay | None = None  # tests inject a failing replay here
+        self._executor = (
+            ThreadPoolExecutor(1, thread_name_prefix="wakman-replay")
+            if self.manager and settings.replay == "thread"
+            else None
+        )
+        self._pending: tuple[PendingDecision, Future] | None = None
+        self.steps = 0
+        self.requests = 0
+        publish_state(self)
+
+    @property
+    def live_policy(self) -> str:
+        return self.manager.live if self.manager else self.settings.policy
+
+    # ------------------------------------------------------------------ scheduler calls
+    def on_request(self, arrival_s: float, block_hashes: list, block_size: int, prompt_tokens: int) -> None:
+        self.requests += 1
+        if self.manager is not None:
+            self.manager.estimator.record(arrival_s, list(block_hashes), block_size, prompt_tokens)
+
+    def on_step(self) -> None:
+        self.steps += 1
+        manager = self.manager
+        if manager is None:
+            return
+        now = self.clock()
+        manager.estimator.sample_free(now, self.pool.get_num_free_blocks())
+        if self._pending is not None and self._pending[1].done():
+            self._apply(*self._pending[0:1], *self._pending[1].result())
+        if self._pending is None and now >= manager.next_decision:
+            self._start(now)
+
+    # ------------------------------------------------------------------ decisions
+    def _start(self, now: float) -> None:
+        pending = self.manager.open_decision(now)
+        if pending is None:
+            publish_state(self)
+            return
+        replay = self.replay_hook or self.manager.replay
+        if self._executor is None:
+            self._apply(pending, *_timed(replay, pending.window, pending.capacity))
+        else:
+            self._pending = (pending, self._executor.submit(_timed, replay, pending.window, pending.capacity))
+
+    def _apply(self, pending: PendingDecision, rates: dict | None, error: str | None, wall_s: float) -> None:
+        self._pending = None
+        switch_to = self.manager.close_decision(pending, rates, error, wall_s)
+        if switch_to is not None:
+            self.pool.free_block_queue.switch(self.manager.make_policy(switch_to, self.capacity))
+            log.info("wakman: live policy is now %s (shadow hit rates %s)", switch_to, rates)
+        publish_state(self)
+
+    def drain(self) -> None:
+        """Wait for a running replay and apply it (tests, shutdown)."""
+        if self._pending is not None:
+            self._apply(self._pending[0], *self._pending[1].result())
+
+    def close(self) -> None:
+        if self._executor is not None:
+            self._executor.shutdown(wait=False, cancel_futures=True)
+
+    # ------------------------------------------------------------------ reporting
+    def state(self) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "engine": self.engine_index,
+            "policy_setting": self.settings.policy,
+            "live_policy": self.live_policy,
+            "candidates": list(self.manager.config.candidates) if self.manager else [self.settings.policy],
+            "capacity_blocks": self.capacity,
+            "decisions": 0,
+            "switches": 0,
+            "replay_errors": 0,
+            "replay_seconds_total": 0.0,
+            "last_replay_seconds": 0.0,
+            "shadow_hit_rate": {},
+        }
+        if self.manager is not None:
+            decisions = self.manager.decisions
+            replayed = [d for d in decisions if d.rates or d.error]
+            out.update(
+                decisions=len(decisions),
+                switches=sum(d.switched for d in decisions),
+                replay_errors=sum(d.error is not None for d in decisions),
+                replay_seconds_total=sum(d.replay_wall_s for d in decisions),
+            )
+            if replayed:
+                out["last_replay_seconds"] = replayed[-1].replay_wall_s
+                out["shadow_hit_rate"] = dict(replayed[-1].rates)
+        return out

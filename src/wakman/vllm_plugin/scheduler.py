@@ -1,0 +1,75 @@
+"""The entry class: ``--scheduler-cls wakman.vllm_plugin.WakmanScheduler``.
+
+A thin subclass of vLLM's scheduler: after the stock constructor it puts the configured policy
+behind the block pool (``PolicyRuntime``); ``add_request`` logs the request for the estimator;
+``schedule`` gives the runtime one call per step. With async scheduling on (vLLM's GPU default),
+``WakmanScheduler(...)`` builds a ``WakmanAsyncScheduler`` instead, so the same flag keeps async
+scheduling working.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from typing import Any
+
+from vllm.v1.core.sched.async_scheduler import AsyncScheduler
+from vllm.v1.core.sched.scheduler import Scheduler
+
+from wakman.vllm_plugin.compat import check_vllm_version
+from wakman.vllm_plugin.metrics import register_collector
+from wakman.vllm_plugin.runtime import PolicyRuntime
+from wakman.vllm_plugin.settings import PluginSettings
+
+log = logging.getLogger(__name__)
+
+
+class WakmanScheduler(Scheduler):
+    wakman: PolicyRuntime
+
+    def __new__(cls, *args: Any, **kwargs: Any) -> WakmanScheduler:
+        config = kwargs.get("vllm_config", args[0] if args else None)
+        if cls is WakmanScheduler and config is not None and config.scheduler_config.async_scheduling:
+            cls = WakmanAsyncScheduler
+        return super().__new__(cls)
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        check_vllm_version()
+        settings = PluginSettings.from_env()
+        super().__init__(*args, **kwargs)
+        manager = self.kv_cache_manager
+        if not manager.enable_caching:
+            raise RuntimeError("wakman needs prefix caching: start vLLM with --enable-prefix-caching")
+        pools = {id(m.block_pool) for m in manager.coordinator.single_type_managers}
+        if len(pools) != 1:
+            raise RuntimeError("wakman supports models with one KV-cache block pool")
+        self.wakman = PolicyRuntime(
+            settings,
+            manager.block_pool,
+            manager.coordinator,
+            engine_index=self.vllm_config.parallel_config.data_parallel_rank,
+        )
+        self._wakman_block_size = self.hash_block_size
+        if os.environ.get("VLLM_ENABLE_V1_MULTIPROCESSING") == "0":
+            register_collector()  # the engine shares the API's process: expose the metrics here
+        log.info(
+            "wakman: %s behind vLLM's free-block queue (%d blocks)", settings.policy, self.wakman.capacity
+        )
+
+    def add_request(self, request: Any) -> None:
+        self.wakman.on_request(
+            request.arrival_time, request.block_hashes, self._wakman_block_size, request.num_prompt_tokens
+        )
+        super().add_request(request)
+
+    def schedule(self, *args: Any, **kwargs: Any) -> Any:
+        self.wakman.on_step()
+        return super().schedule(*args, **kwargs)
+
+    def shutdown(self) -> None:
+        self.wakman.close()
+        super().shutdown()
+
+
+class WakmanAsyncScheduler(WakmanScheduler, AsyncScheduler):
+    """The same, over vLLM's ``AsyncScheduler`` (chosen automatically when async scheduling is on)."""

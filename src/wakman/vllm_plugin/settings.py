@@ -1,0 +1,87 @@
+"""The plugin's options: one place, environment variables (read in every vLLM process).
+
+| variable | default | meaning |
+|---|---|---|
+| ``WAKMAN_POLICY`` | ``lru`` | ``lru`` ``fifo`` ``s3fifo`` ``arc`` ``sieve``, or ``wakman`` ``wakman-plus`` |
+| ``WAKMAN_INTERVAL_S`` | preset's (900 / 120) | seconds between decisions |
+| ``WAKMAN_WINDOW_S`` | preset's | seconds of recent traffic each decision replays |
+| ``WAKMAN_CANDIDATES`` | preset's | comma-separated candidate policies |
+| ``WAKMAN_REPLAY`` | ``thread`` | ``thread`` (background replays) or ``inline`` (in the step, reproducible) |
+| ``WAKMAN_METRICS_DIR`` | set by the plugin | where the engine publishes its state for ``/metrics`` |
+
+Environment variables reach the engine-core processes vLLM spawns, and work the same for
+``vllm serve`` and ``LLM(...)``.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from wakman.adaptive.config import ADAPTIVE_PRESETS, AdaptiveConfig
+from wakman.policies import ONLINE_POLICIES
+
+STATIC_POLICIES = tuple(p for p in ONLINE_POLICIES if p != "s3fifo-v0")
+REPLAY_MODES = ("thread", "inline")
+
+
+class SettingsError(ValueError):
+    """A WAKMAN_* environment variable has a value the plugin cannot use."""
+
+
+@dataclass(frozen=True)
+class PluginSettings:
+    policy: str = "lru"
+    adaptive: AdaptiveConfig | None = None
+    replay: str = "thread"
+
+    @property
+    def start_policy(self) -> str:
+        return self.adaptive.start_policy if self.adaptive else self.policy
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] | None = None) -> PluginSettings:
+        env = os.environ if env is None else env
+        policy = env.get("WAKMAN_POLICY", "lru").strip().lower()
+        replay = env.get("WAKMAN_REPLAY", "thread").strip().lower()
+        if replay not in REPLAY_MODES:
+            raise SettingsError(f"WAKMAN_REPLAY={replay!r}: choose {' or '.join(REPLAY_MODES)}")
+        if policy in STATIC_POLICIES:
+            extra = [k for k in ("WAKMAN_INTERVAL_S", "WAKMAN_WINDOW_S", "WAKMAN_CANDIDATES") if env.get(k)]
+            if extra:
+                raise SettingsError(f"{', '.join(extra)} only apply to wakman / wakman-plus, not {policy}")
+            return cls(policy=policy, replay=replay)
+        if policy not in ADAPTIVE_PRESETS:
+            choices = ", ".join((*STATIC_POLICIES, *ADAPTIVE_PRESETS))
+            raise SettingsError(f"WAKMAN_POLICY={policy!r}: choose one of {choices}")
+        config = ADAPTIVE_PRESETS[policy]
+        changes: dict[str, object] = {}
+        for var, field in (("WAKMAN_INTERVAL_S", "interval_s"), ("WAKMAN_WINDOW_S", "window_s")):
+            if env.get(var):
+                try:
+                    value = float(env[var])
+                except ValueError:
+                    raise SettingsError(f"{var}={env[var]!r} is not a number of seconds") from None
+                if value <= 0:
+                    raise SettingsError(f"{var} must be > 0 seconds, got {value}")
+                changes[field] = value
+        if "interval_s" in changes:
+            changes["first_decision_s"] = changes["interval_s"]
+            changes.setdefault("window_s", changes["interval_s"] if policy == "wakman" else config.window_s)
+        if env.get("WAKMAN_CANDIDATES"):
+            names = tuple(n.strip().lower() for n in env["WAKMAN_CANDIDATES"].split(",") if n.strip())
+            bad = [n for n in names if n not in STATIC_POLICIES]
+            if bad or len(names) < 2:
+                raise SettingsError(
+                    f"WAKMAN_CANDIDATES={env['WAKMAN_CANDIDATES']!r}: give two or more of "
+                    f"{', '.join(STATIC_POLICIES)}"
+                )
+            changes["candidates"] = names
+            if config.start_policy not in names:
+                changes["start_policy"] = names[0]
+        try:
+            config = config.with_options(**changes)
+        except ValueError as exc:
+            raise SettingsError(f"WAKMAN_*: {exc}") from None
+        return cls(policy=policy, adaptive=config, replay=replay)
