@@ -9,7 +9,8 @@ a trace's ``output_keys`` cannot be honoured, and are reported as ``output_keys_
 Time is compressed on a virtual clock: each engine step advances it by ``step_s`` (default 1/40 s,
 the simulator's decode rate), requests enter when the clock passes their arrival time, and an idle
 engine jumps to the next arrival. Requests carry that clock as their ``arrival_time`` and the
-adaptive manager runs on it, so ``WAKMAN_INTERVAL_S`` is in trace seconds. The run is deterministic with ``WAKMAN_REPLAY=inline`` (the default here).
+adaptive manager runs on it, so ``WAKMAN_INTERVAL_S`` is in trace seconds. The run is deterministic
+with ``WAKMAN_REPLAY=inline`` (the default here).
 """
 
 from __future__ import annotations
