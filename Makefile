@@ -42,7 +42,7 @@ lint: $(VENV)/.test-ready
 	$(BIN)/ruff check src tests benchmarks
 
 test: lint $(AIPERF_VENV)/.ready
-	WAKMAN_REQUIRE_VLLM=1 WAKMAN_AIPERF_PYTHON=$(AIPERF_VENV)/bin/python $(BIN)/python -m pytest -n 2 $(PYTEST_ARGS)
+	WAKMAN_REQUIRE_VLLM=1 WAKMAN_AIPERF_PYTHON=$(AIPERF_VENV)/bin/python $(BIN)/python -m pytest -n 2 --dist loadfile $(PYTEST_ARGS)
 
 # A quick local run: no vLLM install, the tests marked vllm deselected.
 test-quick: $(VENV)/.quick-ready $(AIPERF_VENV)/.ready
