@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -92,12 +93,7 @@ class AdaptiveManager:
         pending = self.open_decision(now, shadow_capacity)
         if pending is None:
             return self.live
-        began = time.perf_counter()
-        try:
-            rates, error = (self.replay_hook or self.replay)(pending.window, pending.capacity), None
-        except Exception as exc:  # an estimator failure never stops the cache
-            rates, error = None, f"{type(exc).__name__}: {exc}"
-        switch_to = self.close_decision(pending, rates, error, time.perf_counter() - began)
+        switch_to = self.close_decision(pending, *timed_replay(self.replay_hook or self.replay, pending))
         if switch_to is not None and pool is not None:
             pool.replace_policy(handover(pool.policy, self.make_policy(switch_to, pool.capacity)))
         return self.live
@@ -185,6 +181,18 @@ class AdaptiveManager:
             "replay_wall_s_total": sum(d.replay_wall_s for d in self.decisions),
             "estimator_dropped_requests": self.estimator.dropped_requests,
         }
+
+
+def timed_replay(
+    replay: Callable[[list[LoggedRequest], int], dict[str, float]], pending: PendingDecision
+) -> tuple[dict[str, float] | None, str | None, float]:
+    """Run ``replay`` on a pending decision: (rates, None, wall s), or (None, error, wall s) when it
+    raises. An estimator failure never reaches the cache; ``close_decision`` logs it."""
+    began = time.perf_counter()
+    try:
+        return replay(pending.window, pending.capacity), None, time.perf_counter() - began
+    except Exception as exc:
+        return None, f"{type(exc).__name__}: {exc}", time.perf_counter() - began
 
 
 def _first_miss_rate(window: list[LoggedRequest], shadow: EvictionPolicy) -> float:

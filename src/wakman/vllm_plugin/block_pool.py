@@ -51,11 +51,9 @@ class PolicyBlockPool(BlockPool):
                 collector.on_block_accessed(block)
 
     def _insert_block_hash(self, block_hash_with_group_id: Any, block: Any, num_tokens: int | None) -> None:
-        if block.block_hash is not None:  # a secondary hash: the block is a policy key already
-            super()._insert_block_hash(block_hash_with_group_id, block, num_tokens)
-            return
+        first = block.block_hash is None  # a secondary hash leaves the block's policy key as it is
         super()._insert_block_hash(block_hash_with_group_id, block, num_tokens)
-        if block.block_hash is not None and not block.is_null:
+        if first and block.block_hash is not None and not block.is_null:
             self.free_block_queue.cached(block, block.block_hash)
 
     def _remove_cached_block_hashes(self, block: Any) -> list:

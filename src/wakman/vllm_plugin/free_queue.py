@@ -121,12 +121,6 @@ class PolicyFreeQueue:
             self.blank[block.block_id] = block
             self.blank.move_to_end(block.block_id, last=False)
 
-    def hit(self, block: Any) -> None:
-        """A lookup found ``block`` (before its ``ref_cnt`` goes up)."""
-        key = self.key_of[block.block_id]
-        if key is not None:
-            self.policy.hit(key)
-
     def clear_cache(self) -> None:
         """``reset_prefix_cache`` succeeded: every block is free and loses its hash."""
         for key in self.policy.eviction_order():

@@ -16,7 +16,7 @@ from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
-from wakman.adaptive.manager import AdaptiveManager, PendingDecision
+from wakman.adaptive.manager import AdaptiveManager, PendingDecision, timed_replay
 from wakman.policies import make_policy
 from wakman.vllm_plugin.block_pool import PolicyBlockPool, install
 from wakman.vllm_plugin.metrics import publish_state
@@ -24,14 +24,6 @@ from wakman.vllm_plugin.settings import PluginSettings
 
 log = logging.getLogger(__name__)
 Replay = Callable[[list, int], dict[str, float]]
-
-
-def _timed(replay: Replay, window: list, capacity: int) -> tuple[dict[str, float] | None, str | None, float]:
-    began = time.perf_counter()
-    try:
-        return replay(window, capacity), None, time.perf_counter() - began
-    except Exception as exc:  # reported through close_decision; never raised into the engine
-        return None, f"{type(exc).__name__}: {exc}", time.perf_counter() - began
 
 
 class PolicyRuntime:
@@ -57,8 +49,6 @@ class PolicyRuntime:
             else None
         )
         self._pending: tuple[PendingDecision, Future] | None = None
-        self.steps = 0
-        self.requests = 0
         publish_state(self)
 
     @property
@@ -67,19 +57,17 @@ class PolicyRuntime:
 
     # ------------------------------------------------------------------ scheduler calls
     def on_request(self, arrival_s: float, block_hashes: list, block_size: int, prompt_tokens: int) -> None:
-        self.requests += 1
         if self.manager is not None:
             self.manager.estimator.record(arrival_s, list(block_hashes), block_size, prompt_tokens)
 
     def on_step(self) -> None:
-        self.steps += 1
         manager = self.manager
         if manager is None:
             return
         now = self.clock()
         manager.estimator.sample_free(now, self.pool.get_num_free_blocks())
         if self._pending is not None and self._pending[1].done():
-            self._apply(*self._pending[0:1], *self._pending[1].result())
+            self.drain()
         if self._pending is None and now >= manager.next_decision:
             self._start(now)
 
@@ -91,9 +79,9 @@ class PolicyRuntime:
             return
         replay = self.replay_hook or self.manager.replay
         if self._executor is None:
-            self._apply(pending, *_timed(replay, pending.window, pending.capacity))
+            self._apply(pending, *timed_replay(replay, pending))
         else:
-            self._pending = (pending, self._executor.submit(_timed, replay, pending.window, pending.capacity))
+            self._pending = (pending, self._executor.submit(timed_replay, replay, pending))
 
     def _apply(self, pending: PendingDecision, rates: dict | None, error: str | None, wall_s: float) -> None:
         self._pending = None
@@ -104,9 +92,10 @@ class PolicyRuntime:
         publish_state(self)
 
     def drain(self) -> None:
-        """Wait for a running replay and apply it (tests, shutdown)."""
+        """Apply the running replay's outcome, waiting for it if needed (end of a replay, tests)."""
         if self._pending is not None:
-            self._apply(self._pending[0], *self._pending[1].result())
+            pending, future = self._pending
+            self._apply(pending, *future.result())
 
     def close(self) -> None:
         if self._executor is not None:
