@@ -65,7 +65,11 @@ def test_hosted_policy_agrees_with_the_simulator(stream, policy):
         assert hosted == simulated
     else:
         assert sum(hosted) == pytest.approx(sum(simulated), rel=0.01)
-    assert policy == "lru" or hosted != [serve_one(make_pool(capacity, None), k, lim) for k, lim, _ in items]
+    # FIFO re-enters a released block at its newest end, so with every hit pinning and releasing
+    # it orders blocks by release time, as stock vLLM does; the others must differ from stock.
+    stock = make_pool(capacity, None)
+    same_as_stock = hosted == [serve_one(stock, k, lim) for k, lim, _ in items]
+    assert same_as_stock == (policy in ("lru", "fifo"))
 
 
 @settings(max_examples=60, deadline=None)

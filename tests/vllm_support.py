@@ -39,9 +39,24 @@ def small_trace(duration_s: float = 90.0, rate: float = 4.0, seed: int = 1, mix=
     return [msgspec.structs.replace(r, output_keys=[]) for r in generate_requests(cfg, seed=seed)]
 
 
-def write_small_trace(path: Path, **kwargs) -> Path:
-    write_trace(small_trace(**kwargs), path, "native")
+def phased_trace(phase_s: float = 40.0, phases: int = 4) -> list:
+    """Single-turn traffic (S3-FIFO ahead at 600 blocks) and agentic traffic (LRU ahead), taking turns
+    every ``phase_s`` seconds, so a manager deciding every few seconds has reasons to switch."""
+    requests = []
+    for k in range(phases):
+        mix = (1.0, 0.0, 0.0) if k % 2 == 0 else (0.0, 0.0, 1.0)
+        for r in small_trace(duration_s=phase_s, seed=10 + k, mix=mix):
+            requests.append(msgspec.structs.replace(r, arrival_s=r.arrival_s + k * phase_s))
+    return sorted(requests, key=lambda r: r.arrival_s)
+
+
+def write_trace_file(requests: list, path: Path) -> Path:
+    write_trace(requests, path, "native")
     return path
+
+
+def write_small_trace(path: Path, **kwargs) -> Path:
+    return write_trace_file(small_trace(**kwargs), path)
 
 
 def wakman_cli(*args: str, env: dict[str, str] | None = None, timeout: int = 1200) -> dict:
