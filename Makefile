@@ -56,6 +56,7 @@ bench: $(VENV)/.test-ready
 	$(BIN)/python benchmarks/bench_simulate.py
 	$(BIN)/python benchmarks/bench_reproduce.py
 	$(BIN)/python benchmarks/bench_vllm_pool.py
+	$(BIN)/python benchmarks/vllm_fidelity.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache .hypothesis
