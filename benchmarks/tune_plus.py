@@ -2,7 +2,7 @@
 defaults are the configuration with the lowest mean regret here (docs/adaptive.md records the run).
 
 Regret of a policy on a trace = (best of static lru and s3fifo) - its hit rate, in points.
-Run: ``python benchmarks/tune_plus.py [--duration 3600] [--capacity 8000]``."""
+Run: ``python benchmarks/tune_plus.py [--duration 3600] [--capacity 6000] [--seed 0]``."""
 
 from __future__ import annotations
 
@@ -14,37 +14,22 @@ from wakman.adaptive import PAPER, PLUS, AdaptiveConfig
 from wakman.simulation import simulate
 from wakman.workload import MIXES, build_config, generate_requests
 
+_FAST = PAPER.with_options(name="fast", interval_s=120, window_s=600, first_decision_s=120, hysteresis=0.005)
+_KEPT = _FAST.with_options(name="persistent", shadows="persistent", shadow_size="pool")
 CANDIDATES: dict[str, AdaptiveConfig] = {
-    "paper": PAPER,
-    "plus": PLUS,
-    "fast-block": PAPER.with_options(name="fast-block", interval_s=120, window_s=600, first_decision_s=120),
-    "fast-vllm": PAPER.with_options(
-        name="fast-vllm", interval_s=120, window_s=600, first_decision_s=120, shadow_metric="vllm"
+    # each line changes one thing from a line above it
+    "paper-block": PAPER.with_options(name="paper-block", shadow_metric="block"),
+    "paper": PAPER,  # vLLM's hit rate as the shadows' score
+    "fast": _FAST,  # decide every 2 min over the last 10, 0.5-point hysteresis
+    "fast+arc": _FAST.with_options(name="fast+arc", candidates=("lru", "s3fifo", "arc")),
+    "fast+pool": _FAST.with_options(name="fast+pool", shadow_size="pool"),  # shadows the pool's size
+    "persistent": _KEPT,  # long-lived pool-sized shadows, each request replayed once
+    "+outputs": _KEPT.with_options(name="+outputs", log_outputs=True),  # shadows see decoded blocks
+    "+h1-w900": _KEPT.with_options(name="+h1-w900", log_outputs=True, hysteresis=0.01, window_s=900),
+    "+half-life": _KEPT.with_options(
+        name="+half-life", log_outputs=True, hysteresis=0.01, window_s=900, half_life_s=300
     ),
-    "fast-vllm-h1": PAPER.with_options(
-        name="fast-vllm-h1",
-        interval_s=120,
-        window_s=600,
-        first_decision_s=120,
-        shadow_metric="vllm",
-        hysteresis=0.01,
-    ),
-    "fast-vllm-arc": PAPER.with_options(
-        name="fast-vllm-arc",
-        interval_s=120,
-        window_s=600,
-        first_decision_s=120,
-        shadow_metric="vllm",
-        candidates=("lru", "s3fifo", "arc"),
-    ),
-    "mid-vllm": PAPER.with_options(
-        name="mid-vllm",
-        interval_s=300,
-        window_s=600,
-        first_decision_s=120,
-        shadow_metric="vllm",
-        hysteresis=0.005,
-    ),
+    "plus": PLUS,  # +half-life, deciding every 30 s
 }
 
 
@@ -60,7 +45,7 @@ def evaluate(args: tuple[str, int, float, int]) -> dict[str, float]:
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--duration", type=float, default=3600)
-    parser.add_argument("--capacity", type=int, default=8000)
+    parser.add_argument("--capacity", type=int, default=6000)
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args()
     tasks = [(m.name, args.capacity, args.duration, args.seed) for m in MIXES]

@@ -160,3 +160,89 @@ def test_cache_mode_supports_the_manager():
 
 def test_plus_is_a_documented_combination():
     assert PLUS.interval_s < PAPER.interval_s and PLUS.first_decision_s < PAPER.first_decision_s
+
+
+def _first_miss_hit_tokens(policy, keys, prompt_tokens, block_size, outputs=()) -> int:
+    """An independent statement of vLLM's rule: hit the longest cached prefix (never the whole
+    prompt), then touch every full block deepest first (the order vLLM frees them)."""
+    full = prompt_tokens // block_size
+    hits = 0
+    while hits < min(len(keys), (prompt_tokens - 1) // block_size) and keys[hits] in policy:
+        hits += 1
+    for key in reversed([*keys[:full], *outputs]):
+        policy.access(key)
+    return hits * block_size
+
+
+@pytest.mark.parametrize("log_outputs", [False, True])
+def test_persistent_shadows_score_like_one_continuous_replay(log_outputs):
+    reqs = generate_requests(build_config(preset="mix19-thirds", duration_s=1200), seed=7)
+    config = PLUS.with_options(
+        log_outputs=log_outputs, interval_s=60.0, first_decision_s=60.0, window_s=300.0, half_life_s=120.0
+    )
+    capacity = 2500
+    manager = AdaptiveManager(config, capacity)
+    # the reference: one policy per candidate, fed the whole trace in one pass
+    shadows = {name: make_policy(name, capacity) for name in config.candidates}
+    scored: list[tuple[float, int, dict[str, int]]] = []
+    checked = 0
+    for r in reqs:
+        while r.arrival_s >= manager.next_decision:
+            decision_time = manager.next_decision
+            manager.decide(decision_time, None)
+            newest = scored[-1][0]
+            window = [s for s in scored if s[0] >= newest - config.window_s]
+            weight = [0.5 ** ((newest - s[0]) / config.half_life_s) for s in window]
+            prompt = sum(w * s[1] for w, s in zip(weight, window, strict=True))
+            expected = {
+                n: sum(w * s[2][n] for w, s in zip(weight, window, strict=True)) / prompt
+                for n in config.candidates
+            }
+            assert manager.decisions[-1].rates == pytest.approx(expected, abs=1e-12)
+            assert manager.decisions[-1].shadow_capacity == capacity  # shadows the size of the pool
+            checked += 1
+        manager.on_arrival(r.arrival_s, r)
+        outputs = r.output_keys if log_outputs else ()
+        hits = {
+            n: _first_miss_hit_tokens(p, r.block_keys, r.prompt_tokens, r.block_size, outputs)
+            for n, p in shadows.items()
+        }
+        scored.append((r.arrival_s, r.prompt_tokens, hits))
+    assert checked >= 15
+    # each logged request is replayed once: the log holds nothing older than the last decision
+    assert all(entry.arrival_s >= manager.decisions[-1].time_s for entry in manager.estimator.log)
+
+
+def test_logged_output_blocks_reach_the_shadows():
+    """The second turn's prompt is the first turn's prompt and answer: only a manager that logs the
+    answer's blocks sees them hit."""
+    size = 16
+    first = Request(
+        arrival_s=0.0,
+        prompt_tokens=4 * size,
+        block_keys=[1, 2, 3, 4],
+        block_size=size,
+        output_tokens=2 * size + 1,
+        output_keys=[5, 6],
+    )
+    second = Request(
+        arrival_s=1.0,
+        prompt_tokens=7 * size,
+        block_keys=[1, 2, 3, 4, 5, 6, 7],
+        block_size=size,
+        output_tokens=1,
+    )
+    rates = {}
+    for log_outputs in (False, True):
+        manager = AdaptiveManager(PLUS.with_options(log_outputs=log_outputs, half_life_s=None), 100)
+        for r in (first, second):
+            manager.on_arrival(r.arrival_s, r)
+        manager.decide(PLUS.first_decision_s, None)
+        rates[log_outputs] = manager.decisions[-1].rates["lru"]
+    assert rates[False] == pytest.approx(4 * size / (11 * size))
+    assert rates[True] == pytest.approx(6 * size / (11 * size))
+
+
+def test_paper_mode_scores_shadows_with_vllms_hit_rate():
+    assert PAPER.shadow_metric == "vllm" and PAPER.shadows == "fresh" and PAPER.shadow_size == "free"
+    assert PAPER.interval_s == 900.0 and PAPER.candidates == ("lru", "s3fifo") and PAPER.start_policy == "lru"

@@ -149,3 +149,43 @@ def test_s3fifo_ghost_is_keyed_by_hash_and_readmits_to_main():
     assert policy.in_ghost(0) and 0 not in policy
     policy.access(0)  # a ghost hit goes straight to the main queue
     assert 0 in policy and not policy.in_ghost(0)
+
+
+@settings(max_examples=150, deadline=None)
+@given(name=st.sampled_from(BOUNDED), ops=operations)
+def test_fused_calls_equal_their_parts(name, ops):
+    """``hit_pin`` (LRU and S3-FIFO fuse it) and ``insert_pinned`` leave a policy exactly as
+    ``hit`` then ``pin`` and ``insert(pinned=True)`` do, victims and all."""
+    fused, plain = build(name, 6), build(name, 6)
+    resident: set[int] = set()
+    pinned: set[int] = set()
+    for op, key in ops:
+        if op.startswith("insert") and key not in resident and len(resident) < 6:
+            if op == "insert_pinned":
+                fused.insert_pinned(key)
+                plain.insert(key, pinned=True)
+                pinned.add(key)
+            else:
+                fused.insert(key)
+                plain.insert(key)
+            resident.add(key)
+        elif op in ("hit", "pin") and key in resident:
+            fused.hit_pin(key)
+            plain.hit(key)
+            plain.pin(key)
+            pinned.add(key)
+        elif op == "unpin" and key in pinned:
+            fused.unpin(key)
+            plain.unpin(key)
+            pinned.discard(key)
+        elif op == "evict" and len(resident) > len(pinned):
+            victim = fused.evict()
+            assert victim == plain.evict()
+            resident.discard(victim)
+        assert fused.eviction_order() == plain.eviction_order()
+        assert fused.pinned_keys() == plain.pinned_keys()
+    for key in sorted(pinned):  # pinned metadata (frequencies, segments) shows once released
+        fused.unpin(key)
+        plain.unpin(key)
+    while fused.num_evictable:  # the rest of the order, metadata included, through evictions
+        assert fused.evict() == plain.evict()

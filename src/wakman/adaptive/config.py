@@ -1,9 +1,12 @@
 """WAKMan's settings, and the two named presets.
 
 ``wakman`` is the paper: every 15 minutes, replay the last interval through fresh LRU and S3-FIFO
-shadows sized to the interval's mean free blocks, per-block hit rates, switch to the better.
-``wakman-plus`` goes past the paper; its defaults come from ``wakman tune`` on the 20 mixes and the
-real traces (docs/adaptive.md gives the command and the numbers).
+shadows sized to the interval's mean free blocks, score each with vLLM's hit rate (prompt tokens
+hit under the first-miss rule / prompt tokens), switch to the better.
+``wakman-plus`` goes past the paper: long-lived shadows the size of the pool that also see the
+blocks decoding fills, fed once per request and scored every 30 s over the last 15 minutes (recent
+requests weigh more: 5-minute half-life), with a 1-point hysteresis. ``benchmarks/tune_plus.py``
+measured each choice (docs/adaptive.md).
 """
 
 from __future__ import annotations
@@ -19,7 +22,11 @@ class AdaptiveConfig:
     first_decision_s: float = 900.0  # when the first decision is taken
     candidates: tuple[str, ...] = ("lru", "s3fifo")
     start_policy: str = "lru"
-    shadow_metric: str = "block"  # "block": hits / keys (paper); "vllm": first-miss rule, tokens
+    shadow_metric: str = "vllm"  # "vllm": vLLM's hit rate (first-miss rule, tokens); "block": hits / keys
+    shadows: str = "fresh"  # "fresh": new shadows replay each window (paper); "persistent": see manager
+    shadow_size: str = "free"  # "free": the window's mean free blocks (paper); "pool": the capacity
+    half_life_s: float | None = None  # persistent shadows: weigh a request by 2^(-age / half-life)
+    log_outputs: bool = False  # shadows also see the blocks decoding filled (vLLM caches them)
     hysteresis: float = 0.0  # switch only if the best beats the live policy's shadow by this (rate)
     skip_unchanged: bool = False  # reuse the last decision when traffic looks unchanged
     max_logged_blocks: int = 4_000_000
@@ -30,6 +37,12 @@ class AdaptiveConfig:
             raise ValueError("interval, window and first decision must be > 0 seconds")
         if self.shadow_metric not in ("block", "vllm"):
             raise ValueError(f"shadow_metric must be 'block' or 'vllm', got {self.shadow_metric!r}")
+        if self.shadows not in ("fresh", "persistent"):
+            raise ValueError(f"shadows must be 'fresh' or 'persistent', got {self.shadows!r}")
+        if self.shadows == "persistent" and self.shadow_metric != "vllm":
+            raise ValueError("persistent shadows score with shadow_metric='vllm'")
+        if self.shadow_size not in ("free", "pool"):
+            raise ValueError(f"shadow_size must be 'free' or 'pool', got {self.shadow_size!r}")
         if self.start_policy not in self.candidates:
             raise ValueError("the start policy must be a candidate")
 
@@ -40,12 +53,14 @@ class AdaptiveConfig:
 PAPER = AdaptiveConfig()
 PLUS = AdaptiveConfig(
     name="wakman-plus",
-    interval_s=120.0,
-    window_s=600.0,
-    first_decision_s=120.0,
-    candidates=("lru", "s3fifo", "arc"),
-    shadow_metric="vllm",
-    hysteresis=0.005,
-    skip_unchanged=False,
+    interval_s=30.0,
+    window_s=900.0,
+    first_decision_s=30.0,
+    candidates=("lru", "s3fifo"),
+    shadows="persistent",
+    shadow_size="pool",
+    log_outputs=True,
+    half_life_s=300.0,
+    hysteresis=0.01,
 )
 ADAPTIVE_PRESETS: dict[str, AdaptiveConfig] = {PAPER.name: PAPER, PLUS.name: PLUS}

@@ -21,6 +21,7 @@ class LoggedRequest:
     block_keys: Sequence
     block_size: int
     prompt_tokens: int
+    output_keys: Sequence = ()  # blocks decoding filled (cached by vLLM), when logged
 
 
 class Estimator:
@@ -33,8 +34,15 @@ class Estimator:
         self._last_free = 0
         self._segments: deque[tuple[float, float, int]] = deque()  # (start s, end s, free blocks)
 
-    def record(self, arrival_s: float, block_keys: Sequence, block_size: int, prompt_tokens: int) -> None:
-        self.log.append(LoggedRequest(arrival_s, block_keys, block_size, prompt_tokens))
+    def record(
+        self,
+        arrival_s: float,
+        block_keys: Sequence,
+        block_size: int,
+        prompt_tokens: int,
+        output_keys: Sequence = (),
+    ) -> None:
+        self.log.append(LoggedRequest(arrival_s, block_keys, block_size, prompt_tokens, output_keys))
         self.logged_blocks += len(block_keys)
         while self.logged_blocks > self.max_blocks and len(self.log) > 1:
             old = self.log.popleft()

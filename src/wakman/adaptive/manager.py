@@ -7,12 +7,17 @@ the live policy. A switch rebuilds the free blocks' order with ``handover`` in O
 the new policy adopts the old one's eviction order (S3-FIFO puts inherited blocks in its main queue,
 oldest first; leaving S3-FIFO discards its ghost queue); pinned blocks stay pinned; no block is
 lost. A replay that raises is logged once; the live policy stays and serving goes on.
+
+With ``shadows="persistent"`` (wakman-plus) each candidate keeps one long-lived shadow instead: a
+decision feeds it only the requests logged since the previous one and scores the last ``window_s``
+seconds, so every request is replayed once per candidate and no shadow restarts cold.
 """
 
 from __future__ import annotations
 
 import logging
 import time
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -70,6 +75,11 @@ class AdaptiveManager:
         self._error_logged = False
         self._last_signature: tuple[float, float] | None = None
         self.live = self.config.start_policy
+        # persistent shadows: one per candidate, fed each request once; per request scored:
+        # (arrival s, prompt tokens, hit tokens per candidate), the last window_s seconds kept
+        self._shadows: dict[str, EvictionPolicy] = {}
+        self._scores: deque[tuple[float, int, tuple[int, ...]]] = deque()
+        self._fed_until = 0.0
 
     def initial_policy(self) -> EvictionPolicy:
         return self.make_policy(self.config.start_policy, self.capacity)
@@ -80,7 +90,8 @@ class AdaptiveManager:
 
     # ------------------------------------------------------------------ Controller
     def on_arrival(self, now: float, request: Request) -> None:
-        self.estimator.record(now, request.block_keys, request.block_size, request.prompt_tokens)
+        outputs = request.output_keys if self.config.log_outputs else ()
+        self.estimator.record(now, request.block_keys, request.block_size, request.prompt_tokens, outputs)
 
     def on_time(self, now: float, pool: BlockPool) -> None:
         self.estimator.sample_free(now, pool.free)
@@ -103,10 +114,18 @@ class AdaptiveManager:
         thread). None when there is nothing to replay; that decision is already logged."""
         cfg = self.config
         start = max(0.0, now - cfg.window_s)
-        window = self.estimator.window(start, now)
-        capacity = shadow_capacity or max(1, round(self.estimator.mean_free(start, now)))
+        persistent = cfg.shadows == "persistent"
+        window = self.estimator.window(self._fed_until if persistent else start, now)
+        if shadow_capacity is None:
+            if cfg.shadow_size == "pool":
+                shadow_capacity = self.capacity
+            else:
+                shadow_capacity = max(1, round(self.estimator.mean_free(start, now)))
+        capacity = shadow_capacity
         self.next_decision = now + cfg.interval_s
-        self.estimator.forget_before(now - cfg.window_s)
+        if persistent:  # the window handed over is what the shadows have not seen yet
+            self._fed_until = now
+        self.estimator.forget_before(now if persistent else now - cfg.window_s)
         decision = Decision(now, start, capacity, {}, self.live, self.live, False, 0.0, len(window))
         if not window:
             self.decisions.append(decision)
@@ -162,7 +181,10 @@ class AdaptiveManager:
         )
 
     def replay(self, window: list[LoggedRequest], capacity: int) -> dict[str, float]:
-        """Each candidate's shadow hit rate over the window, from fresh shadows of ``capacity``."""
+        """Each candidate's shadow hit rate over the window, from fresh shadows of ``capacity``
+        (or, with persistent shadows, from those fed ``window`` on top of all earlier traffic)."""
+        if self.config.shadows == "persistent":
+            return self._persistent_replay(window, capacity)
         rates = {}
         for name in self.config.candidates:
             shadow = self.make_policy(name, capacity)
@@ -172,6 +194,34 @@ class AdaptiveManager:
             else:
                 rates[name] = _first_miss_rate(window, shadow)
         return rates
+
+    def _persistent_replay(self, new_requests: list[LoggedRequest], capacity: int) -> dict[str, float]:
+        """Feed the requests logged since the last decision to one long-lived shadow per candidate
+        (created at the first decision with ``capacity`` blocks) and score each over the last
+        ``window_s`` seconds with vLLM's first-miss rule. Each request is replayed once per
+        candidate, and the shadows never restart cold."""
+        names = self.config.candidates
+        for name in names:
+            if name not in self._shadows:
+                self._shadows[name] = self.make_policy(name, capacity)
+        shadows = [self._shadows[name] for name in names]
+        scores = self._scores
+        for r in new_requests:
+            hits = tuple(_first_miss_hits(r, shadow) for shadow in shadows)
+            scores.append((r.arrival_s, r.prompt_tokens, hits))
+        if new_requests:
+            horizon = new_requests[-1].arrival_s - self.config.window_s
+            while scores and scores[0][0] < horizon:
+                scores.popleft()
+        if not scores:
+            return dict.fromkeys(names, 0.0)
+        half_life, newest = self.config.half_life_s, scores[-1][0]
+        weights = [1.0 if half_life is None else 0.5 ** ((newest - s[0]) / half_life) for s in scores]
+        prompt = sum(w * s[1] for w, s in zip(weights, scores, strict=True))
+        return {
+            name: sum(w * s[2][i] for w, s in zip(weights, scores, strict=True)) / prompt if prompt else 0.0
+            for i, name in enumerate(names)
+        }
 
     def report(self) -> dict[str, Any]:
         return {
@@ -199,15 +249,22 @@ def _first_miss_rate(window: list[LoggedRequest], shadow: EvictionPolicy) -> flo
     """vLLM's way: each request hits its longest cached prefix (at most prompt - 1 tokens), then
     its blocks are accessed deepest first; the score is hit tokens / prompt tokens."""
     hit_tokens = prompt_tokens = 0
-    replay = shadow.replay
     for r in window:
-        keys, bs = r.block_keys, r.block_size
-        limit = min(len(keys), (r.prompt_tokens - 1) // bs)
-        full = min(len(keys), r.prompt_tokens // bs)
-        hits = 0
-        while hits < limit and keys[hits] in shadow:
-            hits += 1
-        replay(reversed(keys[:full]))
-        hit_tokens += hits * bs
+        hit_tokens += _first_miss_hits(r, shadow)
         prompt_tokens += r.prompt_tokens
     return hit_tokens / prompt_tokens if prompt_tokens else 0.0
+
+
+def _first_miss_hits(r: LoggedRequest, shadow: EvictionPolicy) -> int:
+    """One request through ``shadow`` the vLLM way; returns its hit tokens."""
+    keys, bs = r.block_keys, r.block_size
+    limit = min(len(keys), (r.prompt_tokens - 1) // bs)
+    full = min(len(keys), r.prompt_tokens // bs)
+    hits = 0
+    while hits < limit and keys[hits] in shadow:
+        hits += 1
+    if r.output_keys:
+        shadow.replay(reversed([*keys[:full], *r.output_keys]))
+    else:
+        shadow.replay(reversed(keys[:full]))
+    return hits * bs

@@ -77,6 +77,10 @@ class EvictionPolicy(ABC):
         else:
             self._insert(key)
 
+    def insert_pinned(self, key: Key) -> None:
+        """``insert(key, pinned=True)``: the vLLM pool's call for a block cached while in use."""
+        self._pinned[key] = self._insert_pinned(key)
+
     def hit(self, key: Key) -> None:
         """A lookup found resident ``key`` (pinned or not)."""
         if key in self._pinned:
@@ -89,9 +93,27 @@ class EvictionPolicy(ABC):
         if key not in self._pinned:
             self._pinned[key] = self._detach(key)
 
+    def hit_pin(self, key: Key) -> None:
+        """A prefix hit that also takes the key into use: ``hit`` then ``pin`` (one call on the
+        vLLM pool's hot path; policies may fuse the two)."""
+        self.hit(key)
+        self.pin(key)
+
     def unpin(self, key: Key) -> None:
         """``key`` is free again: it re-enters the order at its segment's newest position."""
         self._attach(key, self._pinned.pop(key))
+
+    def hit_pin_many(self, keys: Iterable[Key]) -> None:
+        """``hit_pin`` each key in order (a request's prefix hits on free blocks, in one call)."""
+        hit_pin = self.hit_pin
+        for key in keys:
+            hit_pin(key)
+
+    def unpin_many(self, keys: Iterable[Key]) -> None:
+        """``unpin`` each key in order (the vLLM pool frees a request's blocks in one call)."""
+        unpin = self.unpin
+        for key in keys:
+            unpin(key)
 
     def evict(self) -> Key:
         """Remove and return a victim among the unpinned keys."""

@@ -49,9 +49,36 @@ class LRU(EvictionPolicy):
             del self._order[key]
             self._pinned[key] = None
 
+    def insert_pinned(self, key: Key) -> None:
+        self._pinned[key] = None
+
+    def hit_pin(self, key: Key) -> None:  # a hit's move is undone by the pin: only pin
+        if key not in self._pinned:
+            del self._order[key]
+            self._pinned[key] = None
+
     def unpin(self, key: Key) -> None:
         del self._pinned[key]
         self._order[key] = None
+
+    def hit_pin_many(self, keys: Iterable[Key]) -> None:
+        pinned, order = self._pinned, self._order
+        for key in keys:
+            if key not in pinned:
+                del order[key]
+                pinned[key] = None
+
+    def unpin_many(self, keys: Iterable[Key]) -> None:
+        pinned, order = self._pinned, self._order
+        for key in keys:
+            del pinned[key]
+            order[key] = None
+
+    def evict_many(self, n: int) -> list[Key]:
+        if n > len(self._order):
+            return super().evict_many(n)  # raises NoEvictableKey
+        pop = self._order.popitem
+        return [pop(False)[0] for _ in range(n)]
 
     def eviction_order(self) -> list[Key]:
         return list(self._order)

@@ -163,6 +163,17 @@ class S3FIFO(EvictionPolicy):
                 return key
             main[key] = min(freq, cap) - 1
 
+    def hit_pin(self, key: Key) -> None:  # hit then pin, one call (the pools' hot path)
+        pinned = self._pinned
+        if key in pinned:
+            in_main, freq = pinned[key]
+            pinned[key] = (in_main, freq + 1)
+        elif key in self._small:
+            self._small_pinned += 1
+            pinned[key] = (False, self._small.pop(key) + 1)
+        else:
+            pinned[key] = (True, self._main.pop(key) + 1)
+
     def _detach(self, key: Key) -> tuple[bool, int]:
         if key in self._small:
             self._small_pinned += 1

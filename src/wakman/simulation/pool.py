@@ -63,12 +63,14 @@ class BlockPool:
     # ------------------------------------------------------------------ life cycle
     def touch(self, keys: Sequence[Key]) -> None:
         """Hits: each block is a policy hit, then pinned by one more reference (vLLM ``touch``)."""
-        policy, refs = self.policy, self.refs
+        refs = self.refs
+        hit, hit_pin = self.policy.hit, self.policy.hit_pin
         for key in keys:
-            policy.hit(key)
             count = refs.get(key, 0)
             if count == 0:
-                policy.pin(key)
+                hit_pin(key)
+            else:
+                hit(key)
             refs[key] = count + 1
 
     def allocate(self, n: int) -> None:

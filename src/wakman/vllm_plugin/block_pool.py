@@ -12,8 +12,11 @@ the pool, keep using the same object. Overridden, each a thin layer over the sto
 - ``_remove_cached_block_hashes``: a hash removed outside eviction leaves the policy.
 - ``reset_prefix_cache``: on success the policy forgets everything, ghosts included.
 
-``get_new_blocks`` and ``free_blocks`` are stock: they reach the policy through the queue's
-``popleft_n``, ``append_n`` and ``prepend_n``.
+- ``get_new_blocks``: stock, written out so that an evicted block skips the hook above.
+
+``free_blocks`` is stock: it reaches the policy through the queue's ``append_n`` and ``prepend_n``.
+Hot-path overrides copy vLLM 0.32's code rather than wrap it (one Python frame less per block);
+``compat.py`` refuses other vLLM versions.
 """
 
 from __future__ import annotations
@@ -32,29 +35,72 @@ class PolicyBlockPool(BlockPool):
     counting_hits = False  # True while the coordinator pins a request's prefix hits
 
     def touch(self, blocks: Sequence[Any]) -> None:
+        """Stock ``touch`` plus the policy calls: free cached blocks are hit and pinned in one
+        batch after the loop (vLLM never touches a block twice in one call), pinned ones are hit."""
         queue = self.free_block_queue
         key_of, policy, collector = queue.key_of, queue.policy, self.metrics_collector
-        pin_only = not self.counting_hits
+        counting = self.counting_hits
+        freed: list = []
         for block in blocks:
             key = key_of[block.block_id]
             if block.ref_cnt == 0 and not block.is_null:
                 if key is None:
                     del queue.blank[block.block_id]
                 else:
-                    if not pin_only:
-                        policy.hit(key)
-                    policy.pin(key)
-            elif key is not None and not pin_only:
+                    freed.append(key)
+            elif key is not None and counting:
                 policy.hit(key)
             block.ref_cnt += 1
             if collector:
                 collector.on_block_accessed(block)
+        if freed:
+            if counting:
+                policy.hit_pin_many(freed)
+            else:
+                for key in freed:
+                    policy.pin(key)
 
     def _insert_block_hash(self, block_hash_with_group_id: Any, block: Any, num_tokens: int | None) -> None:
-        first = block.block_hash is None  # a secondary hash leaves the block's policy key as it is
-        super()._insert_block_hash(block_hash_with_group_id, block, num_tokens)
-        if first and block.block_hash is not None and not block.is_null:
-            self.free_block_queue.cached(block, block.block_hash)
+        """Stock vLLM 0.32's method, plus: a block's first hash makes it a policy key (a secondary
+        hash leaves the key as it is). Written out, not wrapped: it runs once per computed block."""
+        if block.block_hash == block_hash_with_group_id:
+            return
+        cached = self.cached_block_hash_to_block
+        if cached.contain(block_hash_with_group_id, block.block_id):
+            return
+        if block.block_hash is None:
+            block.set_block_hash(block_hash_with_group_id, num_tokens=num_tokens)
+            queue = self.free_block_queue
+            if block.ref_cnt > 0 and block_hash_with_group_id not in queue.block_of:
+                # the usual case, a block of a running request: queue.cached() written out
+                queue.key_of[block.block_id] = block_hash_with_group_id
+                queue.block_of[block_hash_with_group_id] = block
+                queue.policy.insert_pinned(block_hash_with_group_id)
+            elif not block.is_null:
+                queue.cached(block, block_hash_with_group_id)
+        else:
+            self.cached_block_hashes_by_block.setdefault(block.block_id, set()).add(block_hash_with_group_id)
+        cached.insert(block_hash_with_group_id, block)
+
+    def get_new_blocks(self, num_blocks: int) -> list[Any]:
+        """Stock vLLM 0.32's method with caching on, written out: the queue has already let go of
+        the victims' policy keys, so their hashes leave vLLM's map without the hook below."""
+        if num_blocks > self.get_num_free_blocks():
+            raise ValueError(f"Cannot get {num_blocks} free blocks from the pool")
+        ret = self.free_block_queue.popleft_n(num_blocks)
+        if self._reuse_watchers:
+            self._notify_reuse(ret)
+        remove, collector = BlockPool._remove_cached_block_hashes, self.metrics_collector
+        for block in ret:
+            if collector:
+                collector.on_block_evicted(block)
+            evicted = remove(self, block)
+            if evicted:
+                self._emit_block_removed_events(evicted)
+            block.ref_cnt += 1
+            if collector:
+                collector.on_block_allocated(block)
+        return ret
 
     def _remove_cached_block_hashes(self, block: Any) -> list:
         queue = self.free_block_queue

@@ -65,13 +65,16 @@ class PolicyFreeQueue:
     def append_n(self, blocks: Sequence[Any]) -> None:
         """Blocks whose ``ref_cnt`` reached 0, deepest of a chain first: cached ones re-enter the
         policy's order; uncached ones (offload ``unpin_blocks`` only) join ``blank``'s tail."""
-        key_of, unpin = self.key_of, self.policy.unpin
-        for block in blocks:
-            key = key_of[block.block_id]
+        key_of = self.key_of
+        keys = [key_of[block.block_id] for block in blocks]
+        if None not in keys:  # the stock pool's case: only cached blocks come here
+            self.policy.unpin_many(keys)
+            return
+        for block, key in zip(blocks, keys, strict=True):
             if key is None:
                 self.blank[block.block_id] = block
             else:
-                unpin(key)
+                self.policy.unpin(key)
 
     def prepend_n(self, blocks: Sequence[Any]) -> None:
         """Uncached blocks to hand out first, ``blocks[0]`` at the head."""
@@ -104,7 +107,7 @@ class PolicyFreeQueue:
         self.key_of[bid] = key
         block_of[key] = block
         if block.ref_cnt > 0:
-            self.policy.insert(key, pinned=True)
+            self.policy.insert_pinned(key)
         else:  # a free blank block got a hash (partial-block paths): it moves from blank to the policy
             self.blank.pop(bid, None)
             self.policy.insert(key)

@@ -57,8 +57,12 @@ class PolicyRuntime:
 
     # ------------------------------------------------------------------ scheduler calls
     def on_request(self, arrival_s: float, block_hashes: list, block_size: int, prompt_tokens: int) -> None:
+        """Log a request. ``block_hashes`` is the request's own list, which vLLM extends as decoding
+        fills blocks: with ``log_outputs`` the estimator keeps a view of that growing tail."""
         if self.manager is not None:
-            self.manager.estimator.record(arrival_s, list(block_hashes), block_size, prompt_tokens)
+            prompt = list(block_hashes)
+            outputs = OutputBlocks(block_hashes, len(prompt)) if self.manager.config.log_outputs else ()
+            self.manager.estimator.record(arrival_s, prompt, block_size, prompt_tokens, outputs)
 
     def on_step(self) -> None:
         manager = self.manager
@@ -129,3 +133,19 @@ class PolicyRuntime:
                 out["last_replay_seconds"] = replayed[-1].replay_wall_s
                 out["shadow_hit_rate"] = dict(replayed[-1].rates)
         return out
+
+
+class OutputBlocks:
+    """The blocks a request's decoding has filled so far: ``hashes[start:]``, read when replayed
+    (vLLM appends to the list on the scheduler thread; a replay thread reads a consistent slice)."""
+
+    __slots__ = ("hashes", "start")
+
+    def __init__(self, hashes: list, start: int) -> None:
+        self.hashes, self.start = hashes, start
+
+    def __iter__(self):
+        return iter(self.hashes[self.start :])
+
+    def __len__(self) -> int:
+        return max(0, len(self.hashes) - self.start)
