@@ -124,6 +124,36 @@ def test_failing_replay_keeps_the_policy_and_metrics_show_it(monkeypatch):
     assert errors and float(errors.group(1)) >= 1
 
 
+def test_plus_feeds_decoded_blocks_to_its_long_lived_shadows(monkeypatch):
+    """In-process engine, wakman-plus: the estimator's view of each request's decoded blocks fills
+    as vLLM hashes them, and each decision feeds only the requests logged since the last one."""
+    monkeypatch.setenv("WAKMAN_INTERVAL_S", "5")
+    monkeypatch.setenv("WAKMAN_REPLAY", "inline")
+    from wakman.vllm_plugin.engine import build_llm, engine_core
+    from wakman.vllm_plugin.replay import replay
+
+    requests = small_trace(duration_s=40)
+    llm = build_llm(
+        CAPACITY, 32, max_model_len=max(r.prompt_tokens for r in requests) + 80, policy="wakman-plus"
+    )
+    runtime = engine_core(llm).scheduler.wakman
+    fed: list = []
+
+    def recording(window, capacity):
+        fed.extend(window)
+        return runtime.manager.replay(window, capacity)
+
+    runtime.replay_hook = recording
+    result = replay(requests, "wakman-plus", CAPACITY, llm=llm)
+    assert result.adaptive["decisions"] and not [d for d in result.adaptive["decisions"] if d["error"]]
+    assert len(fed) == len({id(r) for r in fed}) > 0  # every logged request fed once
+    with_outputs = [r for r in fed if len(r.output_keys) > 0]
+    assert with_outputs, "no decoded block reached the shadows"
+    for r in with_outputs:
+        assert not set(r.output_keys) & set(r.block_keys)
+    assert set(runtime.manager._shadows) == {"lru", "s3fifo"}
+
+
 def _readme_command() -> list[str]:
     text = (ROOT / "README.md").read_text()
     section = text.split("## Use with vLLM", 1)[1]

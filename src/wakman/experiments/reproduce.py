@@ -1,7 +1,7 @@
 """``wakman reproduce``: the paper's experiments on the simulator, in one command.
 
 Stages (each a progress bar): the 20 mixes (one hour at 1.5 requests/s; all policies at the
-primary capacity, the static and adaptive ones at two more), the Figure 3 ablations (turns per
+primary capacity, the static and adaptive ones at half of it), the Figure 3 ablations (turns per
 session and input length, at 33/33/34 and 0/50/50), and the real traces (the bundled Mooncake chat
 trace; the Claude Code sessions when ``../shared/traces`` is there). Every task generates its own
 trace from (preset, seed), so results do not depend on the number of jobs.
@@ -41,7 +41,7 @@ class Plan:
     duration_s: float = 3600.0
     ablation_duration_s: float = 1800.0  # Figure 3's traces: half an hour (8K-token inputs are heavy)
     capacity: int = 6000  # blocks of 32 tokens: the primary size, under pressure for every mix
-    other_capacities: tuple[int, ...] = (3000, 12000)
+    other_capacities: tuple[int, ...] = (3000,)  # half the primary: S3-FIFO's regime (5-min budget)
     seed: int = 0
     real_capacities: tuple[int, ...] = (5000, 19200)
     claude_capacities: tuple[int, ...] = (20000, 60000)

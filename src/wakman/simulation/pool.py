@@ -10,7 +10,9 @@ Physical blocks are fungible for hit rates, so the pool counts them instead of n
   decode block whose key the trace does not know, a recomputed block whose key is already cached).
 
 Invariants (``check``): ``blank + len(policy) + uncached_in_use == capacity``; ``free = blank +
-policy.num_evictable``; a key is pinned in the policy iff ``refs[key] > 0``.
+policy.num_evictable``; a key is pinned in the policy iff ``refs[key] > 0``; ``resident`` holds
+exactly the policy's keys (a plain set, so that lookups run at C speed: only ``allocate``'s
+victims leave it).
 
 vLLM keeps a second physical copy when a request recomputes a block whose hash is still cached
 (only possible for a stranded block: lookups stop at the first miss). Here the new block takes the
@@ -20,6 +22,7 @@ key over and the stale copy becomes blank, which frees the same capacity and kee
 from __future__ import annotations
 
 from collections.abc import Sequence
+from itertools import islice, takewhile
 
 from wakman.policies import EvictionPolicy, Key, NoEvictableKey
 
@@ -37,6 +40,7 @@ class BlockPool:
         self.blank = capacity
         self.uncached_in_use = 0
         self.refs: dict[Key, int] = {}
+        self.resident: set[Key] = set()  # the cached keys, = the policy's
         self.evictions = 0
         self.parent: dict[Key, Key | None] = {}  # cached key -> previous key of its chain
 
@@ -46,19 +50,15 @@ class BlockPool:
         return self.blank + self.policy.num_evictable
 
     def cached(self, key: Key) -> bool:
-        return key in self.policy
+        return key in self.resident
 
     def longest_hit(self, keys: Sequence[Key], limit: int) -> int:
         """Blocks of the longest cached prefix of ``keys[:limit]`` (stops at the first miss)."""
-        policy = self.policy
-        n = 0
-        while n < limit and keys[n] in policy:
-            n += 1
-        return n
+        return sum(1 for _ in takewhile(self.resident.__contains__, islice(keys, limit)))
 
     def evictable_among(self, keys: Sequence[Key]) -> int:
-        refs = self.refs
-        return sum(1 for k in keys if refs.get(k, 0) == 0)
+        """How many of these cached ``keys`` are free (no reference): admitting them uses them up."""
+        return len(keys) - sum(map(self.refs.__contains__, keys))
 
     # ------------------------------------------------------------------ life cycle
     def touch(self, keys: Sequence[Key]) -> None:
@@ -84,9 +84,10 @@ class BlockPool:
                 victims = self.policy.evict_many(n - from_blank)
             except NoEvictableKey as exc:  # pragma: no cover - guarded by the check above
                 raise PoolExhausted(str(exc)) from exc
-            parent = self.parent
+            parent, resident = self.parent, self.resident
             for victim in victims:
                 parent.pop(victim, None)
+                resident.discard(victim)
             self.evictions += len(victims)
         self.uncached_in_use += n
 
@@ -99,13 +100,14 @@ class BlockPool:
             return None
         policy, refs = self.policy, self.refs
         count = refs.get(key, 0)
-        if key in policy:
+        if key in self.resident:
             if count > 0:
                 return None  # another request holds the cached copy: this block stays anonymous
             policy.pin(key)  # take the key over; the stale copy becomes blank
             self.blank += 1
         else:
-            policy.insert(key, pinned=True)
+            policy.insert_pinned(key)
+            self.resident.add(key)
             self.parent[key] = parent
         self.uncached_in_use -= 1
         refs[key] = count + 1
@@ -113,7 +115,8 @@ class BlockPool:
 
     def release(self, held: Sequence[Key | None]) -> None:
         """A request frees its blocks, deepest first (vLLM frees ``reversed(blocks)``)."""
-        policy, refs = self.policy, self.refs
+        refs = self.refs
+        freed = []
         for key in reversed(held):
             if key is None:
                 self.uncached_in_use -= 1
@@ -124,7 +127,8 @@ class BlockPool:
                 refs[key] = count
             else:
                 del refs[key]
-                policy.unpin(key)
+                freed.append(key)
+        self.policy.unpin_many(freed)
 
     def replace_policy(self, policy: EvictionPolicy) -> None:
         """Swap the eviction policy (the adaptive manager's switch); the cached blocks carry over."""
@@ -143,6 +147,7 @@ class BlockPool:
             f"anonymous != {self.capacity}"
         )
         assert policy.num_pinned == len(self.refs)
+        assert len(self.resident) == len(policy) and all(k in policy for k in self.resident)
         assert all(policy.is_pinned(k) for k in self.refs)
 
 

@@ -123,6 +123,8 @@ class ServeSimulation:
             policy = pool.policy
             if isinstance(policy, Belady):
                 policy.seek(self.belady_offsets[index + 1])
+        if total - req.max_hit_blocks > pool.free:
+            return False  # even a full prefix hit would not fit (the cheap test: no lookup)
         hits = pool.longest_hit(keys, req.max_hit_blocks)
         new = total - hits
         if new + pool.evictable_among(keys[:hits]) > pool.free:
