@@ -139,7 +139,9 @@ def _expected_cost(stage: str, name: str) -> float:
     """Roughly the task's seconds on one core, only to order the tasks (measured once)."""
     if stage == "ablations":
         tokens = int("".join(c for c in name.split("-")[0] if c.isdigit()))
-        return tokens / 250 if name.startswith("input") else tokens / 4
+        if name.startswith("input"):
+            return tokens / 250
+        return tokens / 4 if name.startswith("turns") else 2.0
     if stage == "mixes":
         return 20.0
     return 5.0

@@ -9,7 +9,9 @@ solution), hence the one extra point where the winner flips.
 
 Ablations (Figure 3): turns per session at 33/33/34 (multi-turn and agentic turns set to a median
 of 2..32), input length (every per-turn input: payload, user message, tool result) from 128 to
-8192 tokens, and the same two sweeps at 0/50/50.
+8192 tokens, and the same two sweeps at 0/50/50. Beyond the paper: the multi-turn human gap
+(median 30 s to 10 min) at 50/50 single/multi, the knob that decides whether chat traffic favours
+LRU (short gaps) or S3-FIFO (long gaps).
 """
 
 from __future__ import annotations
@@ -53,6 +55,7 @@ def _mixes() -> list[Preset]:
 
 TURNS = (2, 4, 8, 16, 32)
 INPUT_TOKENS = (128, 512, 2048, 8192)
+HUMAN_GAP_S = (30, 120, 600)  # multi-turn think time (median seconds) at 50/50 single/multi
 
 
 def _ablations() -> list[Preset]:
@@ -88,6 +91,15 @@ def _ablations() -> list[Preset]:
                     group=f"ablation-input-{base}",
                 )
             )
+    for gap in HUMAN_GAP_S:
+        out.append(
+            Preset(
+                f"gap{gap}-single-multi-50",
+                (0.5, 0.5, 0.0),
+                {"multi_turn.gap_s.median": str(gap)},
+                group="ablation-gap-single-multi-50",
+            )
+        )
     return out
 
 
