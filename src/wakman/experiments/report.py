@@ -329,7 +329,7 @@ def _differences(payload: dict[str, Any]) -> str:
             if not over
             else "over 0.5 point on "
             + ", ".join(f"{n} ({r:.2f})" for n, r in over)
-            + ": on pure single-turn traffic its first 2 minutes run LRU while the cache fills, and "
+            + ": on pure single-turn traffic the policies only differ once the cache is full, and "
             "where LRU and S3-FIFO are close over the hour, the better one changes from one quarter "
             "hour to the next and every switch costs a little (S3-FIFO rebuilds its queues from LRU's order)."
         ),
