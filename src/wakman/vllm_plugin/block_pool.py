@@ -14,7 +14,8 @@ the pool, keep using the same object. Overridden, each a thin layer over the sto
 
 - ``get_new_blocks``: stock, written out so that an evicted block skips the hook above.
 
-``free_blocks`` is stock: it reaches the policy through the queue's ``append_n`` and ``prepend_n``.
+- ``free_blocks``: stock, written out so that released keys reach the policy in one call.
+
 Hot-path overrides copy vLLM 0.32's code rather than wrap it (one Python frame less per block);
 ``compat.py`` refuses other vLLM versions.
 """
@@ -41,14 +42,15 @@ class PolicyBlockPool(BlockPool):
         key_of, policy, collector = queue.key_of, queue.policy, self.metrics_collector
         counting = self.counting_hits
         freed: list = []
+        take = freed.append
         for block in blocks:
-            key = key_of[block.block_id]
             if block.ref_cnt == 0 and not block.is_null:
+                key = key_of[block.block_id]
                 if key is None:
                     del queue.blank[block.block_id]
                 else:
-                    freed.append(key)
-            elif key is not None and counting:
+                    take(key)
+            elif counting and (key := key_of[block.block_id]) is not None:
                 policy.hit(key)
             block.ref_cnt += 1
             if collector:
@@ -101,6 +103,32 @@ class PolicyBlockPool(BlockPool):
             if collector:
                 collector.on_block_allocated(block)
         return ret
+
+    def free_blocks(self, ordered_blocks: Any) -> None:
+        """Stock vLLM 0.32's method with caching on, written out: a block whose ``ref_cnt`` reaches
+        0 re-enters the policy (it has a key iff it has a hash) or, uncached, the head of ``blank``;
+        the keys are unpinned in one call, in vLLM's order (first to be evicted first)."""
+        queue = self.free_block_queue
+        key_of = queue.key_of
+        uncached: list = []
+        keys: list = []
+        other_pools: dict = {}
+        for block in ordered_blocks:
+            if block.pool is not None and block.pool is not self:
+                other_pools.setdefault(block.pool, []).append(block)
+                continue
+            block.ref_cnt -= 1
+            if block.ref_cnt == 0 and not block.is_null:
+                key = key_of[block.block_id]
+                if key is None:
+                    uncached.append(block)
+                else:
+                    keys.append(key)
+        if uncached:
+            queue.prepend_n(uncached)
+        queue.policy.unpin_many(keys)
+        for pool, blocks in other_pools.items():
+            pool.free_blocks(blocks)
 
     def _remove_cached_block_hashes(self, block: Any) -> list:
         queue = self.free_block_queue

@@ -48,10 +48,10 @@ class PolicyFreeQueue:
         out = [blank.popitem(last=False)[1] for _ in range(take)]
         if n > take:
             key_of, pop = self.key_of, self.block_of.pop
-            for key in self.policy.evict_many(n - take):
-                block = pop(key)
+            victims = [pop(key) for key in self.policy.evict_many(n - take)]
+            for block in victims:
                 key_of[block.block_id] = None
-                out.append(block)
+            out += victims
         return out
 
     def remove(self, block: Any) -> None:
