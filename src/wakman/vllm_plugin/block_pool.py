@@ -39,18 +39,18 @@ class PolicyBlockPool(BlockPool):
         """Stock ``touch`` plus the policy calls: free cached blocks are hit and pinned in one
         batch after the loop (vLLM never touches a block twice in one call), pinned ones are hit."""
         queue = self.free_block_queue
-        key_of, policy, collector = queue.key_of, queue.policy, self.metrics_collector
+        policy, collector = queue.policy, self.metrics_collector
         counting = self.counting_hits
         freed: list = []
         take = freed.append
         for block in blocks:
             if block.ref_cnt == 0 and not block.is_null:
-                key = key_of[block.block_id]
+                key = block.prev_free_block  # the block's policy key (free_queue.py)
                 if key is None:
                     del queue.blank[block.block_id]
                 else:
                     take(key)
-            elif counting and (key := key_of[block.block_id]) is not None:
+            elif counting and (key := block.prev_free_block) is not None:
                 policy.hit(key)
             block.ref_cnt += 1
             if collector:
@@ -75,7 +75,7 @@ class PolicyBlockPool(BlockPool):
             queue = self.free_block_queue
             if block.ref_cnt > 0 and block_hash_with_group_id not in queue.block_of:
                 # the usual case, a block of a running request: queue.cached() written out
-                queue.key_of[block.block_id] = block_hash_with_group_id
+                block.prev_free_block = block_hash_with_group_id
                 queue.block_of[block_hash_with_group_id] = block
                 queue.policy.insert_pinned(block_hash_with_group_id)
             elif not block.is_null:
@@ -109,7 +109,6 @@ class PolicyBlockPool(BlockPool):
         0 re-enters the policy (it has a key iff it has a hash) or, uncached, the head of ``blank``;
         the keys are unpinned in one call, in vLLM's order (first to be evicted first)."""
         queue = self.free_block_queue
-        key_of = queue.key_of
         uncached: list = []
         keys: list = []
         other_pools: dict = {}
@@ -119,7 +118,7 @@ class PolicyBlockPool(BlockPool):
                 continue
             block.ref_cnt -= 1
             if block.ref_cnt == 0 and not block.is_null:
-                key = key_of[block.block_id]
+                key = block.prev_free_block
                 if key is None:
                     uncached.append(block)
                 else:
@@ -132,7 +131,7 @@ class PolicyBlockPool(BlockPool):
 
     def _remove_cached_block_hashes(self, block: Any) -> list:
         queue = self.free_block_queue
-        if queue.key_of[block.block_id] is not None:  # None after an eviction: the queue let go already
+        if block.prev_free_block is not None:  # None after an eviction: the queue let go already
             queue.uncached(block)
         return super()._remove_cached_block_hashes(block)
 
@@ -158,8 +157,6 @@ def install(pool: BlockPool, policy: EvictionPolicy, coordinator: Any = None) ->
     free = stock.get_all_free_blocks()
     if len(free) != pool.num_gpu_blocks - 1 or pool.cached_block_hash_to_block._cache:
         raise RuntimeError("wakman can only take over a fresh vLLM block pool (all blocks free, none cached)")
-    for block in free:  # unthread the stock linked list
-        block.prev_free_block = block.next_free_block = None
     pool.__class__ = PolicyBlockPool
     pool.free_block_queue = PolicyFreeQueue(pool.blocks, free, policy)
     if coordinator is not None:

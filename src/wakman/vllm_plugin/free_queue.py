@@ -10,6 +10,10 @@ Implements the protocol ``BlockPool`` uses (``popleft``, ``popleft_n``, ``remove
   hash that another block already holds (vLLM allows such duplicates) is keyed ``(hash, block_id)``.
   Ghost entries are keyed by hash, so they survive block-id reuse.
 
+A block's policy key is kept on the block, in its ``prev_free_block`` slot (``KVCacheBlock`` has
+``__slots__``; vLLM reserves that slot for the free queue, which this class replaces, and no other
+vLLM code reads it); None means no key. Reading it is one attribute load on the hot path.
+
 Invariants (``check``): a non-null block is free (in ``blank`` or an evictable key) iff ``ref_cnt ==
 0``; ``num_free_blocks == len(blank) + policy.num_evictable``; ``popleft_n(n)`` never refuses while
 ``n <= num_free_blocks``. The queue keeps no state per operation beyond these maps.
@@ -27,10 +31,12 @@ from wakman.policies import EvictionPolicy, Key, handover
 class PolicyFreeQueue:
     def __init__(self, blocks: Sequence[Any], free_blocks: Sequence[Any], policy: EvictionPolicy) -> None:
         """``blocks``: every block of the pool (index = block id); ``free_blocks``: the free ones, in
-        stock queue order, none of them cached (the state right after ``BlockPool.__init__``)."""
+        stock queue order, none of them cached (the state right after ``BlockPool.__init__``).
+        Every block's linked-list slots are cleared: from now on ``prev_free_block`` holds its key."""
+        for block in blocks:
+            block.prev_free_block = block.next_free_block = None
         self.policy = policy
         self.blank: OrderedDict[int, Any] = OrderedDict((b.block_id, b) for b in free_blocks)
-        self.key_of: list[Key | None] = [None] * len(blocks)  # block id -> policy key
         self.block_of: dict[Key, Any] = {}  # policy key -> block
 
     # ------------------------------------------------------------------ the stock protocol
@@ -47,16 +53,16 @@ class PolicyFreeQueue:
         take = min(n, len(blank))
         out = [blank.popitem(last=False)[1] for _ in range(take)]
         if n > take:
-            key_of, pop = self.key_of, self.block_of.pop
+            pop = self.block_of.pop
             victims = [pop(key) for key in self.policy.evict_many(n - take)]
             for block in victims:
-                key_of[block.block_id] = None
+                block.prev_free_block = None  # no key any more
             out += victims
         return out
 
     def remove(self, block: Any) -> None:
         """``block`` leaves the free queue (``ref_cnt`` 0 -> 1): a cached block is pinned."""
-        key = self.key_of[block.block_id]
+        key = block.prev_free_block
         if key is None:
             del self.blank[block.block_id]
         else:
@@ -65,8 +71,7 @@ class PolicyFreeQueue:
     def append_n(self, blocks: Sequence[Any]) -> None:
         """Blocks whose ``ref_cnt`` reached 0, deepest of a chain first: cached ones re-enter the
         policy's order; uncached ones (offload ``unpin_blocks`` only) join ``blank``'s tail."""
-        key_of = self.key_of
-        keys = [key_of[block.block_id] for block in blocks]
+        keys = [block.prev_free_block for block in blocks]
         if None not in keys:  # the stock pool's case: only cached blocks come here
             self.policy.unpin_many(keys)
             return
@@ -80,7 +85,7 @@ class PolicyFreeQueue:
         """Uncached blocks to hand out first, ``blocks[0]`` at the head."""
         blank = self.blank
         for block in reversed(blocks):
-            key = self.key_of[block.block_id]
+            key = block.prev_free_block
             if key is not None:  # only with caching disabled, where no block has a key
                 self.policy.unpin(key)
                 continue
@@ -104,7 +109,7 @@ class PolicyFreeQueue:
         block_of = self.block_of
         key: Key = block_hash if block_hash not in block_of else (block_hash, block.block_id)
         bid = block.block_id
-        self.key_of[bid] = key
+        block.prev_free_block = key
         block_of[key] = block
         if block.ref_cnt > 0:
             self.policy.insert_pinned(key)
@@ -114,12 +119,12 @@ class PolicyFreeQueue:
 
     def uncached(self, block: Any) -> None:
         """``block`` lost its hash outside eviction (connector ``evict_blocks``, hash moves)."""
-        key = self.key_of[block.block_id]
+        key = block.prev_free_block
         if key is None:
             return
         self.policy.discard(key)
         del self.block_of[key]
-        self.key_of[block.block_id] = None
+        block.prev_free_block = None
         if block.ref_cnt == 0 and not block.is_null:
             self.blank[block.block_id] = block
             self.blank.move_to_end(block.block_id, last=False)
@@ -130,8 +135,9 @@ class PolicyFreeQueue:
             block = self.block_of[key]
             self.blank[block.block_id] = block
         self.policy.reset()
+        for block in self.block_of.values():
+            block.prev_free_block = None
         self.block_of.clear()
-        self.key_of = [None] * len(self.key_of)
 
     def switch(self, policy: EvictionPolicy) -> None:
         """Make ``policy`` the live one: it adopts the current order, O(cached blocks)."""
@@ -143,7 +149,7 @@ class PolicyFreeQueue:
         for block in blocks:
             if block.is_null:
                 continue
-            key = self.key_of[block.block_id]
+            key = block.prev_free_block
             if key is None:
                 in_queue = block.block_id in self.blank
                 assert block.block_hash is None or block.ref_cnt > 0 or in_queue, block
