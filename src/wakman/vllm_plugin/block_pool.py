@@ -64,13 +64,14 @@ class PolicyBlockPool(BlockPool):
 
     def _insert_block_hash(self, block_hash_with_group_id: Any, block: Any, num_tokens: int | None) -> None:
         """Stock vLLM 0.32's method, plus: a block's first hash makes it a policy key (a secondary
-        hash leaves the key as it is). Written out, not wrapped: it runs once per computed block."""
-        if block.block_hash == block_hash_with_group_id:
+        hash leaves the key as it is). Written out, not wrapped: it runs once per computed block, so
+        it reads the block's ``_block_hash`` field rather than the ``block_hash`` property."""
+        if block._block_hash == block_hash_with_group_id:
             return
         cached = self.cached_block_hash_to_block
         if cached.contain(block_hash_with_group_id, block.block_id):
             return
-        if block.block_hash is None:
+        if block._block_hash is None:
             block.set_block_hash(block_hash_with_group_id, num_tokens=num_tokens)
             queue = self.free_block_queue
             if block.ref_cnt > 0 and block_hash_with_group_id not in queue.block_of:
