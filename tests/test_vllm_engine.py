@@ -154,6 +154,43 @@ def test_plus_feeds_decoded_blocks_to_its_long_lived_shadows(monkeypatch):
     assert set(runtime.manager._shadows) == {"lru", "s3fifo"}
 
 
+def test_async_scheduling_gets_the_async_scheduler_with_wakmans_pool(monkeypatch):
+    """vLLM's CPU platform turns async scheduling off, so no engine here runs it; this builds the
+    scheduler the way EngineCore does with the flag on: the same class name gives a
+    WakmanAsyncScheduler (over vLLM's AsyncScheduler) whose block pool is wakman's, and it schedules.
+    The engine's async step loop itself was not run (no GPU)."""
+    monkeypatch.setenv("WAKMAN_POLICY", "wakman-plus")
+    from vllm.v1.core.sched.async_scheduler import AsyncScheduler
+
+    from wakman.vllm_plugin.block_pool import PolicyBlockPool
+    from wakman.vllm_plugin.engine import build_llm, engine_core
+    from wakman.vllm_plugin.scheduler import WakmanAsyncScheduler, WakmanScheduler
+
+    llm = build_llm(CAPACITY, 32, max_model_len=2048, policy="wakman-plus")  # kept alive: its config
+    stock = engine_core(llm).scheduler
+    config = stock.vllm_config
+    assert not config.scheduler_config.async_scheduling and type(stock) is WakmanScheduler
+    config.scheduler_config.async_scheduling = True
+    try:
+        scheduler = WakmanScheduler(
+            vllm_config=config,
+            kv_cache_config=stock.kv_cache_config,
+            structured_output_manager=stock.structured_output_manager,
+            include_finished_set=False,
+            log_stats=False,
+            block_size=stock.block_size,
+            hash_block_size=stock.hash_block_size,
+        )
+    finally:
+        config.scheduler_config.async_scheduling = False
+    assert type(scheduler) is WakmanAsyncScheduler and isinstance(scheduler, AsyncScheduler)
+    pool = scheduler.kv_cache_manager.block_pool
+    assert isinstance(pool, PolicyBlockPool) and pool is not stock.kv_cache_manager.block_pool
+    scheduler.schedule()
+    assert scheduler.wakman.manager is not None and scheduler.wakman.live_policy == "lru"
+    pool.check()
+
+
 def _readme_command() -> list[str]:
     text = (ROOT / "README.md").read_text()
     section = text.split("## Use with vLLM", 1)[1]
