@@ -116,12 +116,12 @@ class AdaptiveManager:
         start = max(0.0, now - cfg.window_s)
         persistent = cfg.shadows == "persistent"
         window = self.estimator.window(self._fed_until if persistent else start, now)
-        if shadow_capacity is None:
-            if cfg.shadow_size == "pool":
-                shadow_capacity = self.capacity
-            else:
-                shadow_capacity = max(1, round(self.estimator.mean_free(start, now)))
         capacity = shadow_capacity
+        if capacity is None:
+            if cfg.shadow_size == "pool":
+                capacity = self.capacity
+            else:
+                capacity = max(1, round(self.estimator.mean_free(start, now)))
         self.next_decision = now + cfg.interval_s
         if persistent:  # the window handed over is what the shadows have not seen yet
             self._fed_until = now

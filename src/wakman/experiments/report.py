@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from wakman.experiments.plots import _pyplot, plot_decisions, save_figure
+from wakman.experiments.reproduce import regret_points
 
 POLICIES = ("lru", "s3fifo", "wakman", "wakman-plus", "belady", "infinite")
 
@@ -269,10 +270,7 @@ def _differences(payload: dict[str, Any]) -> str:
     plus = s["policies"]["wakman-plus"]
     paper_mode = s["policies"]["wakman"]
     statics = s["policies"]["lru"], s["policies"]["s3fifo"]
-    over = [
-        (m["name"], 100 * (max(m["hit_rate"]["lru"], m["hit_rate"]["s3fifo"]) - m["hit_rate"]["wakman-plus"]))
-        for m in mixes
-    ]
+    over = [(m["name"], regret_points(m["hit_rate"], "wakman-plus")) for m in mixes]
     over = [(n, r) for n, r in over if r > 0.5]
     flips = []
     for group in dict.fromkeys(a["group"] for a in payload["ablations"]):
@@ -348,6 +346,6 @@ def _capacity_row(mixes: list[dict[str, Any]], cap: str) -> list[str]:
     lru_wins = sum(r["lru"] > r["s3fifo"] for r in rows)
     out = [str(lru_wins), str(len(rows) - lru_wins)]
     for p in ("lru", "s3fifo", "wakman", "wakman-plus"):
-        regrets = [100 * (max(r["lru"], r["s3fifo"]) - r[p]) for r in rows]
+        regrets = [regret_points(r, p) for r in rows]
         out.append(f"{sum(regrets) / len(regrets):.2f} / {max(regrets):.2f}")
     return out

@@ -198,16 +198,20 @@ def run(
     return results
 
 
+def regret_points(hit_rate: dict[str, float], policy: str) -> float:
+    """How far ``policy`` is behind the better of static LRU and S3-FIFO, in points."""
+    return 100 * (max(hit_rate["lru"], hit_rate["s3fifo"]) - hit_rate[policy])
+
+
 def summarize(mixes: list[dict[str, Any]]) -> dict[str, Any]:
     """Regret against the better of lru and s3fifo per mix, wins, recovery, gap to Belady."""
 
     def rate(m, p):
         return m["hit_rate"][p]
 
-    better = [max(rate(m, "lru"), rate(m, "s3fifo")) for m in mixes]
     summary: dict[str, Any] = {"policies": {}}
     for policy in (*STATIC, *ADAPTIVE):
-        regrets = [100 * (b - rate(m, policy)) for m, b in zip(mixes, better, strict=True)]
+        regrets = [regret_points(m["hit_rate"], policy) for m in mixes]
         summary["policies"][policy] = {
             "mean_regret_points": statistics.mean(regrets),
             "max_regret_points": max(regrets),

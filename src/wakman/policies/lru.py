@@ -52,10 +52,7 @@ class LRU(EvictionPolicy):
     def insert_pinned(self, key: Key) -> None:
         self._pinned[key] = None
 
-    def hit_pin(self, key: Key) -> None:  # a hit's move is undone by the pin: only pin
-        if key not in self._pinned:
-            del self._order[key]
-            self._pinned[key] = None
+    hit_pin = pin  # a hit's move is undone by the pin: only pin
 
     def unpin(self, key: Key) -> None:
         del self._pinned[key]

@@ -10,9 +10,9 @@ Physical blocks are fungible for hit rates, so the pool counts them instead of n
   decode block whose key the trace does not know, a recomputed block whose key is already cached).
 
 Invariants (``check``): ``blank + len(policy) + uncached_in_use == capacity``; ``free = blank +
-policy.num_evictable``; a key is pinned in the policy iff ``refs[key] > 0``; ``resident`` holds
-exactly the policy's keys (a plain set, so that lookups run at C speed: only ``allocate``'s
-victims leave it).
+policy.num_evictable``; a key is pinned in the policy iff ``refs[key] > 0``; ``parent``'s keys are
+exactly the policy's keys (a plain dict, so that prefix lookups run at C speed: ``cache`` adds a key,
+only ``allocate``'s victims leave).
 
 vLLM keeps a second physical copy when a request recomputes a block whose hash is still cached
 (only possible for a stranded block: lookups stop at the first miss). Here the new block takes the
@@ -40,9 +40,8 @@ class BlockPool:
         self.blank = capacity
         self.uncached_in_use = 0
         self.refs: dict[Key, int] = {}
-        self.resident: set[Key] = set()  # the cached keys, = the policy's
         self.evictions = 0
-        self.parent: dict[Key, Key | None] = {}  # cached key -> previous key of its chain
+        self.parent: dict[Key, Key | None] = {}  # every cached key -> previous key of its chain
 
     # ------------------------------------------------------------------ queries
     @property
@@ -50,11 +49,11 @@ class BlockPool:
         return self.blank + self.policy.num_evictable
 
     def cached(self, key: Key) -> bool:
-        return key in self.resident
+        return key in self.parent
 
     def longest_hit(self, keys: Sequence[Key], limit: int) -> int:
         """Blocks of the longest cached prefix of ``keys[:limit]`` (stops at the first miss)."""
-        return sum(1 for _ in takewhile(self.resident.__contains__, islice(keys, limit)))
+        return sum(1 for _ in takewhile(self.parent.__contains__, islice(keys, limit)))
 
     def evictable_among(self, keys: Sequence[Key]) -> int:
         """How many of these cached ``keys`` are free (no reference): admitting them uses them up."""
@@ -84,10 +83,9 @@ class BlockPool:
                 victims = self.policy.evict_many(n - from_blank)
             except NoEvictableKey as exc:  # pragma: no cover - guarded by the check above
                 raise PoolExhausted(str(exc)) from exc
-            parent, resident = self.parent, self.resident
+            parent = self.parent
             for victim in victims:
-                parent.pop(victim, None)
-                resident.discard(victim)
+                del parent[victim]
             self.evictions += len(victims)
         self.uncached_in_use += n
 
@@ -100,14 +98,13 @@ class BlockPool:
             return None
         policy, refs = self.policy, self.refs
         count = refs.get(key, 0)
-        if key in self.resident:
+        if key in self.parent:
             if count > 0:
                 return None  # another request holds the cached copy: this block stays anonymous
             policy.pin(key)  # take the key over; the stale copy becomes blank
             self.blank += 1
         else:
             policy.insert_pinned(key)
-            self.resident.add(key)
             self.parent[key] = parent
         self.uncached_in_use -= 1
         refs[key] = count + 1
@@ -147,7 +144,7 @@ class BlockPool:
             f"anonymous != {self.capacity}"
         )
         assert policy.num_pinned == len(self.refs)
-        assert len(self.resident) == len(policy) and all(k in policy for k in self.resident)
+        assert len(self.parent) == len(policy) and all(k in policy for k in self.parent)
         assert all(policy.is_pinned(k) for k in self.refs)
 
 

@@ -70,12 +70,10 @@ class PolicyFreeQueue:
 
     def append_n(self, blocks: Sequence[Any]) -> None:
         """Blocks whose ``ref_cnt`` reached 0, deepest of a chain first: cached ones re-enter the
-        policy's order; uncached ones (offload ``unpin_blocks`` only) join ``blank``'s tail."""
-        keys = [block.prev_free_block for block in blocks]
-        if None not in keys:  # the stock pool's case: only cached blocks come here
-            self.policy.unpin_many(keys)
-            return
-        for block, key in zip(blocks, keys, strict=True):
+        policy's order; uncached ones join ``blank``'s tail. Only offload's ``unpin_blocks`` calls
+        this: ``PolicyBlockPool.free_blocks`` unpins its keys itself, in one call."""
+        for block in blocks:
+            key = block.prev_free_block
             if key is None:
                 self.blank[block.block_id] = block
             else:
