@@ -1,7 +1,11 @@
-"""Exact agreement with libCacheSim (the C reference) on hit counts, to the request."""
+"""Exact agreement with libCacheSim (the C reference) on hit counts, to the request, through every
+driver of the policy protocol: the core's ``replay`` loop over a numpy array, ``access`` one key at a
+time, and the pool protocol (``miss``/``evict``/``insert``/``hit``) driven from Python as a plain
+cache, the way the serve-mode pool and vLLM's free queue drive it."""
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 pytest.importorskip("libcachesim")  # a test dependency: `pip install -e .[test]`
@@ -22,26 +26,62 @@ POLICIES = ("lru", "fifo", "s3fifo", "s3fifo-v0", "sieve", "arc", "belady")
 
 @pytest.fixture(scope="module", params=list(STREAMS))
 def stream(request, tmp_path_factory):
-    keys = STREAMS[request.param]()
+    keys = STREAMS[request.param]().astype(np.uint64)
     path = write_oracle_general(keys, tmp_path_factory.mktemp("lcs") / f"{request.param}.bin")
-    return keys.tolist(), path
+    return keys, path, {c: {} for c in CAPACITIES}
+
+
+def _reference(policy, capacity, stream) -> int:
+    keys, path, cache = stream
+    if policy not in cache[capacity]:
+        cache[capacity][policy] = lcs_hits(policy, capacity, path, len(keys))
+    return cache[capacity][policy]
+
+
+def _build(policy, capacity, keys):
+    return make_policy(policy, capacity, **({"future": keys} if policy == "belady" else {}))
+
+
+def pool_protocol_hits(cache, keys) -> int:
+    """A plain cache made of protocol events: hit, or miss -> evict while full -> insert."""
+    hits = 0
+    capacity = cache.capacity
+    belady = cache.name == "belady"
+    for position, key in enumerate(keys.tolist()):
+        if belady:
+            cache.seek(position + 1)  # the pool's clock: this access is past
+        if key in cache:
+            cache.hit(key)
+            hits += 1
+            continue
+        cache.miss(key)
+        while len(cache) >= capacity:
+            cache.evict()
+        cache.insert(key)
+    return hits
 
 
 @pytest.mark.parametrize("policy", POLICIES)
-def test_same_hits_as_libcachesim(stream, policy):
-    keys, path = stream
+def test_replay_gives_libcachesim_hits(stream, policy):
+    keys = stream[0]
     for capacity in CAPACITIES:
-        extra = {"future": keys} if policy == "belady" else {}
-        ours = make_policy(policy, capacity, **extra).replay(keys)
-        theirs = lcs_hits(policy, capacity, path, len(keys))
+        ours = _build(policy, capacity, keys).replay(keys)
+        theirs = _reference(policy, capacity, stream)
         assert ours == theirs, f"{policy} at {capacity} blocks: wakman {ours} hits, libCacheSim {theirs}"
 
 
-def test_per_request_access_matches_replay(stream):
-    """``access`` one key at a time and the fast ``replay`` loop are the same algorithm."""
-    keys, _ = stream
-    keys = keys[:30_000]
-    for policy in POLICIES:
-        extra = {"future": keys} if policy == "belady" else {}
-        one_by_one = make_policy(policy, 1_000, **extra)
-        assert sum(map(one_by_one.access, keys)) == make_policy(policy, 1_000, **extra).replay(keys)
+@pytest.mark.parametrize("policy", POLICIES)
+def test_access_gives_libcachesim_hits(stream, policy):
+    keys = stream[0]
+    for capacity in CAPACITIES[:2]:
+        cache = _build(policy, capacity, keys)
+        ours = sum(map(cache.access, keys.tolist()))
+        assert ours == _reference(policy, capacity, stream), f"{policy} at {capacity} blocks"
+
+
+@pytest.mark.parametrize("policy", POLICIES)
+def test_pool_protocol_gives_libcachesim_hits(stream, policy):
+    keys = stream[0]
+    for capacity in CAPACITIES[:3]:
+        ours = pool_protocol_hits(_build(policy, capacity, keys), keys)
+        assert ours == _reference(policy, capacity, stream), f"{policy} at {capacity} blocks"

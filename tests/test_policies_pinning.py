@@ -135,11 +135,12 @@ def test_pins_that_are_not_hits_do_not_raise_frequency():
 def test_lru_unpin_order_is_release_order():
     """vLLM frees a request's blocks tail first, so its root is evicted last."""
     policy = make_policy("lru", 10)
-    for key in ("root", "mid", "leaf"):
+    root, mid, leaf = 11, 12, 13
+    for key in (root, mid, leaf):
         policy.insert(key, pinned=True)
-    for key in ("leaf", "mid", "root"):
+    for key in (leaf, mid, root):
         policy.unpin(key)
-    assert policy.eviction_order() == ["leaf", "mid", "root"]
+    assert policy.eviction_order() == [leaf, mid, root]
 
 
 def test_s3fifo_ghost_is_keyed_by_hash_and_readmits_to_main():
@@ -154,7 +155,7 @@ def test_s3fifo_ghost_is_keyed_by_hash_and_readmits_to_main():
 @settings(max_examples=150, deadline=None)
 @given(name=st.sampled_from(BOUNDED), ops=operations)
 def test_fused_calls_equal_their_parts(name, ops):
-    """``hit_pin`` (LRU and S3-FIFO fuse it) and ``insert_pinned`` leave a policy exactly as
+    """``hit_pin`` and ``insert_pinned`` (the pools' batched calls) leave a policy exactly as
     ``hit`` then ``pin`` and ``insert(pinned=True)`` do, victims and all."""
     fused, plain = build(name, 6), build(name, 6)
     resident: set[int] = set()
@@ -189,3 +190,61 @@ def test_fused_calls_equal_their_parts(name, ops):
         plain.unpin(key)
     while fused.num_evictable:  # the rest of the order, metadata included, through evictions
         assert fused.evict() == plain.evict()
+
+
+@settings(max_examples=150, deadline=None)
+@given(name=st.sampled_from(BOUNDED), capacity=st.integers(2, 8), ops=operations, data=st.data())
+def test_remove_takes_one_key_and_keeps_the_rest(name, capacity, ops, data):
+    """``remove`` (vLLM's connector evictions and hash moves) drops exactly one key: the others keep
+    their place in the order and their pins."""
+    policy = build(name, capacity)
+    for _op, key in ops:
+        if key in policy:
+            policy.hit(key)
+            continue
+        policy.miss(key)
+        while len(policy) >= capacity:
+            policy.evict()
+        policy.insert(key)
+    order = policy.eviction_order()
+    if not order:
+        return
+    pinned = set(order[1::3])
+    for key in pinned:
+        policy.pin(key)
+    order = policy.eviction_order()
+    victim = data.draw(st.sampled_from(sorted(set(order) | pinned)))
+    policy.remove(victim)
+    assert victim not in policy
+    assert policy.eviction_order() == [k for k in order if k != victim]
+    assert set(policy.pinned_keys()) == pinned - {victim}
+    policy.remove(victim)  # removing an absent key changes nothing
+    assert policy.eviction_order() == [k for k in order if k != victim]
+
+
+def test_remove_keeps_s3fifo_frequencies():
+    """Rebuilding the order (the old ``discard``) reset every frequency; ``remove`` keeps them."""
+    policy = make_policy("s3fifo", 10)  # S: 1 block, M: 9
+    for key in range(10):
+        policy.access(key)  # warm-up: keys 1..9 go to M (S fills with key 0 first)
+    policy.hit(5)
+    policy.remove(3)
+    policy.miss(100)
+    policy.insert(100)
+    victims = [policy.evict() for _ in range(8)]
+    assert 5 not in victims  # its hit still counts: it is reinserted once instead of evicted
+
+
+def test_s3fifo_ghost_hit_is_seen_before_eviction():
+    """The pool calls ``miss`` before it makes room: a ghost entry that the room-making would push
+    out of the ghost still sends its key to M (libCacheSim's find-then-evict order)."""
+    ghost_full = make_policy("s3fifo", 20)  # S 2, M 18, G 18
+    for key in range(60):
+        ghost_full.access(key)
+    oldest_ghost = next(k for k in range(60) if ghost_full.in_ghost(k))
+    ghost_full.miss(oldest_ghost)
+    assert not ghost_full.in_ghost(oldest_ghost)
+    for _ in range(3):
+        ghost_full.evict()  # S evictions push new keys into G
+    ghost_full.insert(oldest_ghost)
+    assert oldest_ghost in ghost_full and oldest_ghost in ghost_full.eviction_order()[2:]

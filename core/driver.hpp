@@ -1,0 +1,42 @@
+// The shared drivers of the protocol: one loop for every policy, no policy has a fast path of its own.
+//
+// access(): libCacheSim's get(): find; on a hit, hit(); on a miss, miss() (a ghost is seen before
+// anything is evicted), evict() while the cache is full, then insert(). Instantiated per final policy
+// class, so the calls inline.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "policy.hpp"
+
+namespace wakman {
+
+template <class P>
+inline bool drive_access(P& p, Key key) {
+  p.begin_access(key);
+  int32_t node = p.find_resident(key);
+  if (node >= 0) {
+    p.hit_node(node);
+    return true;
+  }
+  p.miss(key);
+  const size_t bound = static_cast<size_t>(p.bound());
+  while (p.size() >= bound) p.evict();
+  p.insert(key, false);
+  return false;
+}
+
+template <class P>
+inline int64_t drive_replay(P& p, const Key* keys, size_t n) {
+  int64_t hits = 0;
+  for (size_t i = 0; i < n; ++i) hits += drive_access(p, keys[i]);
+  return hits;
+}
+
+// Implements the driver entry points of Policy for a final class P.
+#define WAKMAN_DRIVEN(P)                                                                   \
+  int64_t replay(const Key* keys, size_t n) override { return drive_replay<P>(*this, keys, n); } \
+  bool access(Key key) override { return drive_access<P>(*this, key); }
+
+}  // namespace wakman

@@ -1,0 +1,108 @@
+// KeyMap: the core's one hash index, a 64-bit block key -> int32 slot in a NodeArena.
+//
+// Open addressing with linear probing and backward-shift deletion (no tombstones), a power-of-two
+// table kept at most half full. Lookups and inserts allocate nothing unless the table grows.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+namespace wakman {
+
+using Key = uint64_t;
+
+class KeyMap {
+ public:
+  explicit KeyMap(size_t expected = 8) { rehash(expected); }
+
+  // Slot of `key`, or -1.
+  int32_t find(Key key) const {
+    size_t i = home(key);
+    while (true) {
+      const Entry& e = table_[i];
+      if (e.value < 0) return -1;
+      if (e.key == key) return e.value;
+      i = (i + 1) & mask_;
+    }
+  }
+
+  // Precondition: `key` is absent.
+  void insert(Key key, int32_t value) {
+    if ((size_ + 1) * 2 > table_.size()) rehash(table_.size());
+    size_t i = home(key);
+    while (table_[i].value >= 0) i = (i + 1) & mask_;
+    table_[i] = {key, value};
+    ++size_;
+  }
+
+  // Removes `key` if present; the entries after it shift back so no probe chain breaks.
+  void erase(Key key) {
+    size_t i = home(key);
+    while (true) {
+      if (table_[i].value < 0) return;
+      if (table_[i].key == key) break;
+      i = (i + 1) & mask_;
+    }
+    size_t j = i;
+    while (true) {
+      j = (j + 1) & mask_;
+      if (table_[j].value < 0) break;
+      size_t h = home(table_[j].key);
+      // The entry at j may move to the hole at i unless its home lies cyclically in (i, j].
+      bool stays = (i <= j) ? (i < h && h <= j) : (i < h || h <= j);
+      if (!stays) {
+        table_[i] = table_[j];
+        i = j;
+      }
+    }
+    table_[i].value = -1;
+    --size_;
+  }
+
+  void clear() {
+    for (Entry& e : table_) e.value = -1;
+    size_ = 0;
+  }
+
+  // fn(key, value) for every entry, in table order.
+  template <class Fn>
+  void for_each(Fn&& fn) const {
+    for (const Entry& e : table_)
+      if (e.value >= 0) fn(e.key, e.value);
+  }
+
+  size_t size() const { return size_; }
+  size_t bytes() const { return table_.size() * sizeof(Entry); }
+
+ private:
+  struct Entry {
+    Key key;
+    int32_t value;  // -1: empty
+  };
+
+  size_t home(Key key) const {
+    key ^= key >> 33;
+    key *= 0xff51afd7ed558ccdULL;
+    key ^= key >> 33;
+    return static_cast<size_t>(key) & mask_;
+  }
+
+  void rehash(size_t at_least) {
+    size_t n = 16;
+    while (n < 2 * at_least) n <<= 1;
+    std::vector<Entry> old;
+    old.swap(table_);
+    table_.assign(n, Entry{0, -1});
+    mask_ = n - 1;
+    size_ = 0;
+    for (const Entry& e : old)
+      if (e.value >= 0) insert(e.key, e.value);
+  }
+
+  std::vector<Entry> table_;
+  size_t mask_ = 0;
+  size_t size_ = 0;
+};
+
+}  // namespace wakman

@@ -1,0 +1,139 @@
+// NodeArena and List: the per-key records every policy keeps, and intrusive doubly linked lists.
+//
+// A node is one key's record: its key, its links (owned by the List it is on), the list it belongs to
+// (`where`, a policy-defined segment id), a small counter (`freq`: frequency or visited bit) and
+// `pinned`. A pinned node is on no list but keeps `where` and `freq`. Slots are reused through a free
+// stack, so a steady-state cache allocates nothing.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "key_map.hpp"
+
+namespace wakman {
+
+struct Node {
+  Key key;
+  int32_t older;  // towards the tail (the next victim); -1 at the tail
+  int32_t newer;  // towards the head (the newest); -1 at the head
+  uint8_t where;
+  uint8_t freq;
+  uint8_t pinned;
+};
+
+class NodeArena {
+ public:
+  int32_t alloc(Key key, uint8_t where) {
+    int32_t i;
+    if (!free_.empty()) {
+      i = free_.back();
+      free_.pop_back();
+    } else {
+      i = static_cast<int32_t>(nodes_.size());
+      nodes_.emplace_back();
+    }
+    nodes_[i] = Node{key, -1, -1, where, 0, 0};
+    return i;
+  }
+  void release(int32_t i) { free_.push_back(i); }
+  void clear() {
+    nodes_.clear();
+    free_.clear();
+  }
+  void reserve(size_t n) { nodes_.reserve(n); }
+  Node& operator[](int32_t i) { return nodes_[i]; }
+  const Node& operator[](int32_t i) const { return nodes_[i]; }
+  size_t bytes() const { return nodes_.capacity() * sizeof(Node) + free_.capacity() * sizeof(int32_t); }
+
+ private:
+  std::vector<Node> nodes_;
+  std::vector<int32_t> free_;
+};
+
+// A list from tail (oldest) to head (newest) threaded through a NodeArena.
+class List {
+ public:
+  int32_t head() const { return head_; }
+  int32_t tail() const { return tail_; }
+  size_t size() const { return size_; }
+  bool empty() const { return size_ == 0; }
+
+  void push_head(NodeArena& a, int32_t i) {
+    Node& n = a[i];
+    n.older = head_;
+    n.newer = -1;
+    if (head_ >= 0) a[head_].newer = i;
+    else tail_ = i;
+    head_ = i;
+    ++size_;
+  }
+
+  void unlink(NodeArena& a, int32_t i) {
+    Node& n = a[i];
+    if (n.older >= 0) a[n.older].newer = n.newer;
+    else tail_ = n.newer;
+    if (n.newer >= 0) a[n.newer].older = n.older;
+    else head_ = n.older;
+    n.older = n.newer = -1;
+    --size_;
+  }
+
+  int32_t pop_tail(NodeArena& a) {
+    int32_t i = tail_;
+    unlink(a, i);
+    return i;
+  }
+
+  void move_to_head(NodeArena& a, int32_t i) {
+    if (head_ == i) return;
+    unlink(a, i);
+    push_head(a, i);
+  }
+
+  void clear() {
+    head_ = tail_ = -1;
+    size_ = 0;
+  }
+
+  // Keys from tail to head.
+  void append_keys(const NodeArena& a, std::vector<Key>& out) const {
+    for (int32_t i = tail_; i >= 0; i = a[i].newer) out.push_back(a[i].key);
+  }
+
+ private:
+  int32_t head_ = -1, tail_ = -1;
+  size_t size_ = 0;
+};
+
+}  // namespace wakman
+
+namespace wakman {
+
+// The index and the arena together: every key a policy knows (resident or ghost) has one node.
+struct Store {
+  KeyMap index;
+  NodeArena nodes;
+
+  int32_t add(Key key, uint8_t where) {
+    int32_t i = nodes.alloc(key, where);
+    index.insert(key, i);
+    return i;
+  }
+  void drop(int32_t i) {
+    index.erase(nodes[i].key);
+    nodes.release(i);
+  }
+  void clear() {
+    index.clear();
+    nodes.clear();
+  }
+  size_t bytes() const { return index.bytes() + nodes.bytes(); }
+  void pinned_keys(std::vector<Key>& out) const {
+    index.for_each([&](Key key, int32_t i) {
+      if (nodes[i].pinned) out.push_back(key);
+    });
+  }
+};
+
+}  // namespace wakman

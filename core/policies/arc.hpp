@@ -1,0 +1,199 @@
+// ARC as libCacheSim's current ARC.c (float p, ghosts B1/B2). Semantics: arc.py.
+#pragma once
+
+#include <algorithm>
+
+#include "../driver.hpp"
+#include "../node_arena.hpp"
+
+namespace wakman {
+
+class ARC final : public Policy {
+ public:
+  enum : uint8_t { kT1, kT2, kB1, kB2, kPending };
+
+  explicit ARC(int64_t capacity) : Policy(capacity) {}
+  const char* name() const override { return "arc"; }
+
+  size_t size() const override { return t1_.size() + t2_.size() + t1_pinned_ + t2_pinned_; }
+  size_t num_pinned() const override { return t1_pinned_ + t2_pinned_; }
+  bool contains(Key key) const override { return find_resident(key) >= 0; }
+  bool is_pinned(Key key) const override {
+    int32_t i = find_resident(key);
+    return i >= 0 && s_.nodes[i].pinned;
+  }
+  double p() const { return p_; }
+  size_t ghost_size() const { return b1_.size() + b2_.size(); }
+
+  void begin_access(Key) {}
+  int32_t find_resident(Key key) const {
+    int32_t i = s_.index.find(key);
+    return (i >= 0 && s_.nodes[i].where <= kT2) ? i : -1;
+  }
+  void hit_node(int32_t i) {
+    Node& n = s_.nodes[i];
+    if (n.pinned) {
+      if (n.where == kT1) {
+        --t1_pinned_;
+        ++t2_pinned_;
+        n.where = kT2;
+      }
+      return;
+    }
+    if (n.where == kT1) {
+      t1_.unlink(s_.nodes, i);
+      n.where = kT2;
+      t2_.push_head(s_.nodes, i);
+    } else {
+      t2_.move_to_head(s_.nodes, i);
+    }
+  }
+
+  // A ghost hit adapts p and leaves its ghost now; the evictions until the key's insert use REPLACE.
+  void miss(Key key) override {
+    incoming_ = 0;
+    int32_t i = s_.index.find(key);
+    if (i < 0) return;
+    Node& n = s_.nodes[i];
+    if (n.where != kB1 && n.where != kB2) return;
+    incoming_ = adapt(i) ? 2 : 1;
+    n.where = kPending;
+    pending_.push_head(s_.nodes, i);
+    if (static_cast<int64_t>(pending_.size()) > capacity_) s_.drop(pending_.pop_tail(s_.nodes));
+  }
+
+  Key evict() override {
+    if (t1_.empty() && t2_.empty()) no_evictable();
+    if (incoming_) return replace(incoming_ == 2);
+    if (static_cast<int64_t>(t1_.size() + t1_pinned_ + b1_.size()) >= capacity_) {
+      if (!b1_.empty()) {
+        s_.drop(b1_.pop_tail(s_.nodes));
+        return replace(false);
+      }
+      if (!t1_.empty()) {
+        int32_t i = t1_.pop_tail(s_.nodes);
+        Key key = s_.nodes[i].key;
+        s_.drop(i);
+        return key;
+      }
+      return replace(false);
+    }
+    if (static_cast<int64_t>(size() + b1_.size() + b2_.size()) >= 2 * capacity_ && !b2_.empty())
+      s_.drop(b2_.pop_tail(s_.nodes));
+    return replace(false);
+  }
+
+  void insert(Key key, bool pinned) override {
+    incoming_ = 0;
+    int32_t i = s_.index.find(key);
+    uint8_t where = kT1;
+    if (i >= 0) {
+      Node& n = s_.nodes[i];
+      if (n.where <= kT2) bad_key("insert of a resident key", key);
+      if (n.where == kPending) pending_.unlink(s_.nodes, i);
+      else adapt(i);  // a ghost key inserted without a miss first
+      where = kT2;
+      n.where = kT2;
+    } else {
+      i = s_.add(key, kT1);
+    }
+    Node& n = s_.nodes[i];
+    if (pinned) {
+      n.pinned = 1;
+      ++(where == kT1 ? t1_pinned_ : t2_pinned_);
+    } else {
+      (where == kT1 ? t1_ : t2_).push_head(s_.nodes, i);
+    }
+  }
+  void hit(Key key) override { hit_node(resident(key)); }
+  void pin(Key key) override {
+    int32_t i = resident(key);
+    Node& n = s_.nodes[i];
+    if (n.pinned) return;
+    (n.where == kT1 ? t1_ : t2_).unlink(s_.nodes, i);
+    n.pinned = 1;
+    ++(n.where == kT1 ? t1_pinned_ : t2_pinned_);
+  }
+  void unpin(Key key) override {
+    int32_t i = resident(key);
+    Node& n = s_.nodes[i];
+    if (!n.pinned) bad_key("unpin of an unpinned key", key);
+    n.pinned = 0;
+    --(n.where == kT1 ? t1_pinned_ : t2_pinned_);
+    (n.where == kT1 ? t1_ : t2_).push_head(s_.nodes, i);
+  }
+  void remove(Key key) override {
+    int32_t i = find_resident(key);
+    if (i < 0) return;
+    Node& n = s_.nodes[i];
+    if (n.pinned) --(n.where == kT1 ? t1_pinned_ : t2_pinned_);
+    else (n.where == kT1 ? t1_ : t2_).unlink(s_.nodes, i);
+    s_.drop(i);
+  }
+  void adopt(Key key) override { insert(key, false); }
+  void reset() override {
+    s_.clear();
+    t1_.clear();
+    t2_.clear();
+    b1_.clear();
+    b2_.clear();
+    pending_.clear();
+    t1_pinned_ = t2_pinned_ = 0;
+    p_ = 0.0;
+    incoming_ = 0;
+  }
+  void eviction_order(std::vector<Key>& out) const override {
+    t1_.append_keys(s_.nodes, out);
+    t2_.append_keys(s_.nodes, out);
+  }
+  void pinned_keys(std::vector<Key>& out) const override { s_.pinned_keys(out); }
+  size_t bytes() const override { return s_.bytes(); }
+  WAKMAN_DRIVEN(ARC)
+
+ private:
+  int32_t resident(Key key) const {
+    int32_t i = find_resident(key);
+    if (i < 0) bad_key("not resident", key);
+    return i;
+  }
+
+  // Ghost hit on node i (in B1 or B2): move p by the ghosts' sizes before the key leaves, unlink
+  // it. True when it was in B2.
+  bool adapt(int32_t i) {
+    double b1 = static_cast<double>(b1_.size()), b2 = static_cast<double>(b2_.size());
+    if (s_.nodes[i].where == kB1) {
+      p_ = std::min(p_ + std::max(b2 / b1, 1.0), static_cast<double>(capacity_));
+      b1_.unlink(s_.nodes, i);
+      return false;
+    }
+    p_ = std::max(p_ - std::max(b1 / b2, 1.0), 0.0);
+    b2_.unlink(s_.nodes, i);
+    return true;
+  }
+
+  // REPLACE: T1's LRU key to B1 when T1 is over its target p (or T2 is empty), else T2's LRU to B2;
+  // the other list when the chosen one has no unpinned key.
+  Key replace(bool in_b2) {
+    double t1 = static_cast<double>(t1_.size() + t1_pinned_);
+    bool take_t1 = (t1 > 0 && (t1 > p_ || (t1 == p_ && in_b2))) || (t2_.size() + t2_pinned_) == 0;
+    int32_t i;
+    if ((take_t1 && !t1_.empty()) || t2_.empty()) {
+      i = t1_.pop_tail(s_.nodes);
+      s_.nodes[i].where = kB1;
+      b1_.push_head(s_.nodes, i);
+    } else {
+      i = t2_.pop_tail(s_.nodes);
+      s_.nodes[i].where = kB2;
+      b2_.push_head(s_.nodes, i);
+    }
+    return s_.nodes[i].key;
+  }
+
+  Store s_;
+  List t1_, t2_, b1_, b2_, pending_;
+  size_t t1_pinned_ = 0, t2_pinned_ = 0;
+  double p_ = 0.0;
+  int incoming_ = 0;  // the last miss was a ghost hit in B1 (1) or B2 (2); cleared by insert
+};
+
+}  // namespace wakman

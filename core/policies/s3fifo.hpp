@@ -1,0 +1,213 @@
+// S3-FIFO as libCacheSim's S3FIFO (warm-up rule) and S3FIFOv0 (without). Semantics: s3fifo.py.
+#pragma once
+
+#include <algorithm>
+
+#include "../driver.hpp"
+#include "../node_arena.hpp"
+
+namespace wakman {
+
+class S3FIFO final : public Policy {
+ public:
+  enum : uint8_t { kSmall, kMain, kGhost, kPending };
+
+  S3FIFO(int64_t capacity, double small_ratio, double ghost_ratio, int promote_threshold, int freq_cap,
+         bool warmup_to_main)
+      : Policy(capacity),
+        small_ratio_(small_ratio),
+        ghost_ratio_(ghost_ratio),
+        promote_threshold_(promote_threshold),
+        freq_cap_(freq_cap),
+        warmup_to_main_(warmup_to_main) {
+    if (!(small_ratio >= 0 && small_ratio < 1) || ghost_ratio < 0 || promote_threshold < 1 || freq_cap < 1 ||
+        promote_threshold > 255 || freq_cap > 255)
+      throw std::invalid_argument("s3fifo: need 0 <= small_ratio < 1, ghost_ratio >= 0, 1 <= threshold, cap <= 255");
+    small_capacity_ = static_cast<int64_t>(static_cast<double>(capacity) * small_ratio);
+    main_capacity_ = capacity - small_capacity_;
+    ghost_capacity_ = static_cast<int64_t>(static_cast<double>(capacity) * ghost_ratio);
+  }
+  const char* name() const override { return warmup_to_main_ ? "s3fifo" : "s3fifo-v0"; }
+
+  size_t size() const override { return small_.size() + main_.size() + small_pinned_ + main_pinned_; }
+  size_t num_pinned() const override { return small_pinned_ + main_pinned_; }
+  bool contains(Key key) const override { return find_resident(key) >= 0; }
+  bool is_pinned(Key key) const override {
+    int32_t i = find_resident(key);
+    return i >= 0 && s_.nodes[i].pinned;
+  }
+  bool in_ghost(Key key) const {
+    int32_t i = s_.index.find(key);
+    return i >= 0 && s_.nodes[i].where == kGhost;
+  }
+  size_t ghost_size() const { return ghost_.size(); }
+
+  void begin_access(Key) {}
+  int32_t find_resident(Key key) const {
+    int32_t i = s_.index.find(key);
+    return (i >= 0 && s_.nodes[i].where <= kMain) ? i : -1;
+  }
+  void hit_node(int32_t i) {
+    uint8_t& f = s_.nodes[i].freq;
+    if (f < 255) ++f;
+  }
+
+  // A ghost hit leaves the ghost now (libCacheSim's S3FIFO_find), so the evictions that follow see
+  // the ghost without it; the key waits in `pending_` until its insert puts it in M.
+  void miss(Key key) override {
+    int32_t i = s_.index.find(key);
+    if (i < 0 || s_.nodes[i].where != kGhost) return;
+    ghost_.unlink(s_.nodes, i);
+    s_.nodes[i].where = kPending;
+    pending_.push_head(s_.nodes, i);
+    if (static_cast<int64_t>(pending_.size()) > std::max<int64_t>(capacity_, 1)) s_.drop(pending_.pop_tail(s_.nodes));
+  }
+
+  Key evict() override {
+    if (small_.empty() && main_.empty()) no_evictable();
+    has_evicted_ = true;
+    while (true) {
+      int64_t main_resident = static_cast<int64_t>(main_.size() + main_pinned_);
+      if (!main_.empty() && (main_resident > main_capacity_ || small_.empty())) return evict_main();
+      if (small_.empty()) return evict_main();
+      Key victim;
+      if (evict_small(victim)) return victim;
+    }
+  }
+
+  void insert(Key key, bool pinned) override {
+    int32_t i = s_.index.find(key);
+    bool to_main = false;
+    if (i >= 0) {
+      Node& n = s_.nodes[i];
+      if (n.where <= kMain) bad_key("insert of a resident key", key);
+      (n.where == kGhost ? ghost_ : pending_).unlink(s_.nodes, i);
+      to_main = true;
+    } else {
+      i = s_.add(key, kSmall);
+      to_main = warmup_to_main_ && !has_evicted_ &&
+                static_cast<int64_t>(small_.size() + small_pinned_) >= small_capacity_;
+    }
+    Node& n = s_.nodes[i];
+    n.where = to_main ? kMain : kSmall;
+    n.freq = 0;
+    place(i, pinned);
+  }
+  void hit(Key key) override { hit_node(resident(key)); }
+  void pin(Key key) override {
+    int32_t i = resident(key);
+    Node& n = s_.nodes[i];
+    if (n.pinned) return;
+    queue(n.where).unlink(s_.nodes, i);
+    n.pinned = 1;
+    ++pinned_count(n.where);
+  }
+  void unpin(Key key) override {
+    int32_t i = resident(key);
+    Node& n = s_.nodes[i];
+    if (!n.pinned) bad_key("unpin of an unpinned key", key);
+    n.pinned = 0;
+    --pinned_count(n.where);
+    queue(n.where).push_head(s_.nodes, i);
+  }
+  void remove(Key key) override {
+    int32_t i = find_resident(key);
+    if (i < 0) return;
+    Node& n = s_.nodes[i];
+    if (n.pinned) --pinned_count(n.where);
+    else queue(n.where).unlink(s_.nodes, i);
+    s_.drop(i);
+  }
+  // Inherited blocks go to M, oldest first, freq 0.
+  void adopt(Key key) override {
+    if (s_.index.find(key) >= 0) bad_key("adopt of a known key", key);
+    int32_t i = s_.add(key, kMain);
+    main_.push_head(s_.nodes, i);
+  }
+  void reset() override {
+    s_.clear();
+    small_.clear();
+    main_.clear();
+    ghost_.clear();
+    pending_.clear();
+    small_pinned_ = main_pinned_ = 0;
+    has_evicted_ = false;
+  }
+  void eviction_order(std::vector<Key>& out) const override {
+    small_.append_keys(s_.nodes, out);
+    main_.append_keys(s_.nodes, out);
+  }
+  void pinned_keys(std::vector<Key>& out) const override { s_.pinned_keys(out); }
+  size_t bytes() const override { return s_.bytes(); }
+  WAKMAN_DRIVEN(S3FIFO)
+
+  double small_ratio_, ghost_ratio_;
+  int promote_threshold_, freq_cap_;
+  bool warmup_to_main_;
+  int64_t small_capacity_ = 0, main_capacity_ = 0, ghost_capacity_ = 0;
+
+ private:
+  List& queue(uint8_t where) { return where == kSmall ? small_ : main_; }
+  size_t& pinned_count(uint8_t where) { return where == kSmall ? small_pinned_ : main_pinned_; }
+  int32_t resident(Key key) const {
+    int32_t i = find_resident(key);
+    if (i < 0) bad_key("not resident", key);
+    return i;
+  }
+  void place(int32_t i, bool pinned) {
+    Node& n = s_.nodes[i];
+    if (pinned) {
+      n.pinned = 1;
+      ++pinned_count(n.where);
+    } else {
+      queue(n.where).push_head(s_.nodes, i);
+    }
+  }
+
+  // S's oldest: promoted to M (freq 0) when freq >= threshold, else evicted (its key enters G).
+  // False when promotions emptied S.
+  bool evict_small(Key& victim) {
+    while (!small_.empty()) {
+      int32_t i = small_.pop_tail(s_.nodes);
+      Node& n = s_.nodes[i];
+      if (n.freq >= promote_threshold_) {
+        n.where = kMain;
+        n.freq = 0;
+        main_.push_head(s_.nodes, i);
+        continue;
+      }
+      victim = n.key;
+      if (ghost_capacity_ > 0) {  // the node lives on as the ghost entry
+        if (static_cast<int64_t>(ghost_.size()) >= ghost_capacity_) s_.drop(ghost_.pop_tail(s_.nodes));
+        n.where = kGhost;
+        n.freq = 0;
+        ghost_.push_head(s_.nodes, i);
+      } else {
+        s_.drop(i);
+      }
+      return true;
+    }
+    return false;
+  }
+
+  Key evict_main() {
+    while (true) {
+      int32_t i = main_.pop_tail(s_.nodes);
+      Node& n = s_.nodes[i];
+      if (n.freq < 1) {
+        Key key = n.key;
+        s_.drop(i);
+        return key;
+      }
+      n.freq = static_cast<uint8_t>(std::min<int>(n.freq, freq_cap_) - 1);
+      main_.push_head(s_.nodes, i);
+    }
+  }
+
+  Store s_;
+  List small_, main_, ghost_, pending_;
+  size_t small_pinned_ = 0, main_pinned_ = 0;
+  bool has_evicted_ = false;
+};
+
+}  // namespace wakman

@@ -1,0 +1,90 @@
+// Policy: the one event protocol every eviction policy implements (the core's function table).
+//
+// The host (shadow replay, cache mode, the serve-mode pool, the adaptive manager's shadows, vLLM's
+// free-block queue) tells a policy, in libCacheSim's order:
+//   miss(k)      a lookup missed on k; ghost bookkeeping happens here, before any eviction
+//   evict()      remove and return one victim among the unpinned resident keys
+//   insert(k,p)  k becomes resident (the host made room), pinned (in use) or not
+//   hit(k)       a lookup found resident k, pinned or not
+//   pin/unpin    k leaves / re-enters the eviction order (vLLM: ref_cnt leaves / reaches 0)
+//   remove(k)    k leaves outside eviction, O(1); every other key keeps its metadata
+//   adopt(k)     hand-over: k arrives unpinned from another policy, oldest (first victim) first
+//   reset()      forget everything, ghosts and adaptive state included
+// The host owns capacity: the policy orders, the host decides when to evict. The exact semantics of
+// each policy are stated once, in the docstring of its Python module (src/wakman/policies/NAME.py).
+//
+// Invariants: size() == evictable + pinned; evict() only returns an unpinned resident key and
+// throws NoEvictable when none exists; a pinned key keeps its segment and counters.
+#pragma once
+
+#include <cstdint>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "key_map.hpp"
+
+namespace wakman {
+
+struct NoEvictable : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+// A key that is not in the state the call needs (insert of a resident key, unpin of an unpinned one).
+struct BadKey : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+class Policy {
+ public:
+  explicit Policy(int64_t capacity) : capacity_(capacity), bound_(capacity) {
+    if (capacity < 1) throw std::invalid_argument("capacity must be a positive number of blocks");
+  }
+  virtual ~Policy() = default;
+
+  virtual const char* name() const = 0;
+  int64_t capacity() const { return capacity_; }
+  // The resident size at which a plain-cache driver evicts before inserting (capacity; the
+  // infinite ceiling never reaches it).
+  int64_t bound() const { return bound_; }
+
+  virtual size_t size() const = 0;
+  virtual size_t num_pinned() const = 0;
+  size_t num_evictable() const { return size() - num_pinned(); }
+  virtual bool contains(Key key) const = 0;
+  virtual bool is_pinned(Key key) const = 0;
+
+  virtual void miss(Key key) = 0;
+  virtual Key evict() = 0;
+  virtual void insert(Key key, bool pinned) = 0;
+  virtual void hit(Key key) = 0;
+  virtual void pin(Key key) = 0;
+  virtual void unpin(Key key) = 0;
+  virtual void remove(Key key) = 0;
+  virtual void adopt(Key key) = 0;
+  virtual void reset() = 0;
+
+  // Unpinned keys, likeliest victim first (exact for LRU and FIFO, the policy's queue order otherwise).
+  virtual void eviction_order(std::vector<Key>& out) const = 0;
+  virtual void pinned_keys(std::vector<Key>& out) const = 0;
+  // Bytes held by the policy's tables (index, nodes, ghosts).
+  virtual size_t bytes() const = 0;
+
+  // The shared plain-cache driver (driver.hpp), instantiated once per policy: hits of `keys`.
+  virtual int64_t replay(const Key* keys, size_t n) = 0;
+  virtual bool access(Key key) = 0;
+
+ protected:
+  [[noreturn]] void no_evictable() const {
+    throw NoEvictable(std::string(name()) + ": no unpinned key to evict (" + std::to_string(num_pinned()) +
+                      " pinned)");
+  }
+  [[noreturn]] static void bad_key(const char* what, Key key) {
+    throw BadKey(std::string(what) + ": key " + std::to_string(key));
+  }
+
+  int64_t capacity_;
+  int64_t bound_;
+};
+
+}  // namespace wakman
