@@ -2,7 +2,18 @@
 
 from __future__ import annotations
 
+import hashlib
+
 import numpy as np
+
+
+def key_of(label: object) -> int:
+    """A deterministic 64-bit block key for a readable test label ("a", ("a", 2), ...)."""
+    return int.from_bytes(hashlib.blake2b(repr(label).encode(), digest_size=8).digest(), "little")
+
+
+def keys_of(*labels: object) -> list[int]:
+    return [key_of(label) for label in labels]
 
 
 def zipf_stream(n: int, alpha: float, universe: int, seed: int) -> np.ndarray:

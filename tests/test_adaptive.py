@@ -11,6 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from streams import key_of
 from wakman.adaptive import PAPER, PLUS, AdaptiveManager
 from wakman.policies import handover, make_policy
 from wakman.simulation import ServerModel, simulate
@@ -133,7 +134,7 @@ def test_invariants_hold_across_switches_at_random_times(seed, capacity):
     for _ in range(30):
         t += rng.random()
         ids = [rng.randint(0, 5) for _ in range(rng.randint(1, 6))]
-        chain = [tuple(ids[: i + 1]) for i in range(len(ids))]
+        chain = [key_of(tuple(ids[: i + 1])) for i in range(len(ids))]
         trace.append(
             Request(
                 arrival_s=t,

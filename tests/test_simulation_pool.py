@@ -6,6 +6,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from streams import key_of
 from wakman.policies import make_policy
 from wakman.simulation import BlockPool, ServerModel, simulate
 from wakman.traces import Request
@@ -19,11 +20,11 @@ def req(
 ) -> Request:
     return Request(
         arrival_s=t,
-        block_keys=keys,
+        block_keys=[key_of(k) for k in keys],
         prompt_tokens=prompt or len(keys) * BS + 1,
         output_tokens=out,
         block_size=BS,
-        output_keys=outputs or [],
+        output_keys=[key_of(k) for k in outputs or []],
     )
 
 
@@ -57,17 +58,17 @@ def test_at_most_prompt_minus_one_tokens_hit():
 def test_a_request_whose_ancestor_was_evicted_misses_everything():
     pool = BlockPool(4, make_policy("lru", 4))
     pool.allocate(3)
-    held = [pool.cache("a", None), pool.cache("b", "a"), pool.cache("c", "b")]
+    held = [pool.cache(key_of("a"), None), pool.cache(key_of("b"), key_of("a")), pool.cache(key_of("c"), key_of("b"))]
     pool.release(held)
     # LRU with vLLM's release order evicts the deepest block first; force the root out instead
-    pool.policy.pin("b")
-    pool.policy.pin("c")
-    pool.policy.hit("a")
-    pool.policy.unpin("b")
-    pool.policy.unpin("c")  # order now: a, b, c
-    pool.allocate(2)  # one blank, then one eviction: the root "a"
-    assert not pool.cached("a") and pool.cached("b") and pool.cached("c")
-    assert pool.longest_hit(["a", "b", "c"], 3) == 0
+    pool.policy.pin(key_of("b"))
+    pool.policy.pin(key_of("c"))
+    pool.policy.hit(key_of("a"))
+    pool.policy.unpin(key_of("b"))
+    pool.policy.unpin(key_of("c"))  # order now: a, b, c
+    pool.allocate(2)  # one blank, then one eviction: the root key_of("a")
+    assert not pool.cached(key_of("a")) and pool.cached(key_of("b")) and pool.cached(key_of("c"))
+    assert pool.longest_hit([key_of("a"), key_of("b"), key_of("c")], 3) == 0
     assert pool.stranded() == 2
     pool.check()
 
@@ -75,9 +76,9 @@ def test_a_request_whose_ancestor_was_evicted_misses_everything():
 def test_tail_first_release_order():
     pool = BlockPool(8, make_policy("lru", 8))
     pool.allocate(3)
-    held = [pool.cache("root", None), pool.cache("mid", "root"), pool.cache("leaf", "mid")]
+    held = [pool.cache(key_of("root"), None), pool.cache(key_of("mid"), key_of("root")), pool.cache(key_of("leaf"), key_of("mid"))]
     pool.release(held)
-    assert pool.policy.eviction_order() == ["leaf", "mid", "root"]
+    assert pool.policy.eviction_order() == [key_of("leaf"), key_of("mid"), key_of("root")]
 
 
 def test_pinned_blocks_are_never_evicted_and_admission_waits():
@@ -133,7 +134,7 @@ def test_pool_invariants_hold_after_every_step(policy, capacity, shapes):
     trace, t = [], 0.0
     for ids, out, gap in shapes:
         t += gap
-        chain = [tuple(ids[: i + 1]) for i in range(len(ids))]  # prefix-chained keys
+        chain = [key_of(tuple(ids[: i + 1])) for i in range(len(ids))]  # prefix-chained keys
         trace.append(
             Request(
                 arrival_s=t,
@@ -141,7 +142,7 @@ def test_pool_invariants_hold_after_every_step(policy, capacity, shapes):
                 prompt_tokens=len(chain) * BS + 3,
                 output_tokens=out,
                 block_size=BS,
-                output_keys=[(*ids, "out", j) for j in range((out + 2) // BS)],
+                output_keys=[key_of((*ids, "out", j)) for j in range((out + 2) // BS)],
             )
         )
     server = ServerModel(
