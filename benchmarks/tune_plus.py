@@ -10,8 +10,7 @@ import argparse
 import statistics
 from concurrent.futures import ProcessPoolExecutor
 
-from wakman.adaptive import PAPER, PLUS, AdaptiveConfig
-from wakman.simulation import simulate
+from wakman.adaptive import PAPER, PLUS, AdaptiveConfig, simulate
 from wakman.workload import MIXES, build_config, generate_requests
 
 _FAST = PAPER.with_options(name="fast", interval_s=120, window_s=600, first_decision_s=120, hysteresis=0.005)

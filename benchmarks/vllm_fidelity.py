@@ -14,7 +14,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
 from vllm_support import phased_trace, wakman_cli, write_trace_file
-from wakman.simulation import ServerModel, simulate
+from wakman.adaptive import simulate
+from wakman.simulation import ServerModel
 
 CAPACITY = 600
 

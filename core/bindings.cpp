@@ -251,5 +251,17 @@ NB_MODULE(_core, m) {
         KeyBatch batch(keys);
         return cached_prefix(p, batch.data(), std::min(limit, batch.size()));
       },
-      "policy"_a, "keys"_a, "limit"_a, "Blocks of the longest prefix of keys[:limit] resident in policy.");
+      "policy"_a, "keys"_a, "limit"_a,
+      "vLLM's first-miss rule: blocks of the longest prefix of keys[:limit] resident in policy.");
+
+  m.def(
+      "replay_request",
+      [](Policy& p, nb::handle keys, size_t limit, size_t full, nb::handle outputs) {
+        KeyBatch k(keys), o(outputs);
+        RequestReplay r = replay_request(p, k.data(), std::min(limit, k.size()), std::min(full, k.size()),
+                                         o.data(), o.size());
+        return nb::make_tuple(r.prefix_hits, r.accessed, r.access_hits);
+      },
+      "policy"_a, "keys"_a, "limit"_a, "full"_a, "outputs"_a,
+      "One request through a plain cache, vLLM's way: (prefix hit blocks, blocks accessed, of which hits).");
 }

@@ -12,9 +12,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from streams import key_of
-from wakman.adaptive import PAPER, PLUS, AdaptiveManager
+from wakman.adaptive import PAPER, PLUS, AdaptiveManager, simulate
 from wakman.policies import handover, make_policy
-from wakman.simulation import ServerModel, simulate
+from wakman.simulation import ServerModel
 from wakman.traces import Request
 from wakman.workload import build_config, generate_requests
 

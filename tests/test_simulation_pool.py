@@ -58,7 +58,11 @@ def test_at_most_prompt_minus_one_tokens_hit():
 def test_a_request_whose_ancestor_was_evicted_misses_everything():
     pool = BlockPool(4, make_policy("lru", 4))
     pool.allocate(3)
-    held = [pool.cache(key_of("a"), None), pool.cache(key_of("b"), key_of("a")), pool.cache(key_of("c"), key_of("b"))]
+    held = [
+        pool.cache(key_of("a"), None),
+        pool.cache(key_of("b"), key_of("a")),
+        pool.cache(key_of("c"), key_of("b")),
+    ]
     pool.release(held)
     # LRU with vLLM's release order evicts the deepest block first; force the root out instead
     pool.policy.pin(key_of("b"))
@@ -76,7 +80,11 @@ def test_a_request_whose_ancestor_was_evicted_misses_everything():
 def test_tail_first_release_order():
     pool = BlockPool(8, make_policy("lru", 8))
     pool.allocate(3)
-    held = [pool.cache(key_of("root"), None), pool.cache(key_of("mid"), key_of("root")), pool.cache(key_of("leaf"), key_of("mid"))]
+    held = [
+        pool.cache(key_of("root"), None),
+        pool.cache(key_of("mid"), key_of("root")),
+        pool.cache(key_of("leaf"), key_of("mid")),
+    ]
     pool.release(held)
     assert pool.policy.eviction_order() == [key_of("leaf"), key_of("mid"), key_of("root")]
 

@@ -16,7 +16,8 @@ from pathlib import Path
 import pytest
 
 from vllm_support import need_vllm, phased_trace, small_trace, wakman_cli, write_small_trace, write_trace_file
-from wakman.simulation import ServerModel, simulate
+from wakman.adaptive import simulate
+from wakman.simulation import ServerModel
 
 pytestmark = pytest.mark.vllm
 need_vllm()

@@ -123,10 +123,10 @@ def test_reset_forgets_policy_state_and_ghosts():
     for root in range(12):
         serve_one(pool, vllm_keys(root * 100 + i for i in range(5)), 4)
     policy = pool.free_block_queue.policy
-    assert len(policy) > 0 and len(policy._ghost) > 0
+    assert len(policy) > 0 and policy.ghost_size > 0
     assert pool.reset_prefix_cache()
     pool.check()
-    assert len(policy) == 0 and len(policy._ghost) == 0
+    assert len(policy) == 0 and policy.ghost_size == 0
     assert len(pool.free_block_queue.blank) == 20
     assert all(b.block_hash is None for b in pool.blocks)
 

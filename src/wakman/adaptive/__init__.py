@@ -2,5 +2,15 @@
 
 from wakman.adaptive.config import ADAPTIVE_PRESETS, PAPER, PLUS, AdaptiveConfig
 from wakman.adaptive.manager import AdaptiveManager, Decision
+from wakman.adaptive.run import POLICY_NAMES, simulate
 
-__all__ = ["ADAPTIVE_PRESETS", "PAPER", "PLUS", "AdaptiveConfig", "AdaptiveManager", "Decision"]
+__all__ = [
+    "ADAPTIVE_PRESETS",
+    "PAPER",
+    "PLUS",
+    "POLICY_NAMES",
+    "AdaptiveConfig",
+    "AdaptiveManager",
+    "Decision",
+    "simulate",
+]

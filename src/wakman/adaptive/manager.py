@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 from wakman.adaptive.config import AdaptiveConfig
 from wakman.adaptive.estimator import Estimator, LoggedRequest
+from wakman.drivers import replay_request
 from wakman.policies import EvictionPolicy, handover, make_policy
 from wakman.traces.model import Request
 
@@ -97,6 +98,17 @@ class AdaptiveManager:
         self.estimator.sample_free(now, pool.free)
         if now >= self.next_decision:
             self.decide(now, pool)
+
+    def cache_policy(self, now: float, live: EvictionPolicy) -> EvictionPolicy:
+        """Cache mode: decide when due (shadows sized like ``live``); a switch hands ``live``'s
+        blocks over to a new policy."""
+        if now < self.next_decision:
+            return live
+        before = self.live
+        self.decide(now, None, shadow_capacity=live.capacity)
+        if self.live == before:
+            return live
+        return handover(live, self.make_policy(self.live, live.capacity))
 
     # ------------------------------------------------------------------ decisions
     def decide(self, now: float, pool: BlockPool | None, shadow_capacity: int | None = None) -> str:
@@ -257,14 +269,5 @@ def _first_miss_rate(window: list[LoggedRequest], shadow: EvictionPolicy) -> flo
 
 def _first_miss_hits(r: LoggedRequest, shadow: EvictionPolicy) -> int:
     """One request through ``shadow`` the vLLM way; returns its hit tokens."""
-    keys, bs = r.block_keys, r.block_size
-    limit = min(len(keys), (r.prompt_tokens - 1) // bs)
-    full = min(len(keys), r.prompt_tokens // bs)
-    hits = 0
-    while hits < limit and keys[hits] in shadow:
-        hits += 1
-    if r.output_keys:
-        shadow.replay(reversed([*keys[:full], *r.output_keys]))
-    else:
-        shadow.replay(reversed(keys[:full]))
-    return hits * bs
+    hits, _, _ = replay_request(shadow, r.block_keys, r.prompt_tokens, r.block_size, r.output_keys)
+    return hits * r.block_size

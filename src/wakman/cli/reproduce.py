@@ -24,7 +24,7 @@ def reproduce(
     ),
 ) -> None:
     """Reproduce Table 1, Figures 1 and 3 and the real-trace results on the simulator."""
-    from wakman.experiments.report import render_markdown
+    from wakman.experiments.report import render_markdown, write_report
     from wakman.experiments.reproduce import Plan, run, write_outputs
 
     if shared is None and (Path.cwd().parent / "shared" / "traces").is_dir():
@@ -41,6 +41,7 @@ def reproduce(
 
         results = run(plan, jobs, advance)
     payload = write_outputs(results, out)
+    write_report(payload, out)
     command = "wakman reproduce" + (" --quick" if quick else "") + (f" --docs {docs}" if docs else "")
     if docs is not None:
         docs.parent.mkdir(parents=True, exist_ok=True)

@@ -9,6 +9,7 @@ from pathlib import Path
 import typer
 from rich.table import Table
 
+from wakman.adaptive import simulate as run_simulation
 from wakman.cli.common import (
     BlockSizeOption,
     FormatOption,
@@ -21,7 +22,6 @@ from wakman.cli.common import (
 )
 from wakman.experiments.sweep import run_grid
 from wakman.simulation import MODES, ServerModel
-from wakman.simulation import simulate as run_simulation
 
 PREFILL = typer.Option(ServerModel.prefill_tokens_per_s, "--prefill-tps", help="Prefill tokens per second.")
 DECODE = typer.Option(ServerModel.decode_tokens_per_s, "--decode-tps", help="Decode tokens/s per request.")

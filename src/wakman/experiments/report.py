@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from wakman.experiments.plots import _pyplot, plot_decisions, save_figure
-from wakman.experiments.reproduce import regret_points
+from wakman.experiments.regret import regret_points
 
 POLICIES = ("lru", "s3fifo", "wakman", "wakman-plus", "belady", "infinite")
 

@@ -20,7 +20,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from wakman.simulation import simulate
+from wakman.adaptive import simulate
+from wakman.experiments.regret import regret_points
 from wakman.workload import ABLATIONS, MIXES, build_config, generate_requests
 
 STATIC = ("lru", "s3fifo")
@@ -198,11 +199,6 @@ def run(
     return results
 
 
-def regret_points(hit_rate: dict[str, float], policy: str) -> float:
-    """How far ``policy`` is behind the better of static LRU and S3-FIFO, in points."""
-    return 100 * (max(hit_rate["lru"], hit_rate["s3fifo"]) - hit_rate[policy])
-
-
 def summarize(mixes: list[dict[str, Any]]) -> dict[str, Any]:
     """Regret against the better of lru and s3fifo per mix, wins, recovery, gap to Belady."""
 
@@ -246,8 +242,7 @@ def summarize(mixes: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def write_outputs(results: Results, out: Path) -> dict[str, Any]:
-    from wakman.experiments.report import write_report
-
+    """``results.json`` in ``out``; returns its payload (the report is rendered from it)."""
     out.mkdir(parents=True, exist_ok=True)
     summary = summarize(results.mixes)
     payload = {
@@ -260,5 +255,4 @@ def write_outputs(results: Results, out: Path) -> dict[str, Any]:
         "run": {"wall_s": results.wall_s, "jobs": results.jobs, "cpus": os.cpu_count()},
     }
     (out / "results.json").write_text(json.dumps(payload, indent=1))
-    write_report(payload, out)
     return payload

@@ -8,7 +8,8 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from typing import Any
 
-from wakman.simulation import ServerModel, simulate
+from wakman.adaptive import simulate
+from wakman.simulation import ServerModel
 from wakman.traces.model import Request
 
 _REQUESTS: list[Request] = []  # set before forking: workers inherit it instead of unpickling it

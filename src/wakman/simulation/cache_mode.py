@@ -1,15 +1,17 @@
-"""Cache mode: no time, no pinning. Each request's prefix goes through the policy's shadow path
-with vLLM's first-miss rule: the lookup walks the keys and stops at the first miss (at most
-prompt - 1 tokens can hit); then every full prompt block and every output block is accessed
-(inserted on a miss), deepest block first, as vLLM releases a request's blocks, so the chain's
-root ends up most recent and is evicted last. This is the shadow replay of the adaptive manager
-and what other KV-cache simulators compute."""
+"""Cache mode: no time, no pinning. Each request goes through the policy as a plain cache, vLLM's
+way (``wakman.drivers.replay_request``): its hit prefix by the first-miss rule (at most prompt - 1
+tokens can hit), then every full prompt block and every output block accessed (inserted on a
+miss), deepest block first, as vLLM releases a request's blocks, so the chain's root ends up most
+recent and is evicted last. This is the shadow replay of the adaptive manager and what other
+KV-cache simulators compute."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 
+from wakman.drivers import replay_request
 from wakman.policies import EvictionPolicy
+from wakman.simulation.controller import Controller
 from wakman.simulation.pool import count_stranded
 from wakman.simulation.results import SimResult
 from wakman.traces.model import Request
@@ -22,26 +24,21 @@ def replay_prefixes(
     warmup_s: float = 0.0,
     warmup_requests: int = 0,
     track_stranded: bool = True,
-    switcher: Callable[[float, Request, EvictionPolicy], EvictionPolicy] | None = None,
+    controller: Controller | None = None,
 ) -> SimResult:
-    """``switcher(now, request, policy)``, called before each request, may return a new policy
-    (the adaptive manager's decisions in cache mode)."""
-    replay = policy.replay  # each policy's fast shadow loop
+    """``controller.on_arrival`` sees each request before it is replayed, and its ``cache_policy``
+    may then return a new live policy (the adaptive manager's decisions in cache mode)."""
     parent: dict = {}
     misses = 0
     for index, req in enumerate(requests):
-        if switcher is not None:
-            new = switcher(req.arrival_s, req, policy)
-            if new is not policy:
-                policy, replay = new, new.replay
+        if controller is not None:
+            controller.on_arrival(req.arrival_s, req)
+            policy = controller.cache_policy(req.arrival_s, policy)
         keys, bs = req.block_keys, req.block_size
-        limit, full = req.max_hit_blocks, req.full_blocks
-        hits = 0
-        while hits < limit and keys[hits] in policy:
-            hits += 1
-        chain = [*keys[:full], *req.output_keys]
-        misses += len(chain) - replay(reversed(chain))
+        hits, accessed, access_hits = replay_request(policy, keys, req.prompt_tokens, bs, req.output_keys)
+        misses += accessed - access_hits
         if track_stranded:
+            chain = [*keys[: req.full_blocks], *req.output_keys]
             setdefault = parent.setdefault
             prev = chain[hits - 1] if hits else None
             for k in chain[hits:]:

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
-from typing import Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
-from wakman.simulation.pool import BlockPool
+from wakman.policies import EvictionPolicy
 from wakman.traces.model import Request
+
+if TYPE_CHECKING:
+    from wakman.simulation.pool import BlockPool
 
 
 class Controller(Protocol):
@@ -13,4 +16,12 @@ class Controller(Protocol):
         """A request arrived (its arrival time and block keys are all an estimator may log)."""
 
     def on_time(self, now: float, pool: BlockPool) -> None:
-        """Simulated time reached ``now`` (seconds); the pool may be sampled or its policy switched."""
+        """Serve mode: simulated time reached ``now`` (seconds); the pool may be sampled or its
+        policy switched (``pool.replace_policy``)."""
+
+    def cache_policy(self, now: float, live: EvictionPolicy) -> EvictionPolicy:
+        """Cache mode: the policy to replay the request that arrived at ``now`` with (``live`` or a
+        new one that took ``live``'s blocks over)."""
+
+    def report(self) -> dict[str, Any]:
+        """Figures merged into ``SimResult.extra`` at the end of the run."""

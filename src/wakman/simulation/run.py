@@ -6,8 +6,7 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from wakman.adaptive import ADAPTIVE_PRESETS, AdaptiveConfig, AdaptiveManager
-from wakman.policies import POLICIES, EvictionPolicy, handover, make_policy
+from wakman.policies import POLICIES, EvictionPolicy, make_policy
 from wakman.simulation.cache_mode import replay_prefixes
 from wakman.simulation.controller import Controller
 from wakman.simulation.pool import BlockPool
@@ -39,7 +38,7 @@ def upper_bound_blocks(requests: Sequence[Request]) -> int:
 
 def simulate(
     requests: Sequence[Request],
-    policy: str | EvictionPolicy | AdaptiveConfig,
+    policy: str | EvictionPolicy,
     capacity_blocks: int,
     mode: str = "serve",
     server: ServerModel | None = None,
@@ -50,7 +49,8 @@ def simulate(
     policy_params: dict[str, Any] | None = None,
 ) -> SimResult:
     """Simulate ``requests`` (in arrival order). ``policy`` is a name from ``wakman.policies`` or a
-    ready policy object (the adaptive manager passes its own)."""
+    ready policy object; a ``controller`` (the adaptive manager, ``wakman.adaptive.simulate``)
+    watches the run and may switch the policy."""
     if mode not in MODES:
         raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
     if capacity_blocks < 1:
@@ -59,17 +59,9 @@ def simulate(
     started = time.perf_counter()
     offsets = None
     requested = capacity_blocks
-    manager = None
-    if isinstance(policy, str) and policy in ADAPTIVE_PRESETS:
-        policy = ADAPTIVE_PRESETS[policy]
-    if isinstance(policy, AdaptiveConfig):
-        manager = AdaptiveManager(policy, capacity_blocks)
-        policy_obj = manager.initial_policy()
-        controller = manager
-    elif isinstance(policy, str):
+    if isinstance(policy, str):
         if policy not in POLICIES:
-            names = [*POLICIES, *ADAPTIVE_PRESETS]
-            raise ValueError(f"unknown policy {policy!r}; choose from {', '.join(names)}")
+            raise ValueError(f"unknown policy {policy!r}; choose from {', '.join(POLICIES)}")
         params = dict(policy_params or {})
         if policy == "belady":
             params["future"], offsets = key_sequence(requests, deepest_first=mode == "cache")
@@ -78,25 +70,11 @@ def simulate(
         policy_obj = make_policy(policy, capacity_blocks, **params)
     else:
         policy_obj = policy
-    name = manager.config.name if manager else policy_obj.name
-    result = SimResult(policy=name, mode=mode, capacity_blocks=requested)
+    result = SimResult(policy=policy_obj.name, mode=mode, capacity_blocks=requested)
     if capacity_blocks != requested:
         result.extra["pool_blocks"] = capacity_blocks  # the infinite ceiling's unbounded pool
     if mode == "cache":
-        switcher = None
-        if manager is not None:
-
-            def switcher(now: float, req: Request, live: EvictionPolicy) -> EvictionPolicy:
-                manager.on_arrival(now, req)
-                if now < manager.next_decision:
-                    return live
-                before = manager.live
-                manager.decide(now, None, shadow_capacity=live.capacity)
-                if manager.live == before:
-                    return live
-                return handover(live, manager.make_policy(manager.live, live.capacity))
-
-        replay_prefixes(requests, policy_obj, result, warmup_s, warmup_requests, switcher=switcher)
+        replay_prefixes(requests, policy_obj, result, warmup_s, warmup_requests, controller=controller)
     else:
         pool = BlockPool(capacity_blocks, policy_obj)
         ServeSimulation(
@@ -110,7 +88,8 @@ def simulate(
             offsets,
             warmup_requests,
         ).run()
-    if manager is not None:
-        result.extra.update(manager.report())
+    report = getattr(controller, "report", None)
+    if report is not None:
+        result.extra.update(report())
     result.wall_s = time.perf_counter() - started
     return result

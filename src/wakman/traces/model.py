@@ -17,6 +17,17 @@ from collections.abc import Sequence
 import msgspec
 
 
+def full_blocks(num_keys: int, prompt_tokens: int, block_size: int) -> int:
+    """Prompt blocks vLLM can cache: only full blocks are hashed."""
+    return min(num_keys, prompt_tokens // block_size)
+
+
+def hit_limit(num_keys: int, prompt_tokens: int, block_size: int) -> int:
+    """Blocks that may hit under vLLM's rule: full blocks covering at most ``prompt_tokens - 1``
+    tokens (the last prompt token is always computed)."""
+    return min(num_keys, (prompt_tokens - 1) // block_size)
+
+
 class Request(msgspec.Struct, kw_only=True, omit_defaults=True):
     arrival_s: float
     block_keys: Sequence[int]
@@ -30,12 +41,12 @@ class Request(msgspec.Struct, kw_only=True, omit_defaults=True):
     @property
     def full_blocks(self) -> int:
         """Prompt blocks vLLM can cache: only full blocks are hashed."""
-        return min(len(self.block_keys), self.prompt_tokens // self.block_size)
+        return full_blocks(len(self.block_keys), self.prompt_tokens, self.block_size)
 
     @property
     def max_hit_blocks(self) -> int:
         """vLLM lets at most ``prompt_tokens - 1`` tokens hit, in whole blocks."""
-        return min(len(self.block_keys), (self.prompt_tokens - 1) // self.block_size)
+        return hit_limit(len(self.block_keys), self.prompt_tokens, self.block_size)
 
 
 class TraceFormatError(ValueError):

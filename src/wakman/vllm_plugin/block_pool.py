@@ -28,7 +28,7 @@ from typing import Any
 from vllm.v1.core.block_pool import BlockPool
 
 from wakman.policies import EvictionPolicy
-from wakman.vllm_plugin.free_queue import PolicyFreeQueue
+from wakman.vllm_plugin.free_queue import PolicyFreeQueue, policy_key
 
 
 class PolicyBlockPool(BlockPool):
@@ -74,11 +74,12 @@ class PolicyBlockPool(BlockPool):
         if block._block_hash is None:
             block.set_block_hash(block_hash_with_group_id, num_tokens=num_tokens)
             queue = self.free_block_queue
-            if block.ref_cnt > 0 and block_hash_with_group_id not in queue.block_of:
+            key = policy_key(block_hash_with_group_id)
+            if block.ref_cnt > 0 and key not in queue.block_of:
                 # the usual case, a block of a running request: queue.cached() written out
-                block.prev_free_block = block_hash_with_group_id
-                queue.block_of[block_hash_with_group_id] = block
-                queue.policy.insert_pinned(block_hash_with_group_id)
+                block.prev_free_block = key
+                queue.block_of[key] = block
+                queue.policy.insert_pinned(key)
             elif not block.is_null:
                 queue.cached(block, block_hash_with_group_id)
         else:

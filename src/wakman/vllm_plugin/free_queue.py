@@ -5,10 +5,11 @@ Implements the protocol ``BlockPool`` uses (``popleft``, ``popleft_n``, ``remove
 
 - ``blank``: free blocks without a hash, head first. They are handed out before any cached block
   (stock vLLM prepends them to the head); ``prepend_n`` puts blocks at the head, as vLLM does.
-- the policy: every block with a hash, keyed by that hash (a ``BlockHashWithGroupId``); pinned while
-  ``ref_cnt > 0``, evictable (i.e. in the free queue) when it is 0. A second block cached under a
-  hash that another block already holds (vLLM allows such duplicates) is keyed ``(hash, block_id)``.
-  Ghost entries are keyed by hash, so they survive block-id reuse.
+- the policy: every block with a hash, keyed by ``policy_key(hash)`` (the 64-bit key the compiled
+  core takes, from the ``BlockHashWithGroupId``); pinned while ``ref_cnt > 0``, evictable (i.e. in
+  the free queue) when it is 0. A second block cached under a hash that another block already holds
+  (vLLM allows such duplicates) is keyed ``policy_key((hash, block_id))``. Ghost entries are keyed
+  by hash, so they survive block-id reuse.
 
 A block's policy key is kept on the block, in its ``prev_free_block`` slot (``KVCacheBlock`` has
 ``__slots__``; vLLM reserves that slot for the free queue, which this class replaces, and no other
@@ -26,6 +27,15 @@ from collections.abc import Iterator, Sequence
 from typing import Any
 
 from wakman.policies import EvictionPolicy, Key, handover
+
+KEY_MASK = (1 << 64) - 1
+
+
+def policy_key(block_hash: object) -> int:
+    """The core's 64-bit key for a vLLM block hash: Python's hash of it (cached on the bytes
+    object, so a second call is one load), as an unsigned 64-bit integer. Two distinct hashes
+    collide with probability ~n^2 / 2^65 for n cached blocks."""
+    return hash(block_hash) & KEY_MASK
 
 
 class PolicyFreeQueue:
@@ -105,7 +115,9 @@ class PolicyFreeQueue:
     def cached(self, block: Any, block_hash: Key) -> None:
         """``block`` just got its first hash (``cache_full_blocks``, usually while in use)."""
         block_of = self.block_of
-        key: Key = block_hash if block_hash not in block_of else (block_hash, block.block_id)
+        key: Key = policy_key(block_hash)
+        if key in block_of:
+            key = policy_key((block_hash, block.block_id))
         bid = block.block_id
         block.prev_free_block = key
         block_of[key] = block

@@ -19,6 +19,7 @@ from typing import Any
 from wakman.adaptive.manager import AdaptiveManager, PendingDecision, timed_replay
 from wakman.policies import make_policy
 from wakman.vllm_plugin.block_pool import PolicyBlockPool, install
+from wakman.vllm_plugin.free_queue import policy_key
 from wakman.vllm_plugin.metrics import publish_state
 from wakman.vllm_plugin.settings import PluginSettings
 
@@ -60,7 +61,7 @@ class PolicyRuntime:
         """Log a request. ``block_hashes`` is the request's own list, which vLLM extends as decoding
         fills blocks: with ``log_outputs`` the estimator keeps a view of that growing tail."""
         if self.manager is not None:
-            prompt = list(block_hashes)
+            prompt = [policy_key(h) for h in block_hashes]
             outputs = OutputBlocks(block_hashes, len(prompt)) if self.manager.config.log_outputs else ()
             self.manager.estimator.record(arrival_s, prompt, block_size, prompt_tokens, outputs)
 
@@ -145,7 +146,7 @@ class OutputBlocks:
         self.hashes, self.start = hashes, start
 
     def __iter__(self):
-        return iter(self.hashes[self.start :])
+        return map(policy_key, self.hashes[self.start :])
 
     def __len__(self) -> int:
         return max(0, len(self.hashes) - self.start)

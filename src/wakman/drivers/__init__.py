@@ -1,0 +1,41 @@
+"""Drivers of the policy protocol that work on requests: vLLM's first-miss hit rule and a request's
+replay through a plain cache. Both run in the compiled core (``core/prefix.hpp``); every caller
+(cache mode, the adaptive manager's shadows, trace statistics, the serve-mode pool) uses these.
+
+The rule: a lookup walks a request's block keys in prefix order and stops at the first key that is
+not cached; at most ``hit_limit`` blocks can hit (``wakman.traces.model``: full prompt blocks, at
+most ``prompt_tokens - 1`` tokens; ``Request.max_hit_blocks``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from wakman import _core
+from wakman.policies import EvictionPolicy
+from wakman.traces.model import full_blocks, hit_limit
+
+cached_prefix = _core.cached_prefix
+
+
+def replay_request(
+    policy: EvictionPolicy,
+    keys: Sequence[int],
+    prompt_tokens: int,
+    block_size: int,
+    output_keys: Sequence[int] = (),
+) -> tuple[int, int, int]:
+    """One request through ``policy`` as a plain cache, vLLM's way: its hit prefix by the first-miss
+    rule, then its full prompt blocks and ``output_keys`` accessed deepest first. Returns (hit
+    blocks, blocks accessed, accesses that hit)."""
+    n = len(keys)
+    return _core.replay_request(
+        policy,
+        keys,
+        hit_limit(n, prompt_tokens, block_size),
+        full_blocks(n, prompt_tokens, block_size),
+        output_keys,
+    )
+
+
+__all__ = ["cached_prefix", "full_blocks", "hit_limit", "replay_request"]
