@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "chains.hpp"
 #include "driver.hpp"
 #include "policies/arc.hpp"
 #include "policies/belady.hpp"
@@ -254,14 +255,34 @@ NB_MODULE(_core, m) {
       "policy"_a, "keys"_a, "limit"_a,
       "vLLM's first-miss rule: blocks of the longest prefix of keys[:limit] resident in policy.");
 
+  nb::class_<ChainParents>(m, "ChainParents",
+                           "Each cached block's previous block in its chain, to count stranded blocks.")
+      .def(nb::init<>())
+      .def(
+          "record",
+          [](ChainParents& c, nb::handle chain, size_t first_new) {
+            KeyBatch k(chain);
+            c.record(k.data(), k.size(), first_new);
+          },
+          "chain"_a, "first_new"_a, "chain[first_new:] were cached after chain[first_new - 1] (or as roots).")
+      .def("count_stranded", &ChainParents::count_stranded, "cached"_a,
+           "Keys resident in cached with an ancestor that is not.")
+      .def("__len__", &ChainParents::size);
+
   m.def(
       "replay_request",
-      [](Policy& p, nb::handle keys, size_t limit, size_t full, nb::handle outputs) {
+      [](Policy& p, nb::handle keys, size_t limit, size_t full, nb::handle outputs, ChainParents* parents) {
         KeyBatch k(keys), o(outputs);
-        RequestReplay r = replay_request(p, k.data(), std::min(limit, k.size()), std::min(full, k.size()),
-                                         o.data(), o.size());
+        full = std::min(full, k.size());
+        RequestReplay r = replay_request(p, k.data(), std::min(limit, full), full, o.data(), o.size());
+        if (parents != nullptr) {
+          std::vector<Key> chain(k.data(), k.data() + full);
+          chain.insert(chain.end(), o.data(), o.data() + o.size());
+          parents->record(chain.data(), chain.size(), r.prefix_hits);
+        }
         return nb::make_tuple(r.prefix_hits, r.accessed, r.access_hits);
       },
-      "policy"_a, "keys"_a, "limit"_a, "full"_a, "outputs"_a,
-      "One request through a plain cache, vLLM's way: (prefix hit blocks, blocks accessed, of which hits).");
+      "policy"_a, "keys"_a, "limit"_a, "full"_a, "outputs"_a, "parents"_a = nb::none(),
+      "One request through a plain cache, vLLM's way: (prefix hit blocks, blocks accessed, of which hits);\n"
+      "parents, when given, records the chain's newly cached blocks.");
 }

@@ -9,10 +9,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from wakman.drivers import replay_request
+from wakman.drivers import ChainParents, replay_request
 from wakman.policies import EvictionPolicy
 from wakman.simulation.controller import Controller
-from wakman.simulation.pool import count_stranded
 from wakman.simulation.results import SimResult
 from wakman.traces.model import Request
 
@@ -28,22 +27,17 @@ def replay_prefixes(
 ) -> SimResult:
     """``controller.on_arrival`` sees each request before it is replayed, and its ``cache_policy``
     may then return a new live policy (the adaptive manager's decisions in cache mode)."""
-    parent: dict = {}
+    parents = ChainParents() if track_stranded else None
     misses = 0
     for index, req in enumerate(requests):
         if controller is not None:
             controller.on_arrival(req.arrival_s, req)
             policy = controller.cache_policy(req.arrival_s, policy)
         keys, bs = req.block_keys, req.block_size
-        hits, accessed, access_hits = replay_request(policy, keys, req.prompt_tokens, bs, req.output_keys)
+        hits, accessed, access_hits = replay_request(
+            policy, keys, req.prompt_tokens, bs, req.output_keys, parents
+        )
         misses += accessed - access_hits
-        if track_stranded:
-            chain = [*keys[: req.full_blocks], *req.output_keys]
-            setdefault = parent.setdefault
-            prev = chain[hits - 1] if hits else None
-            for k in chain[hits:]:
-                setdefault(k, prev)
-                prev = k
         if req.arrival_s >= warmup_s and index >= warmup_requests:
             result.measured_requests += 1
             result.prompt_tokens += req.prompt_tokens
@@ -52,6 +46,6 @@ def replay_prefixes(
             result.block_hits += hits
     result.requests = len(requests)
     result.evictions = max(0, misses - len(policy))
-    if track_stranded:
-        result.stranded_blocks = count_stranded(policy, parent)
+    if parents is not None:
+        result.stranded_blocks = parents.count_stranded(policy)
     return result
