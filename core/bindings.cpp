@@ -163,12 +163,9 @@ NB_MODULE(_core, m) {
       .def(
           "evict_many",
           [](Policy& p, size_t n) {
-            if (n > p.num_evictable())
-              throw NoEvictable(std::to_string(n) + " victims asked, " + std::to_string(p.num_evictable()) +
-                                " unpinned");
             std::vector<Key> out;
             out.reserve(n);
-            for (size_t i = 0; i < n; ++i) out.push_back(p.evict());
+            evict_many(p, n, out);
             return key_list(out);
           },
           "n"_a)
@@ -235,16 +232,7 @@ NB_MODULE(_core, m) {
       .def_prop_ro("clock", &Belady::clock);
 
   m.def(
-      "handover",
-      [](const Policy& src, Policy& dst) {
-        std::vector<Key> order, pinned;
-        src.eviction_order(order);
-        src.pinned_keys(pinned);
-        dst.reset();
-        for (Key k : order) dst.adopt(k);
-        for (Key k : pinned) dst.insert(k, true);
-      },
-      "src"_a, "dst"_a, "Reset dst, then give it src's cached blocks: unpinned in src's eviction order, pinned as pinned.");
+      "handover", [](const Policy& src, Policy& dst) { handover(src, dst); }, "src"_a, "dst"_a, "Reset dst, then give it src's cached blocks: unpinned in src's eviction order, pinned as pinned.");
 
   m.def(
       "cached_prefix",

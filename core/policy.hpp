@@ -87,4 +87,24 @@ class Policy {
   int64_t bound_;
 };
 
+// `n` victims at once (the pools' batched eviction): all or nothing.
+inline void evict_many(Policy& p, size_t n, std::vector<Key>& out) {
+  if (n > p.num_evictable())
+    throw NoEvictable(std::string(p.name()) + ": " + std::to_string(n) + " victims asked, " +
+                      std::to_string(p.num_evictable()) + " unpinned");
+  for (size_t i = 0; i < n; ++i) out.push_back(p.evict());
+}
+
+// Hand-over (wakman.policies.handover): reset `dst`, then give it `src`'s cached blocks, the unpinned
+// ones through adopt() in src's eviction order (first victim first), the pinned ones inserted pinned.
+// src's ghosts and counters stay behind; src is unchanged. O(resident keys).
+inline void handover(const Policy& src, Policy& dst) {
+  std::vector<Key> order, pinned;
+  src.eviction_order(order);
+  src.pinned_keys(pinned);
+  dst.reset();
+  for (Key k : order) dst.adopt(k);
+  for (Key k : pinned) dst.insert(k, true);
+}
+
 }  // namespace wakman
