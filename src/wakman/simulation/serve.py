@@ -26,16 +26,25 @@ _BLOCK, _FINISH = 0, 1
 
 
 class _Run:
-    __slots__ = ("admit_t", "held", "measured", "prefill_end", "req", "started", "version")
+    """One request's state; its held blocks live in the pool (run number = request index)."""
+
+    __slots__ = ("admit_t", "blocks", "full", "last", "max_hit", "measured", "prefill_end", "req", "started",
+                 "total", "version")
 
     def __init__(self, req: Request, measured: bool) -> None:
         self.req = req
         self.measured = measured
-        self.held: list = []
+        self.blocks = 0  # blocks held now
         self.version = 0
         self.started = False  # admitted at least once
         self.admit_t = 0.0
         self.prefill_end = 0.0
+        bs = req.block_size
+        self.total = -(-req.prompt_tokens // bs)  # prompt blocks, the partial last one included
+        self.full = req.full_blocks
+        self.max_hit = req.max_hit_blocks
+        # tokens with KV when the request ends: the last sampled token has none
+        self.last = req.prompt_tokens + max(req.output_tokens, 1) - 1
 
 
 class ServeSimulation:
@@ -105,7 +114,7 @@ class ServeSimulation:
         while self.waiting and len(self.running) < self.server.max_running:
             index = self.waiting[0]
             req = self.runs[index].req
-            if -(-self._last_computed(req) // req.block_size) > self.pool.capacity:
+            if -(-self.runs[index].last // req.block_size) > self.pool.capacity:
                 # it could never finish (vLLM refuses such a request: max_model_len must fit the cache)
                 self.result.rejected += 1
                 self.waiting.popleft()
@@ -117,26 +126,15 @@ class ServeSimulation:
     def _admit(self, index: int) -> bool:
         run, pool = self.runs[index], self.pool
         req = run.req
-        bs, keys = req.block_size, req.block_keys
-        total = -(-req.prompt_tokens // bs)
+        bs = req.block_size
         if self.belady_offsets is not None:
             policy = pool.policy
             if isinstance(policy, Belady):
                 policy.seek(self.belady_offsets[index + 1])
-        if total - req.max_hit_blocks > pool.free:
-            return False  # even a full prefix hit would not fit (the cheap test: no lookup)
-        hits = pool.longest_hit(keys, req.max_hit_blocks)
-        new = total - hits
-        if new + pool.evictable_among(keys[:hits]) > pool.free:
-            return False
-        pool.touch(keys[:hits])
-        pool.allocate(new)
-        held = list(keys[:hits])
-        full = req.full_blocks
-        for j in range(hits, total):
-            key = keys[j] if j < full else None
-            held.append(pool.cache(key, keys[j - 1] if j else None) if key is not None else None)
-        run.held = held
+        hits = pool.admit(index, req.block_keys, run.max_hit, run.total, run.full)
+        if hits < 0:
+            return False  # it does not fit in the free blocks yet
+        run.blocks = run.total
         first = not run.started
         run.started = True
         run.admit_t = self.now
@@ -150,7 +148,7 @@ class ServeSimulation:
             res.measured_requests += 1
             res.prompt_tokens += req.prompt_tokens
             res.hit_tokens += hits * bs
-            res.block_lookups += len(keys)
+            res.block_lookups += len(req.block_keys)
             res.block_hits += hits
             res.queueing_delays_s.append(self.now - req.arrival_s)
         start = max(self.now, self.lane_free)
@@ -162,15 +160,11 @@ class ServeSimulation:
         return True
 
     # ------------------------------------------------------------------ decode
-    def _last_computed(self, req: Request) -> int:
-        """Tokens with KV when the request ends: the last sampled token has none."""
-        return req.prompt_tokens + max(req.output_tokens, 1) - 1
-
     def _schedule_next(self, index: int) -> None:
         run = self.runs[index]
         req = run.req
-        boundary = len(run.held) * req.block_size  # the held blocks are full at this token count
-        if boundary <= self._last_computed(req) and boundary >= req.prompt_tokens:
+        boundary = run.blocks * req.block_size  # the held blocks are full at this token count
+        if boundary <= run.last and boundary >= req.prompt_tokens:
             t = run.prefill_end + self.server.decode_s(boundary - req.prompt_tokens)
             self._push(t, _BLOCK, index)
         else:
@@ -179,15 +173,13 @@ class ServeSimulation:
     def _on_block(self, index: int) -> None:
         run, pool = self.runs[index], self.pool
         req = run.req
-        j = len(run.held) - 1  # the last held block just filled up
-        if run.held[j] is None:
-            full = req.full_blocks
-            out = j - full
-            key = req.output_keys[out] if 0 <= out < len(req.output_keys) else None
-            if key is not None:
-                parent = req.output_keys[out - 1] if out > 0 else (req.block_keys[j - 1] if j else None)
-                run.held[j] = pool.cache(key, parent)
-        if (j + 1) * req.block_size >= self._last_computed(req):  # no token left needs a new block
+        j = run.blocks - 1  # the last held block just filled up
+        out = j - run.full
+        outputs = req.output_keys
+        if 0 <= out < len(outputs):  # cached if it is anonymous (the pool checks)
+            parent = outputs[out - 1] if out > 0 else (req.block_keys[j - 1] if j else None)
+            pool.fill_last(index, outputs[out], parent)
+        if (j + 1) * req.block_size >= run.last:  # no token left needs a new block
             self._push(run.prefill_end + self.server.decode_s(max(req.output_tokens, 1)), _FINISH, index)
             return
         while pool.free < 1:
@@ -195,23 +187,21 @@ class ServeSimulation:
             self._preempt(victim)
             if victim == index:
                 return
-        pool.allocate(1)
-        run.held.append(None)
+        run.blocks = pool.extend(index)
         self._schedule_next(index)
 
     def _preempt(self, index: int) -> None:
         run = self.runs[index]
-        self.pool.release(run.held)
-        run.held = []
+        self.pool.release_run(index)
+        run.blocks = 0
         run.version += 1
         self.running.remove(index)
         self.waiting.appendleft(index)
         self.result.preemptions += 1
 
     def _on_finish(self, index: int) -> None:
-        run = self.runs[index]
-        self.pool.release(run.held)
-        run.held = []
+        self.pool.release_run(index)
+        self.runs[index].blocks = 0
         self.running.remove(index)
 
     # ------------------------------------------------------------------ main loop
@@ -222,6 +212,7 @@ class ServeSimulation:
             for i, r in enumerate(requests)
         ]
         n, i = len(requests), 0
+        self.pool.reserve_runs(n)
         events = self.events
         while i < n or events:
             next_arrival = requests[i].arrival_s if i < n else math.inf
