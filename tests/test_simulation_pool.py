@@ -163,3 +163,15 @@ def test_modes_agree_without_pressure(mode):
         simulate(trace, "lru", 10_000, mode=mode).hit_rate
         == simulate(trace, "infinite", 1, mode=mode).hit_rate
     )
+
+
+@settings(max_examples=60, deadline=None)
+@given(values=st.lists(st.floats(0, 1e5, allow_nan=False), min_size=1, max_size=3000))
+def test_flat_dict_statistics_are_numpys_bit_for_bit(values):
+    np = pytest.importorskip("numpy")
+    from wakman.simulation.results import SimResult
+
+    flat = SimResult("lru", "serve", 1, queueing_delays_s=values).as_flat_dict()
+    assert flat["queueing_delay_s_mean"] == float(np.mean(values))
+    for q in (50, 90, 99):
+        assert flat[f"queueing_delay_s_p{q}"] == float(np.percentile(values, q))
