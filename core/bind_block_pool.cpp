@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "block_pool.hpp"
+#include "serve.hpp"
 
 namespace nb = nanobind;
 using namespace nb::literals;
@@ -82,17 +83,11 @@ nb::object key_or_none(Key k, bool present) {
 struct PyBlockPool {
   nb::object policy_obj;
   BlockPool pool;
-  std::vector<BlockPool::Held> runs;
   std::vector<Key> scratch;
   std::vector<int32_t> slots;
 
   PyBlockPool(int64_t capacity, nb::object policy)
       : policy_obj(policy), pool(capacity, nb::cast<Policy&>(policy)) {}
-
-  BlockPool::Held& run(size_t i) {
-    if (i >= runs.size()) runs.resize(i + 1);
-    return runs[i];
-  }
 
   nb::list held_list(const BlockPool::Held& held) const {
     nb::list out;
@@ -100,6 +95,114 @@ struct PyBlockPool {
     return out;
   }
 };
+
+// The loop's view of a Python controller (on_arrival(now, request), on_time(now, pool)) and of the
+// pool's policy names.
+class PyServeHooks final : public ServeHooks {
+ public:
+  PyServeHooks(nb::handle pool, nb::handle requests, nb::handle controller)
+      : pool_(pool), requests_(requests), py_pool_(nb::cast<PyBlockPool&>(pool)) {
+    if (!controller.is_none()) {
+      on_arrival_ = controller.attr("on_arrival");
+      on_time_ = controller.attr("on_time");
+    }
+  }
+  void on_arrival(double now, size_t request) override {
+    if (!on_arrival_.is_valid()) return;
+    nb::object req = nb::steal(PySequence_GetItem(requests_.ptr(), static_cast<Py_ssize_t>(request)));
+    if (!req.is_valid()) throw nb::python_error();
+    on_arrival_(now, req);
+  }
+  void on_time(double now) override {
+    if (on_time_.is_valid()) on_time_(now, pool_);
+  }
+  int32_t policy_tag() override {
+    nb::object policy = py_pool_.policy_obj;
+    nb::object name = nb::hasattr(policy, "name") ? policy.attr("name")
+                                                  : nb::str(nb::cast<Policy&>(policy).name());
+    for (size_t i = 0; i < names_.size(); ++i)
+      if (names_[i].equal(name)) return static_cast<int32_t>(i);
+    names_.push_back(name);
+    return static_cast<int32_t>(names_.size() - 1);
+  }
+  nb::object name(int32_t tag) const { return tag >= 0 ? names_[tag] : nb::str(""); }
+
+ private:
+  nb::handle pool_, requests_;
+  PyBlockPool& py_pool_;
+  nb::object on_arrival_, on_time_;
+  std::vector<nb::object> names_;
+};
+
+// serve.py's run(): read the requests once into flat arrays, run the loop, hand back the figures.
+nb::dict serve(nb::handle pool, nb::handle requests, double prefill_tokens_per_s, double prefill_overhead_s,
+               double decode_tokens_per_s, int64_t max_running, double warmup_s, int64_t warmup_requests,
+               double interval_s, nb::handle controller, nb::handle belady_offsets) {
+  PyBlockPool& p = nb::cast<PyBlockPool&>(pool);
+  std::vector<ServeRequest> reqs;
+  std::vector<Key> keys, outputs;
+  std::vector<uint8_t> measured;
+  std::vector<Key> scratch;
+  Py_ssize_t n = PyObject_Length(requests.ptr());
+  if (n < 0) throw nb::python_error();
+  reqs.reserve(static_cast<size_t>(n));
+  measured.reserve(static_cast<size_t>(n));
+  size_t i = 0;
+  for (nb::handle r : requests) {
+    ServeRequest q;
+    q.arrival_s = nb::cast<double>(r.attr("arrival_s"));
+    q.prompt_tokens = nb::cast<int64_t>(r.attr("prompt_tokens"));
+    q.output_tokens = nb::cast<int64_t>(r.attr("output_tokens"));
+    q.block_size = nb::cast<int64_t>(r.attr("block_size"));
+    if (q.block_size < 1 || q.prompt_tokens < 1) throw nb::value_error("serve: a request needs block_size >= 1 and a prompt");
+    {
+      Keys k(r.attr("block_keys"), scratch);
+      q.key_at = keys.size();
+      q.n_keys = k.size();
+      keys.insert(keys.end(), k.data(), k.data() + k.size());
+    }
+    {
+      Keys k(r.attr("output_keys"), scratch);
+      q.out_at = outputs.size();
+      q.n_out = k.size();
+      outputs.insert(outputs.end(), k.data(), k.data() + k.size());
+    }
+    measured.push_back(q.arrival_s >= warmup_s && static_cast<int64_t>(i) >= warmup_requests);
+    reqs.push_back(q);
+    ++i;
+  }
+  std::vector<int64_t> offsets;
+  if (!belady_offsets.is_none())
+    for (nb::handle o : belady_offsets) offsets.push_back(nb::cast<int64_t>(o));
+  if (!offsets.empty() && offsets.size() != reqs.size() + 1)
+    throw nb::value_error("serve: belady_offsets needs one offset per request, plus the end");
+  ServerParams server{prefill_tokens_per_s, prefill_overhead_s, decode_tokens_per_s, max_running};
+  PyServeHooks hooks(pool, requests, controller);
+  ServeLoop loop(p.pool, server, std::move(reqs), std::move(keys), std::move(outputs), std::move(measured), interval_s,
+                 std::move(offsets), hooks);
+  ServeTotals& t = loop.run();
+  nb::dict out;
+  out["measured_requests"] = t.measured_requests;
+  out["prompt_tokens"] = t.prompt_tokens;
+  out["hit_tokens"] = t.hit_tokens;
+  out["block_lookups"] = t.block_lookups;
+  out["block_hits"] = t.block_hits;
+  out["preemptions"] = t.preemptions;
+  out["rejected"] = t.rejected;
+  out["now"] = t.now;
+  out["t0"] = t.started ? nb::cast(t.t0) : nb::none();
+  out["free_area"] = t.free_area;
+  nb::list delays, ttfts, cells;
+  for (double d : t.queueing_delays_s) delays.append(d);
+  for (double d : t.ttfts_s) ttfts.append(d);
+  for (const IntervalCell& c : t.intervals)
+    cells.append(nb::make_tuple(c.start_s, c.admissions, c.prompt_tokens, c.hit_tokens, c.evictions,
+                                c.free_block_seconds, c.seconds, hooks.name(c.policy)));
+  out["queueing_delays_s"] = delays;
+  out["ttfts_s"] = ttfts;
+  out["intervals"] = cells;
+  return out;
+}
 
 }  // namespace
 
@@ -193,16 +296,14 @@ void bind_block_pool(nb::module_& m) {
            "Cached blocks no lookup can reach: some ancestor of the chain is not cached.")
       .def("check", [](const PyBlockPool& p) { p.pool.check(); }, "Assert the invariants (PoolInvariantError).")
       // ---------------------------------------------------------------- per request (serve.py)
-      .def(
-          "reserve_runs", [](PyBlockPool& p, size_t n) { p.runs.resize(std::max(n, p.runs.size())); }, "n"_a,
-          "Room for runs 0..n-1.")
+      .def("reserve_runs", [](PyBlockPool& p, size_t n) { p.pool.reserve_runs(n); }, "n"_a, "Room for runs 0..n-1.")
       .def(
           "admit",
           [](PyBlockPool& p, size_t run, nb::handle keys, size_t max_hit, size_t total, size_t full) {
             Keys k(keys, p.scratch);
             max_hit = std::min({max_hit, k.size(), total});
-            full = std::min(full, k.size());
-            return p.pool.admit(k.data(), max_hit, total, full, p.run(run));
+            full = std::min({full, k.size(), total});
+            return p.pool.admit_run(run, k.data(), max_hit, total, full);
           },
           "run"_a, "keys"_a, "max_hit"_a, "total"_a, "full"_a,
           "Admit a request as run `run`: prompt of `total` blocks, keys[:full] cacheable, at most max_hit\n"
@@ -210,33 +311,23 @@ void bind_block_pool(nb::module_& m) {
       .def(
           "fill_last",
           [](PyBlockPool& p, size_t run, nb::handle key, nb::handle parent) {
-            BlockPool::Held& held = p.run(run);
-            if (held.empty() || held.back() != BlockPool::kAnonymous) return;
             bool has_parent = !parent.is_none();
-            held.back() = p.pool.cache(as_key(key), has_parent ? as_key(parent) : 0, has_parent);
+            p.pool.fill_last(run, as_key(key), has_parent ? as_key(parent) : 0, has_parent);
           },
           "run"_a, "key"_a, "parent"_a.none(), "The run's last block filled up with key: cache it if anonymous.")
-      .def(
-          "extend",
-          [](PyBlockPool& p, size_t run) {
-            BlockPool::Held& held = p.run(run);
-            p.pool.allocate(1);
-            held.push_back(BlockPool::kAnonymous);
-            return held.size();
-          },
-          "run"_a, "Allocate one more (anonymous) block for the run; returns its held blocks.")
-      .def(
-          "release_run",
-          [](PyBlockPool& p, size_t run) {
-            BlockPool::Held& held = p.run(run);
-            p.pool.release(held.data(), held.size());
-            held.clear();
-          },
-          "run"_a, "The run frees every block it holds, deepest first.")
-      .def("held", [](PyBlockPool& p, size_t run) { return p.held_list(p.run(run)); }, "run"_a,
+      .def("extend", [](PyBlockPool& p, size_t run) { return p.pool.extend_run(run); }, "run"_a,
+           "Allocate one more (anonymous) block for the run; returns the blocks it holds.")
+      .def("release_run", [](PyBlockPool& p, size_t run) { p.pool.release_run(run); }, "run"_a,
+           "The run frees every block it holds, deepest first.")
+      .def("held", [](PyBlockPool& p, size_t run) { return p.held_list(p.pool.held(run)); }, "run"_a,
            "The run's held blocks: keys in prefix order, None for anonymous ones.")
       .def("__repr__", [](const PyBlockPool& p) {
         return "BlockPool(capacity=" + std::to_string(p.pool.capacity()) + ", free=" + std::to_string(p.pool.free()) +
                ", policy=" + nb::cast<std::string>(nb::repr(p.policy_obj)) + ")";
       });
+
+  m.def("serve", &serve, "pool"_a, "requests"_a, "prefill_tokens_per_s"_a, "prefill_overhead_s"_a,
+        "decode_tokens_per_s"_a, "max_running"_a, "warmup_s"_a, "warmup_requests"_a, "interval_s"_a,
+        "controller"_a.none(), "belady_offsets"_a.none(),
+        "Serve mode's event loop over pool (semantics: wakman.simulation.serve); returns its figures.");
 }

@@ -180,9 +180,44 @@ class BlockPool {
     return static_cast<int64_t>(hits);
   }
 
+  // ------------------------------------------------------------------ per run (serve mode)
+  // The pool keeps each run's held blocks (run = request number), so a request is one call per
+  // admission, per decode block and per release; a run's storage is reused across its admissions.
+  void reserve_runs(size_t n) {
+    if (n > runs_.size()) runs_.resize(n);
+  }
+  Held& held(size_t run) {
+    reserve_runs(run + 1);
+    return runs_[run];
+  }
+  int64_t admit_run(size_t run, const Key* keys, size_t max_hit, size_t total, size_t full) {
+    return admit(keys, max_hit, total, full, held(run));
+  }
+  // The run's last block filled up with `key`: cache it if it is anonymous.
+  void fill_last(size_t run, Key key, Key parent, bool has_parent) {
+    Held& h = held(run);
+    if (!h.empty() && h.back() == kAnonymous) h.back() = cache(key, parent, has_parent);
+  }
+  // One more (anonymous) block for the run; returns the blocks it holds.
+  size_t extend_run(size_t run) {
+    Held& h = held(run);
+    allocate(1);
+    h.push_back(kAnonymous);
+    return h.size();
+  }
+  void release_run(size_t run) {
+    Held& h = held(run);
+    release(h.data(), h.size());
+    h.clear();
+  }
+
   // The adaptive manager's switch: `policy` already holds this pool's cached keys and pins
-  // (handover); the pool's slots carry over unchanged.
-  void replace_policy(Policy& policy) { policy_ = &policy; }
+  // (handover); the pool's slots carry over unchanged. `generation` counts the switches.
+  void replace_policy(Policy& policy) {
+    policy_ = &policy;
+    ++generation_;
+  }
+  uint64_t generation() const { return generation_; }
 
   // ------------------------------------------------------------------ diagnostics
   // Cached blocks no lookup can reach: some ancestor of their chain is not cached.
@@ -258,6 +293,8 @@ class BlockPool {
   std::vector<int32_t> refs_;
   std::vector<uint8_t> has_parent_;
   std::vector<int32_t> free_slots_;
+  std::vector<Held> runs_;
+  uint64_t generation_ = 0;
 };
 
 }  // namespace wakman
