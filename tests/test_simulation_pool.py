@@ -5,6 +5,7 @@ from __future__ import annotations
 import gc
 import random
 
+import msgspec
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -359,3 +360,28 @@ def test_replace_policy_keeps_the_new_policy_alive():
     pool.release_run(0)
     pool.check()
     assert pool.free == 8 and pool.policy.eviction_order() == [key_of("y"), key_of("x")]
+
+
+@pytest.mark.parametrize("policy", ["lru", "s3fifo", "arc", "belady"])
+def test_serve_mode_reads_numpy_keys_like_lists(policy):
+    """Request.block_keys / output_keys as numpy uint64 arrays (read in place) give the same run."""
+    np = pytest.importorskip("numpy")
+    trace = [
+        req(0.3 * i, [f"s{i % 4}", f"t{i % 7}", f"u{i}"], out=2 * BS + 5, outputs=[f"o{i}", f"p{i}"])
+        for i in range(80)
+    ]
+    arrays = [
+        msgspec.structs.replace(
+            r,
+            block_keys=np.asarray(r.block_keys, dtype=np.uint64),
+            output_keys=np.asarray(r.output_keys, dtype=np.uint64),
+        )
+        for r in trace
+    ]
+    slow = ServerModel(
+        prefill_tokens_per_s=1e4, prefill_overhead_s=0.0, decode_tokens_per_s=20, max_running=4
+    )
+    a = simulate(trace, policy, 30, server=slow).as_flat_dict(series=True)
+    b = simulate(arrays, policy, 30, server=slow).as_flat_dict(series=True)
+    a.pop("wall_s"), b.pop("wall_s")
+    assert a == b and a["evictions"] > 0 and a["hit_tokens"] > 0
