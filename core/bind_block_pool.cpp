@@ -9,6 +9,7 @@
 // Keys cross as Python ints (modulo 2**64) or numpy 8-byte integers; a numpy uint64/int64 array
 // of keys is read in place, a list is read into a reused buffer.
 #include <nanobind/nanobind.h>
+#include <nanobind/stl/string.h>
 
 #include <algorithm>
 #include <string>
@@ -86,8 +87,12 @@ struct PyBlockPool {
   std::vector<Key> scratch;
   std::vector<int32_t> slots;
 
-  PyBlockPool(int64_t capacity, nb::object policy)
-      : policy_obj(policy), pool(capacity, nb::cast<Policy&>(policy)) {}
+  PyBlockPool(int64_t capacity, nb::object policy) : policy_obj(policy), pool(capacity, as_policy(policy)) {}
+
+  static Policy& as_policy(nb::handle policy) {
+    if (!nb::isinstance<Policy>(policy)) throw nb::type_error("block pool: the policy must be a wakman policy");
+    return nb::cast<Policy&>(policy);
+  }
 
   nb::list held_list(const BlockPool::Held& held) const {
     nb::list out;
@@ -287,7 +292,7 @@ void bind_block_pool(nb::module_& m) {
       .def(
           "replace_policy",
           [](PyBlockPool& p, nb::object policy) {
-            Policy& next = nb::cast<Policy&>(policy);
+            Policy& next = PyBlockPool::as_policy(policy);
             p.pool.replace_policy(next);
             p.policy_obj = policy;
           },

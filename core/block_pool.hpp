@@ -47,6 +47,7 @@ class BlockPool {
         refs_(static_cast<size_t>(capacity), 0),
         has_parent_(static_cast<size_t>(capacity), 0) {
     if (capacity < 1) throw std::invalid_argument("capacity must be >= 1 block, got " + std::to_string(capacity));
+    if (policy.size() != 0) throw std::invalid_argument("block pool: the policy must start empty (every block blank)");
     free_slots_.reserve(static_cast<size_t>(capacity));
     for (int64_t s = capacity - 1; s >= 0; --s) free_slots_.push_back(static_cast<int32_t>(s));
   }
@@ -119,6 +120,7 @@ class BlockPool {
   // key's slot, or kAnonymous when another request holds the cached copy (the block stays
   // anonymous). A cached but unreferenced key is taken over: its stale copy becomes blank.
   int32_t cache(Key key, Key parent, bool has_parent) {
+    if (uncached_in_use_ < 1) throw PoolBroken("block pool: cache() needs a held anonymous block (allocate first)");
     int32_t s = index_.find(key);
     if (s >= 0) {
       if (refs_[s] > 0) return kAnonymous;
