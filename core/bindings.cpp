@@ -89,6 +89,8 @@ std::vector<Key> keys_of(nb::handle obj) {
 
 }  // namespace
 
+void bind_block_pool(nb::module_& m);  // bind_block_pool.cpp
+
 NB_MODULE(_core, m) {
   m.doc() = "wakman's compiled policy core: the policies and their per-block loops (see core/policy.hpp)";
   nb::exception<NoEvictable>(m, "NoEvictableKey", PyExc_LookupError);
@@ -273,4 +275,6 @@ NB_MODULE(_core, m) {
       "policy"_a, "keys"_a, "limit"_a, "full"_a, "outputs"_a, "parents"_a = nb::none(),
       "One request through a plain cache, vLLM's way: (prefix hit blocks, blocks accessed, of which hits);\n"
       "parents, when given, records the chain's newly cached blocks.");
+
+  bind_block_pool(m);
 }

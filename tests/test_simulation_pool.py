@@ -2,13 +2,18 @@
 
 from __future__ import annotations
 
+import gc
+import random
+
+import msgspec
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from streams import key_of
-from wakman.policies import make_policy
+from wakman.policies import handover, make_policy
 from wakman.simulation import BlockPool, ServerModel, simulate
+from wakman.simulation.pool import PoolExhausted, count_stranded
 from wakman.traces import Request
 
 BS = 16
@@ -58,11 +63,7 @@ def test_at_most_prompt_minus_one_tokens_hit():
 def test_a_request_whose_ancestor_was_evicted_misses_everything():
     pool = BlockPool(4, make_policy("lru", 4))
     pool.allocate(3)
-    held = [
-        pool.cache(key_of("a"), None),
-        pool.cache(key_of("b"), key_of("a")),
-        pool.cache(key_of("c"), key_of("b")),
-    ]
+    held = pool.cache_run([key_of("a"), key_of("b"), key_of("c")], 0, 3)
     pool.release(held)
     # LRU with vLLM's release order evicts the deepest block first; force the root out instead
     pool.policy.pin(key_of("b"))
@@ -171,3 +172,216 @@ def test_modes_agree_without_pressure(mode):
         simulate(trace, "lru", 10_000, mode=mode).hit_rate
         == simulate(trace, "infinite", 1, mode=mode).hit_rate
     )
+
+
+@settings(max_examples=60, deadline=None)
+@given(values=st.lists(st.floats(0, 1e5, allow_nan=False), min_size=1, max_size=3000))
+def test_flat_dict_statistics_are_numpys_bit_for_bit(values):
+    np = pytest.importorskip("numpy")
+    from wakman.simulation.results import SimResult
+
+    flat = SimResult("lru", "serve", 1, queueing_delays_s=values).as_flat_dict()
+    assert flat["queueing_delay_s_mean"] == float(np.mean(values))
+    for q in (50, 90, 99):
+        assert flat[f"queueing_delay_s_p{q}"] == float(np.percentile(values, q))
+
+
+class ReferencePool:
+    """The pool's semantics (pool.py's docstring) in plain Python dicts, to check the core against."""
+
+    def __init__(self, capacity: int, policy) -> None:
+        self.capacity, self.policy = capacity, policy
+        self.blank, self.uncached_in_use, self.evictions = capacity, 0, 0
+        self.refs: dict[int, int] = {}
+        self.parent: dict[int, int | None] = {}
+        self.held: dict[int, list] = {}
+
+    @property
+    def free(self) -> int:
+        return self.blank + self.policy.num_evictable
+
+    def allocate(self, n: int) -> None:
+        from_blank = min(n, self.blank)
+        self.blank -= from_blank
+        for victim in self.policy.evict_many(n - from_blank):
+            del self.parent[victim]
+            self.evictions += 1
+        self.uncached_in_use += n
+
+    def cache(self, key: int, parent: int | None) -> int | None:
+        count = self.refs.get(key, 0)
+        if key in self.parent:
+            if count:
+                return None
+            self.policy.pin(key)
+            self.blank += 1
+        else:
+            self.policy.insert(key, True)
+            self.parent[key] = parent
+        self.uncached_in_use -= 1
+        self.refs[key] = count + 1
+        return key
+
+    def admit(self, run: int, keys: list, max_hit: int, total: int, full: int) -> int:
+        if total - max_hit > self.free:
+            return -1
+        hits = 0
+        while hits < max_hit and keys[hits] in self.parent:
+            hits += 1
+        if total - hits + sum(1 for k in keys[:hits] if k not in self.refs) > self.free:
+            return -1
+        for k in keys[hits:full]:
+            if k not in self.parent:
+                self.policy.miss(k)
+        for k in keys[:hits]:
+            self.policy.hit(k)
+            if not self.refs.get(k):
+                self.policy.pin(k)
+            self.refs[k] = self.refs.get(k, 0) + 1
+        self.allocate(total - hits)
+        held = list(keys[:hits])
+        held += [self.cache(keys[j], keys[j - 1] if j else None) for j in range(hits, full)]
+        self.held[run] = held + [None] * (total - full)
+        return hits
+
+    def extend(self, run: int) -> None:
+        self.allocate(1)
+        self.held[run].append(None)
+
+    def fill_last(self, run: int, key: int, parent: int | None) -> None:
+        if self.held[run][-1] is None:
+            self.held[run][-1] = self.cache(key, parent)
+
+    def release_run(self, run: int) -> None:
+        for key in reversed(self.held.pop(run)):
+            if key is None:
+                self.uncached_in_use -= 1
+                self.blank += 1
+            elif self.refs[key] == 1:
+                del self.refs[key]
+                self.policy.unpin(key)
+            else:
+                self.refs[key] -= 1
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    policy=st.sampled_from(["lru", "fifo", "s3fifo", "s3fifo-v0", "sieve", "arc"]),
+    capacity=st.integers(2, 16),
+    seed=st.integers(0, 2**32 - 1),
+    as_array=st.booleans(),
+)
+def test_core_pool_matches_the_reference_step_by_step(policy, capacity, seed, as_array):
+    """60 random steps: admissions (prefix-chained keys over a small tree, so evicted keys come
+    back as ghost hits; some partial last blocks), decode growth (output keys, some shared) and
+    releases, on the core pool and on ReferencePool with twin policies: the same hits, counts,
+    eviction order, pins and held blocks after every step, and the invariants hold."""
+    np = pytest.importorskip("numpy")
+    rng = random.Random(seed)
+    core, ref = (
+        BlockPool(capacity, make_policy(policy, capacity)),
+        ReferencePool(capacity, make_policy(policy, capacity)),
+    )
+    running: list[int] = []
+    for step in range(60):
+        op = rng.choice(["admit", "admit", "grow", "release"])
+        if op == "admit":
+            ids = [rng.randint(0, 2) for _ in range(rng.randint(1, 5))]
+            keys = [key_of(tuple(ids[: i + 1])) for i in range(len(ids))]
+            full = len(keys) - (rng.random() < 0.25)  # the last block partial now and then
+            total, max_hit = len(keys), max(0, full - (rng.random() < 0.5))
+            batch = np.asarray(keys, dtype=np.uint64) if as_array else keys
+            got = core.admit(step, batch, max_hit, total, full)
+            assert got == ref.admit(step, keys, max_hit, total, full)
+            if got >= 0:
+                running.append(step)
+        elif op == "grow" and running:
+            run = rng.choice(running)
+            if ref.free >= 1:
+                core.extend(run)
+                ref.extend(run)
+                n = rng.randint(0, 3)
+                key, parent = key_of(("out", n)), key_of(("out", n - 1)) if n else None
+                core.fill_last(run, key, parent)
+                ref.fill_last(run, key, parent)
+            else:
+                with pytest.raises(PoolExhausted):
+                    core.extend(run)
+        elif op == "release" and running:
+            run = running.pop(rng.randrange(len(running)))
+            core.release_run(run)
+            ref.release_run(run)
+        core.check()
+        assert (core.blank, core.uncached_in_use, core.free, core.evictions) == (
+            ref.blank,
+            ref.uncached_in_use,
+            ref.free,
+            ref.evictions,
+        )
+        assert core.policy.eviction_order() == ref.policy.eviction_order()
+        assert sorted(core.policy.pinned_keys()) == sorted(ref.policy.pinned_keys())
+        assert all(core.refs(k) == n for k, n in ref.refs.items())
+        assert all(core.held(run) == ref.held[run] for run in running)
+        assert core.stranded() == count_stranded(ref.policy, ref.parent)
+    for run in running:
+        core.release_run(run)
+    core.check()
+    assert core.free == capacity
+
+
+def test_a_ghost_hit_is_seen_before_the_evictions_that_make_room():
+    """S3-FIFO (v0) with S = 2 blocks and a one-key ghost: a19 is evicted into the ghost; the next
+    request needs a19 and c1, and allocating for them evicts two more keys into the ghost. The miss
+    comes first, so a19 leaves the ghost before it is pushed out and its insert puts it in M (the
+    last of the eviction order); evicting first would forget it and insert it into S."""
+    a = [key_of(("a", i)) for i in range(20)]
+    b0, c1 = key_of("b0"), key_of("c1")
+    pool = BlockPool(20, make_policy("s3fifo-v0", 20, ghost_ratio=0.05))
+    assert pool.policy.ghost_capacity == 1 and pool.policy.small_capacity == 2
+    assert pool.admit(0, a, 20, 20, 20) == 0
+    pool.release_run(0)
+    assert pool.admit(1, [b0], 1, 1, 1) == 0  # evicts a19 (released first, so S's oldest)
+    pool.release_run(1)
+    assert pool.policy.in_ghost(a[19])
+    assert pool.admit(2, [c1, a[19]], 0, 2, 2) == 0
+    pool.release_run(2)
+    assert pool.policy.eviction_order()[-1] == a[19]
+    pool.check()
+
+
+def test_replace_policy_keeps_the_new_policy_alive():
+    pool = BlockPool(8, make_policy("lru", 8))
+    assert pool.admit(0, [key_of("x"), key_of("y")], 2, 3, 2) == 0
+    pool.replace_policy(handover(pool.policy, make_policy("s3fifo", 8)))  # no other reference left
+    gc.collect()
+    assert pool.policy.name == "s3fifo" and sorted(pool.policy.pinned_keys()) == sorted(
+        [key_of("x"), key_of("y")]
+    )
+    pool.release_run(0)
+    pool.check()
+    assert pool.free == 8 and pool.policy.eviction_order() == [key_of("y"), key_of("x")]
+
+
+@pytest.mark.parametrize("policy", ["lru", "s3fifo", "arc", "belady"])
+def test_serve_mode_reads_numpy_keys_like_lists(policy):
+    """Request.block_keys / output_keys as numpy uint64 arrays (read in place) give the same run."""
+    np = pytest.importorskip("numpy")
+    trace = [
+        req(0.3 * i, [f"s{i % 4}", f"t{i % 7}", f"u{i}"], out=2 * BS + 5, outputs=[f"o{i}", f"p{i}"])
+        for i in range(80)
+    ]
+    arrays = [
+        msgspec.structs.replace(
+            r,
+            block_keys=np.asarray(r.block_keys, dtype=np.uint64),
+            output_keys=np.asarray(r.output_keys, dtype=np.uint64),
+        )
+        for r in trace
+    ]
+    slow = ServerModel(
+        prefill_tokens_per_s=1e4, prefill_overhead_s=0.0, decode_tokens_per_s=20, max_running=4
+    )
+    a = simulate(trace, policy, 30, server=slow).as_flat_dict(series=True)
+    b = simulate(arrays, policy, 30, server=slow).as_flat_dict(series=True)
+    a.pop("wall_s"), b.pop("wall_s")
+    assert a == b and a["evictions"] > 0 and a["hit_tokens"] > 0

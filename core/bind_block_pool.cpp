@@ -1,0 +1,338 @@
+// wakman._core.BlockPool: the serve-mode pool (block_pool.hpp) for Python.
+//
+// The pool holds its policy as a Python object, so a policy given to it (or swapped in by
+// replace_policy) lives as long as the pool uses it. Two ways in:
+// - per block (tests, tools): touch/allocate/cache/release with a request's held blocks as a list
+//   of keys, None for an anonymous block;
+// - per request (serve.py): the pool keeps each run's held blocks itself, indexed by run number;
+//   admit/fill_last/extend/release_run are one call each and allocate nothing in steady state.
+// Keys cross as Python ints (modulo 2**64) or numpy 8-byte integers; a numpy uint64/int64 array
+// of keys is read in place, a list is read into a reused buffer.
+#include <nanobind/nanobind.h>
+#include <nanobind/stl/string.h>
+
+#include <algorithm>
+#include <string>
+#include <vector>
+
+#include "block_pool.hpp"
+#include "serve.hpp"
+
+namespace nb = nanobind;
+using namespace nb::literals;
+using namespace wakman;
+
+namespace {
+
+Key as_key(nb::handle h) {
+  unsigned long long k = PyLong_AsUnsignedLongLongMask(h.ptr());
+  if (k == static_cast<unsigned long long>(-1) && PyErr_Occurred()) throw nb::python_error();
+  return static_cast<Key>(k);
+}
+
+// A batch of keys: borrowed from a C-contiguous buffer of 8-byte integers, else read into `scratch`
+// (a buffer the caller reuses, so a steady-state call allocates nothing).
+class Keys {
+ public:
+  Keys(nb::handle obj, std::vector<Key>& scratch) {
+    PyObject* o = obj.ptr();
+    if (PyList_Check(o) || PyTuple_Check(o)) {
+      Py_ssize_t n = PySequence_Fast_GET_SIZE(o);
+      PyObject** items = PySequence_Fast_ITEMS(o);
+      scratch.resize(static_cast<size_t>(n));
+      for (Py_ssize_t i = 0; i < n; ++i) scratch[i] = as_key(items[i]);
+      data_ = scratch.data();
+      size_ = scratch.size();
+      return;
+    }
+    if (PyObject_CheckBuffer(o) && PyObject_GetBuffer(o, &view_, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) == 0) {
+      has_view_ = true;
+      const char* f = view_.format ? view_.format : "B";
+      if (*f == '<' || *f == '=' || *f == '@') ++f;
+      bool eight = view_.itemsize == 8 && (*f == 'Q' || *f == 'q' || *f == 'L' || *f == 'l') && f[1] == 0;
+      if (!eight || view_.ndim > 1) throw nb::type_error("keys: expected a 1-d buffer of 8-byte integers");
+      data_ = static_cast<const Key*>(view_.buf);
+      size_ = static_cast<size_t>(view_.len / 8);
+      return;
+    }
+    PyErr_Clear();
+    scratch.clear();
+    for (nb::handle item : obj) scratch.push_back(as_key(item));
+    data_ = scratch.data();
+    size_ = scratch.size();
+  }
+  ~Keys() {
+    if (has_view_) PyBuffer_Release(&view_);
+  }
+  Keys(const Keys&) = delete;
+  Keys& operator=(const Keys&) = delete;
+  const Key* data() const { return data_; }
+  size_t size() const { return size_; }
+
+ private:
+  Py_buffer view_{};
+  bool has_view_ = false;
+  const Key* data_ = nullptr;
+  size_t size_ = 0;
+};
+
+nb::object key_or_none(Key k, bool present) {
+  return present ? nb::steal(PyLong_FromUnsignedLongLong(k)) : nb::none();
+}
+
+// The pool, its policy's Python object, and every run's held blocks.
+struct PyBlockPool {
+  nb::object policy_obj;
+  BlockPool pool;
+  std::vector<Key> scratch;
+  std::vector<int32_t> slots;
+
+  PyBlockPool(int64_t capacity, nb::object policy) : policy_obj(policy), pool(capacity, as_policy(policy)) {}
+
+  static Policy& as_policy(nb::handle policy) {
+    if (!nb::isinstance<Policy>(policy)) throw nb::type_error("block pool: the policy must be a wakman policy");
+    return nb::cast<Policy&>(policy);
+  }
+
+  nb::list held_list(const BlockPool::Held& held) const {
+    nb::list out;
+    for (int32_t s : held) out.append(key_or_none(s >= 0 ? pool.key_of(s) : 0, s >= 0));
+    return out;
+  }
+};
+
+// The loop's view of a Python controller (on_arrival(now, request), on_time(now, pool)) and of the
+// pool's policy names.
+class PyServeHooks final : public ServeHooks {
+ public:
+  PyServeHooks(nb::handle pool, nb::handle requests, nb::handle controller)
+      : pool_(pool), requests_(requests), py_pool_(nb::cast<PyBlockPool&>(pool)) {
+    if (!controller.is_none()) {
+      on_arrival_ = controller.attr("on_arrival");
+      on_time_ = controller.attr("on_time");
+    }
+  }
+  void on_arrival(double now, size_t request) override {
+    if (!on_arrival_.is_valid()) return;
+    nb::object req = nb::steal(PySequence_GetItem(requests_.ptr(), static_cast<Py_ssize_t>(request)));
+    if (!req.is_valid()) throw nb::python_error();
+    on_arrival_(now, req);
+  }
+  void on_time(double now) override {
+    if (on_time_.is_valid()) on_time_(now, pool_);
+  }
+  int32_t policy_tag() override {
+    nb::object policy = py_pool_.policy_obj;
+    nb::object name = nb::hasattr(policy, "name") ? policy.attr("name")
+                                                  : nb::str(nb::cast<Policy&>(policy).name());
+    for (size_t i = 0; i < names_.size(); ++i)
+      if (names_[i].equal(name)) return static_cast<int32_t>(i);
+    names_.push_back(name);
+    return static_cast<int32_t>(names_.size() - 1);
+  }
+  nb::object name(int32_t tag) const { return tag >= 0 ? names_[tag] : nb::str(""); }
+
+ private:
+  nb::handle pool_, requests_;
+  PyBlockPool& py_pool_;
+  nb::object on_arrival_, on_time_;
+  std::vector<nb::object> names_;
+};
+
+// serve.py's run(): read the requests once into flat arrays, run the loop, hand back the figures.
+nb::dict serve(nb::handle pool, nb::handle requests, double prefill_tokens_per_s, double prefill_overhead_s,
+               double decode_tokens_per_s, int64_t max_running, double warmup_s, int64_t warmup_requests,
+               double interval_s, nb::handle controller, nb::handle belady_offsets) {
+  PyBlockPool& p = nb::cast<PyBlockPool&>(pool);
+  std::vector<ServeRequest> reqs;
+  std::vector<Key> keys, outputs;
+  std::vector<uint8_t> measured;
+  std::vector<Key> scratch;
+  Py_ssize_t n = PyObject_Length(requests.ptr());
+  if (n < 0) throw nb::python_error();
+  reqs.reserve(static_cast<size_t>(n));
+  measured.reserve(static_cast<size_t>(n));
+  size_t i = 0;
+  for (nb::handle r : requests) {
+    ServeRequest q;
+    q.arrival_s = nb::cast<double>(r.attr("arrival_s"));
+    q.prompt_tokens = nb::cast<int64_t>(r.attr("prompt_tokens"));
+    q.output_tokens = nb::cast<int64_t>(r.attr("output_tokens"));
+    q.block_size = nb::cast<int64_t>(r.attr("block_size"));
+    if (q.block_size < 1 || q.prompt_tokens < 1) throw nb::value_error("serve: a request needs block_size >= 1 and a prompt");
+    {
+      Keys k(r.attr("block_keys"), scratch);
+      q.key_at = keys.size();
+      q.n_keys = k.size();
+      keys.insert(keys.end(), k.data(), k.data() + k.size());
+    }
+    {
+      Keys k(r.attr("output_keys"), scratch);
+      q.out_at = outputs.size();
+      q.n_out = k.size();
+      outputs.insert(outputs.end(), k.data(), k.data() + k.size());
+    }
+    measured.push_back(q.arrival_s >= warmup_s && static_cast<int64_t>(i) >= warmup_requests);
+    reqs.push_back(q);
+    ++i;
+  }
+  std::vector<int64_t> offsets;
+  if (!belady_offsets.is_none())
+    for (nb::handle o : belady_offsets) offsets.push_back(nb::cast<int64_t>(o));
+  if (!offsets.empty() && offsets.size() != reqs.size() + 1)
+    throw nb::value_error("serve: belady_offsets needs one offset per request, plus the end");
+  ServerParams server{prefill_tokens_per_s, prefill_overhead_s, decode_tokens_per_s, max_running};
+  PyServeHooks hooks(pool, requests, controller);
+  ServeLoop loop(p.pool, server, std::move(reqs), std::move(keys), std::move(outputs), std::move(measured), interval_s,
+                 std::move(offsets), hooks);
+  ServeTotals& t = loop.run();
+  nb::dict out;
+  out["measured_requests"] = t.measured_requests;
+  out["prompt_tokens"] = t.prompt_tokens;
+  out["hit_tokens"] = t.hit_tokens;
+  out["block_lookups"] = t.block_lookups;
+  out["block_hits"] = t.block_hits;
+  out["preemptions"] = t.preemptions;
+  out["rejected"] = t.rejected;
+  out["now"] = t.now;
+  out["t0"] = t.started ? nb::cast(t.t0) : nb::none();
+  out["free_area"] = t.free_area;
+  nb::list delays, ttfts, cells;
+  for (double d : t.queueing_delays_s) delays.append(d);
+  for (double d : t.ttfts_s) ttfts.append(d);
+  for (const IntervalCell& c : t.intervals)
+    cells.append(nb::make_tuple(c.start_s, c.admissions, c.prompt_tokens, c.hit_tokens, c.evictions,
+                                c.free_block_seconds, c.seconds, hooks.name(c.policy)));
+  out["queueing_delays_s"] = delays;
+  out["ttfts_s"] = ttfts;
+  out["intervals"] = cells;
+  return out;
+}
+
+}  // namespace
+
+void bind_block_pool(nb::module_& m) {
+  nb::exception<PoolExhausted>(m, "PoolExhausted", PyExc_RuntimeError);
+  nb::exception<PoolBroken>(m, "PoolInvariantError", PyExc_AssertionError);
+
+  nb::class_<PyBlockPool>(m, "BlockPool", "vLLM 0.32's block pool, counted (semantics: wakman.simulation.pool).")
+      .def(nb::init<int64_t, nb::object>(), "capacity"_a, "policy"_a)
+      .def_prop_ro("capacity", [](const PyBlockPool& p) { return p.pool.capacity(); }, "Blocks in the pool.")
+      .def_prop_ro("blank", [](const PyBlockPool& p) { return p.pool.blank(); }, "Free blocks holding no key.")
+      .def_prop_ro("uncached_in_use", [](const PyBlockPool& p) { return p.pool.uncached_in_use(); },
+                   "Blocks held by running requests without a key.")
+      .def_prop_ro("evictions", [](const PyBlockPool& p) { return p.pool.evictions(); })
+      .def_prop_ro("free", [](const PyBlockPool& p) { return p.pool.free(); }, "blank + policy.num_evictable.")
+      .def_prop_ro("policy", [](const PyBlockPool& p) { return p.policy_obj; })
+      .def("cached", [](const PyBlockPool& p, nb::handle k) { return p.pool.cached(as_key(k)); }, "key"_a)
+      .def("refs", [](const PyBlockPool& p, nb::handle k) { return p.pool.refs(as_key(k)); }, "key"_a,
+           "Running requests holding the key (0 if not cached).")
+      .def(
+          "longest_hit",
+          [](PyBlockPool& p, nb::handle keys, size_t limit) {
+            Keys k(keys, p.scratch);
+            return p.pool.longest_hit(k.data(), std::min(limit, k.size()));
+          },
+          "keys"_a, "limit"_a, "Blocks of the longest cached prefix of keys[:limit] (stops at the first miss).")
+      .def(
+          "evictable_among",
+          [](PyBlockPool& p, nb::handle keys) {
+            Keys k(keys, p.scratch);
+            return p.pool.evictable_among(k.data(), k.size());
+          },
+          "keys"_a, "How many of these cached keys are free (no reference): admitting them uses them up.")
+      .def(
+          "touch",
+          [](PyBlockPool& p, nb::handle keys) {
+            Keys k(keys, p.scratch);
+            p.pool.touch(k.data(), k.size());
+          },
+          "keys"_a, "Hits: each block is a policy hit, then pinned by one more reference (vLLM touch).")
+      .def("allocate", [](PyBlockPool& p, int64_t n) { p.pool.allocate(n); }, "n"_a,
+           "Take n free blocks: blank ones first, then the policy's victims (evicted now).")
+      .def(
+          "cache",
+          [](PyBlockPool& p, nb::handle key, nb::handle parent) -> nb::object {
+            if (key.is_none()) return nb::none();
+            Key k = as_key(key);
+            bool has_parent = !parent.is_none();
+            int32_t s = p.pool.cache(k, has_parent ? as_key(parent) : 0, has_parent);
+            return key_or_none(k, s >= 0);
+          },
+          "key"_a.none(), "parent"_a.none(),
+          "A held anonymous block became full with key: register it (pinned by its request). Returns the key\n"
+          "now held, or None if the block stays anonymous (no key, or another request holds the key).")
+      .def(
+          "cache_run",
+          [](PyBlockPool& p, nb::handle keys, size_t start, size_t stop) {
+            Keys k(keys, p.scratch);
+            stop = std::min(stop, k.size());
+            BlockPool::Held held;
+            if (start < stop) p.pool.cache_run(k.data(), start, stop, held);
+            return p.held_list(held);
+          },
+          "keys"_a, "start"_a, "stop"_a,
+          "cache(keys[j], keys[j - 1]) for j in range(start, stop): held anonymous blocks of one chain.")
+      .def(
+          "release",
+          [](PyBlockPool& p, nb::handle held) {
+            p.slots.clear();
+            for (nb::handle item : held) {
+              int32_t s = BlockPool::kAnonymous;
+              if (!item.is_none()) {
+                Key k = as_key(item);
+                s = p.pool.slot(k);
+                if (s < 0 || p.pool.refs(k) < 1) throw BadKey("release of a key no request holds: " + std::to_string(k));
+              }
+              p.slots.push_back(s);
+            }
+            p.pool.release(p.slots.data(), p.slots.size());
+          },
+          "held"_a, "A request frees its blocks (keys, None for anonymous ones), deepest first.")
+      .def(
+          "replace_policy",
+          [](PyBlockPool& p, nb::object policy) {
+            Policy& next = PyBlockPool::as_policy(policy);
+            p.pool.replace_policy(next);
+            p.policy_obj = policy;
+          },
+          "policy"_a, "Swap the eviction policy (the adaptive manager's switch, after handover).")
+      .def("stranded", [](const PyBlockPool& p) { return p.pool.stranded(); },
+           "Cached blocks no lookup can reach: some ancestor of the chain is not cached.")
+      .def("check", [](const PyBlockPool& p) { p.pool.check(); }, "Assert the invariants (PoolInvariantError).")
+      // ---------------------------------------------------------------- per request (serve.py)
+      .def("reserve_runs", [](PyBlockPool& p, size_t n) { p.pool.reserve_runs(n); }, "n"_a, "Room for runs 0..n-1.")
+      .def(
+          "admit",
+          [](PyBlockPool& p, size_t run, nb::handle keys, size_t max_hit, size_t total, size_t full) {
+            Keys k(keys, p.scratch);
+            max_hit = std::min({max_hit, k.size(), total});
+            full = std::min({full, k.size(), total});
+            return p.pool.admit_run(run, k.data(), max_hit, total, full);
+          },
+          "run"_a, "keys"_a, "max_hit"_a, "total"_a, "full"_a,
+          "Admit a request as run `run`: prompt of `total` blocks, keys[:full] cacheable, at most max_hit\n"
+          "hit. Returns the hit blocks, or -1 (nothing done) if it does not fit. Misses come before evictions.")
+      .def(
+          "fill_last",
+          [](PyBlockPool& p, size_t run, nb::handle key, nb::handle parent) {
+            bool has_parent = !parent.is_none();
+            p.pool.fill_last(run, as_key(key), has_parent ? as_key(parent) : 0, has_parent);
+          },
+          "run"_a, "key"_a, "parent"_a.none(), "The run's last block filled up with key: cache it if anonymous.")
+      .def("extend", [](PyBlockPool& p, size_t run) { return p.pool.extend_run(run); }, "run"_a,
+           "Allocate one more (anonymous) block for the run; returns the blocks it holds.")
+      .def("release_run", [](PyBlockPool& p, size_t run) { p.pool.release_run(run); }, "run"_a,
+           "The run frees every block it holds, deepest first.")
+      .def("held", [](PyBlockPool& p, size_t run) { return p.held_list(p.pool.held(run)); }, "run"_a,
+           "The run's held blocks: keys in prefix order, None for anonymous ones.")
+      .def("__repr__", [](const PyBlockPool& p) {
+        return "BlockPool(capacity=" + std::to_string(p.pool.capacity()) + ", free=" + std::to_string(p.pool.free()) +
+               ", policy=" + nb::cast<std::string>(nb::repr(p.policy_obj)) + ")";
+      });
+
+  m.def("serve", &serve, "pool"_a, "requests"_a, "prefill_tokens_per_s"_a, "prefill_overhead_s"_a,
+        "decode_tokens_per_s"_a, "max_running"_a, "warmup_s"_a, "warmup_requests"_a, "interval_s"_a,
+        "controller"_a.none(), "belady_offsets"_a.none(),
+        "Serve mode's event loop over pool (semantics: wakman.simulation.serve); returns its figures.");
+}

@@ -1,0 +1,302 @@
+// BlockPool: the serve-mode simulator's copy of vLLM 0.32's block pool, counting blocks instead of
+// naming them, over any Policy. The semantics and invariants are stated once, in the docstring of
+// src/wakman/simulation/pool.py; this is their only implementation.
+//
+// Per cached key (exactly the policy's resident keys) the pool keeps a slot: the key, its parent key
+// (the previous block of its chain, for `stranded`) and `refs` (running requests holding it; the key
+// is pinned in the policy iff refs > 0). Slots live in arrays of `capacity` entries found through a
+// KeyMap and are reused through a free stack, so steady state allocates nothing per block.
+// A request's held blocks (`Held`) are slots in prefix order, -1 for an anonymous (uncached) block;
+// a held slot is referenced, hence pinned, hence never evicted, so it stays valid until release.
+#pragma once
+
+#include <algorithm>
+#include <cstdint>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "key_map.hpp"
+#include "policy.hpp"
+#include "prefix.hpp"
+
+namespace wakman {
+
+// No free block (blank or evictable) is left for an allocation.
+struct PoolExhausted : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+// check() found a broken invariant.
+struct PoolBroken : std::logic_error {
+  using std::logic_error::logic_error;
+};
+
+class BlockPool {
+ public:
+  using Held = std::vector<int32_t>;
+  static constexpr int32_t kAnonymous = -1;
+
+  BlockPool(int64_t capacity, Policy& policy)
+      : capacity_(capacity),
+        blank_(capacity),
+        policy_(&policy),
+        index_(static_cast<size_t>(capacity) + 1),
+        key_(static_cast<size_t>(capacity)),
+        parent_(static_cast<size_t>(capacity)),
+        refs_(static_cast<size_t>(capacity), 0),
+        has_parent_(static_cast<size_t>(capacity), 0) {
+    if (capacity < 1) throw std::invalid_argument("capacity must be >= 1 block, got " + std::to_string(capacity));
+    if (policy.size() != 0) throw std::invalid_argument("block pool: the policy must start empty (every block blank)");
+    free_slots_.reserve(static_cast<size_t>(capacity));
+    for (int64_t s = capacity - 1; s >= 0; --s) free_slots_.push_back(static_cast<int32_t>(s));
+  }
+
+  // ------------------------------------------------------------------ queries (blocks)
+  int64_t capacity() const { return capacity_; }
+  int64_t blank() const { return blank_; }
+  int64_t uncached_in_use() const { return uncached_in_use_; }
+  int64_t evictions() const { return evictions_; }
+  int64_t free() const { return blank_ + static_cast<int64_t>(policy_->num_evictable()); }
+  Policy& policy() const { return *policy_; }
+  bool cached(Key key) const { return index_.find(key) >= 0; }
+  // Running requests holding `key` (0 when it is not cached).
+  int32_t refs(Key key) const {
+    int32_t s = index_.find(key);
+    return s < 0 ? 0 : refs_[s];
+  }
+  // The slot of a cached key, or -1; and the key of a slot in use.
+  int32_t slot(Key key) const { return index_.find(key); }
+  Key key_of(int32_t slot) const { return key_[slot]; }
+
+  // Blocks of the longest cached prefix of keys[:limit]: the project's one first-miss rule.
+  size_t longest_hit(const Key* keys, size_t limit) const { return cached_prefix(*policy_, keys, limit); }
+
+  // How many of these keys no request holds (for cached keys: admitting them uses up that many
+  // free blocks).
+  size_t evictable_among(const Key* keys, size_t n) const {
+    size_t free_ones = 0;
+    for (size_t i = 0; i < n; ++i) {
+      int32_t s = index_.find(keys[i]);
+      free_ones += s < 0 || refs_[s] == 0;
+    }
+    return free_ones;
+  }
+
+  // ------------------------------------------------------------------ life cycle
+  // Hits (vLLM touch): each cached key is a policy hit, then pinned by one more reference; the
+  // slots are appended to `held` when given.
+  void touch(const Key* keys, size_t n, Held* held = nullptr) {
+    for (size_t i = 0; i < n; ++i) {
+      Key key = keys[i];
+      int32_t s = slot_of(key);
+      policy_->hit(key);
+      if (refs_[s]++ == 0) {
+        policy_->pin(key);
+        ++referenced_;
+      }
+      if (held) held->push_back(s);
+    }
+  }
+
+  // Take n free blocks: blank ones first, then the policy's victims (evicted now). They become
+  // anonymous blocks in use.
+  void allocate(int64_t n) {
+    if (n > free())
+      throw PoolExhausted("need " + std::to_string(n) + " blocks, " + std::to_string(free()) + " free");
+    int64_t from_blank = std::min(n, blank_);
+    blank_ -= from_blank;
+    for (int64_t i = from_blank; i < n; ++i) {
+      Key victim = policy_->evict();
+      int32_t s = slot_of(victim);
+      index_.erase(victim);
+      free_slots_.push_back(s);
+      ++evictions_;
+    }
+    uncached_in_use_ += n;
+  }
+
+  // A held anonymous block became full with `key`: register it, pinned by its request. Returns the
+  // key's slot, or kAnonymous when another request holds the cached copy (the block stays
+  // anonymous). A cached but unreferenced key is taken over: its stale copy becomes blank.
+  int32_t cache(Key key, Key parent, bool has_parent) {
+    if (uncached_in_use_ < 1) throw PoolBroken("block pool: cache() needs a held anonymous block (allocate first)");
+    int32_t s = index_.find(key);
+    if (s >= 0) {
+      if (refs_[s] > 0) return kAnonymous;
+      policy_->pin(key);
+      ++blank_;
+    } else {
+      policy_->insert(key, true);
+      s = free_slots_.back();
+      free_slots_.pop_back();
+      key_[s] = key;
+      parent_[s] = parent;
+      has_parent_[s] = has_parent;
+      index_.insert(key, s);
+    }
+    --uncached_in_use_;
+    refs_[s] = 1;
+    ++referenced_;
+    return s;
+  }
+
+  // cache() for keys[from:to] of one chain (the parent of keys[j] is keys[j - 1]), appended to held.
+  void cache_run(const Key* keys, size_t from, size_t to, Held& held) {
+    for (size_t j = from; j < to; ++j) held.push_back(cache(keys[j], j ? keys[j - 1] : 0, j > 0));
+  }
+
+  // A request frees its blocks, deepest first (vLLM frees reversed(blocks)); a key whose last
+  // reference goes is unpinned, so it re-enters the policy's order.
+  void release(const int32_t* held, size_t n) {
+    for (size_t i = n; i-- > 0;) {
+      int32_t s = held[i];
+      if (s < 0) {
+        --uncached_in_use_;
+        ++blank_;
+      } else if (--refs_[s] == 0) {
+        --referenced_;
+        policy_->unpin(key_[s]);
+      }
+    }
+  }
+
+  // One admission (vLLM: lookup, touch, allocate, cache the full blocks) of a request whose prompt
+  // has `total` blocks, the first `full` with keys, at most `max_hit` of which may hit. Returns the
+  // hit blocks, or -1 (nothing done) when the request does not fit in the free blocks. Before
+  // allocating, each full prompt key after the hit prefix that is not cached is a policy miss, so
+  // a ghost hit is seen before any eviction (libCacheSim's order). `held` receives the blocks.
+  int64_t admit(const Key* keys, size_t max_hit, size_t total, size_t full, Held& held) {
+    const int64_t free_now = free();
+    if (static_cast<int64_t>(total - max_hit) > free_now) return -1;  // even a full hit would not fit
+    size_t hits = longest_hit(keys, max_hit);
+    int64_t fresh = static_cast<int64_t>(total - hits);
+    if (fresh + static_cast<int64_t>(evictable_among(keys, hits)) > free_now) return -1;
+    for (size_t j = hits; j < full; ++j)
+      if (index_.find(keys[j]) < 0) policy_->miss(keys[j]);
+    held.clear();
+    touch(keys, hits, &held);
+    allocate(fresh);
+    cache_run(keys, hits, full, held);
+    held.resize(total, kAnonymous);
+    return static_cast<int64_t>(hits);
+  }
+
+  // ------------------------------------------------------------------ per run (serve mode)
+  // The pool keeps each run's held blocks (run = request number), so a request is one call per
+  // admission, per decode block and per release; a run's storage is reused across its admissions.
+  void reserve_runs(size_t n) {
+    if (n > runs_.size()) runs_.resize(n);
+  }
+  Held& held(size_t run) {
+    reserve_runs(run + 1);
+    return runs_[run];
+  }
+  int64_t admit_run(size_t run, const Key* keys, size_t max_hit, size_t total, size_t full) {
+    return admit(keys, max_hit, total, full, held(run));
+  }
+  // The run's last block filled up with `key`: cache it if it is anonymous.
+  void fill_last(size_t run, Key key, Key parent, bool has_parent) {
+    Held& h = held(run);
+    if (!h.empty() && h.back() == kAnonymous) h.back() = cache(key, parent, has_parent);
+  }
+  // One more (anonymous) block for the run; returns the blocks it holds.
+  size_t extend_run(size_t run) {
+    Held& h = held(run);
+    allocate(1);
+    h.push_back(kAnonymous);
+    return h.size();
+  }
+  void release_run(size_t run) {
+    Held& h = held(run);
+    release(h.data(), h.size());
+    h.clear();
+  }
+
+  // The adaptive manager's switch: `policy` already holds this pool's cached keys and pins
+  // (handover); the pool's slots carry over unchanged. `generation` counts the switches.
+  void replace_policy(Policy& policy) {
+    policy_ = &policy;
+    ++generation_;
+  }
+  uint64_t generation() const { return generation_; }
+
+  // ------------------------------------------------------------------ diagnostics
+  // Cached blocks no lookup can reach: some ancestor of their chain is not cached.
+  int64_t stranded() const {
+    enum : uint8_t { kUnknown, kReachable, kStranded, kOnPath };
+    std::vector<uint8_t> state(key_.size(), kUnknown);
+    std::vector<int32_t> path;
+    int64_t count = 0;
+    index_.for_each([&](Key, int32_t s0) {
+      path.clear();
+      uint8_t verdict = kReachable;
+      for (int32_t s = s0;;) {
+        if (state[s] == kReachable || state[s] == kStranded) {
+          verdict = state[s];
+          break;
+        }
+        if (state[s] == kOnPath) {  // a cycle of parents: no root, never reachable
+          verdict = kStranded;
+          break;
+        }
+        state[s] = kOnPath;
+        path.push_back(s);
+        if (!has_parent_[s]) break;
+        s = index_.find(parent_[s]);
+        if (s < 0) {
+          verdict = kStranded;
+          break;
+        }
+      }
+      for (int32_t s : path) state[s] = verdict;
+      count += verdict == kStranded;
+    });
+    return count;
+  }
+
+  // The invariants of pool.py's docstring; throws PoolBroken naming the first one broken.
+  void check() const {
+    const Policy& p = *policy_;
+    const int64_t cached = static_cast<int64_t>(p.size());
+    if (blank_ < 0 || uncached_in_use_ < 0) fail("negative blank or anonymous count");
+    if (blank_ + cached + uncached_in_use_ != capacity_)
+      fail("blocks lost: " + std::to_string(blank_) + " blank + " + std::to_string(cached) + " cached + " +
+           std::to_string(uncached_in_use_) + " anonymous != " + std::to_string(capacity_));
+    if (static_cast<int64_t>(index_.size()) != cached)
+      fail("the pool knows " + std::to_string(index_.size()) + " keys, the policy " + std::to_string(cached));
+    if (p.num_pinned() != referenced_)
+      fail(std::to_string(p.num_pinned()) + " pinned keys, " + std::to_string(referenced_) + " referenced");
+    if (free_slots_.size() + index_.size() != key_.size()) fail("slots lost");
+    index_.for_each([&](Key key, int32_t s) {
+      if (key_[s] != key) fail("slot of key " + std::to_string(key) + " names another key");
+      if (!p.contains(key)) fail("cached key " + std::to_string(key) + " is not in the policy");
+      if (refs_[s] < 0 || p.is_pinned(key) != (refs_[s] > 0))
+        fail("key " + std::to_string(key) + ": pinned iff referenced is broken");
+    });
+  }
+
+ private:
+  int32_t slot_of(Key key) const {
+    int32_t s = index_.find(key);
+    if (s < 0) throw BadKey("block pool: key " + std::to_string(key) + " is not cached");
+    return s;
+  }
+  [[noreturn]] static void fail(const std::string& what) { throw PoolBroken("block pool: " + what); }
+
+  int64_t capacity_;
+  int64_t blank_;
+  int64_t uncached_in_use_ = 0;
+  int64_t evictions_ = 0;
+  size_t referenced_ = 0;  // cached keys with refs > 0 (== policy's pinned keys)
+  Policy* policy_;
+  KeyMap index_;  // cached key -> slot
+  std::vector<Key> key_, parent_;
+  std::vector<int32_t> refs_;
+  std::vector<uint8_t> has_parent_;
+  std::vector<int32_t> free_slots_;
+  std::vector<Held> runs_;
+  uint64_t generation_ = 0;
+};
+
+}  // namespace wakman
