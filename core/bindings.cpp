@@ -88,6 +88,8 @@ std::vector<Key> keys_of(nb::handle obj) {
 
 }  // namespace
 
+void bind_trace_scan(nb::module_& m);  // bind_trace_scan.cpp
+
 NB_MODULE(_core, m) {
   m.doc() = "wakman's compiled policy core: the policies and their per-block loops (see core/policy.hpp)";
   nb::exception<NoEvictable>(m, "NoEvictableKey", PyExc_LookupError);
@@ -252,4 +254,5 @@ NB_MODULE(_core, m) {
         return cached_prefix(p, batch.data(), std::min(limit, batch.size()));
       },
       "policy"_a, "keys"_a, "limit"_a, "Blocks of the longest prefix of keys[:limit] resident in policy.");
+  bind_trace_scan(m);
 }
