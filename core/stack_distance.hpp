@@ -139,9 +139,16 @@ class TraceScan {
   // that label (labels are small dense integers chosen by the caller). Returns the reuses among them.
   int64_t scan(const Key* keys, size_t n, double t, int32_t label) {
     ReuseHistogram* by_label = label >= 0 ? &label_histogram(label) : nullptr;
-    // Look every key up first: a loop of independent lookups lets the CPU overlap their cache misses.
+    // Look every key up first. Slots follow first-access order, so a prefix re-read in order finds
+    // each key in the slot after the previous key's: that guess is checked before hashing.
     slots_.resize(n);
-    for (size_t i = 0; i < n; ++i) slots_[i] = index_.find(keys[i]);
+    const size_t known = keys_.size();
+    int32_t guess = -1;
+    for (size_t i = 0; i < n; ++i) {
+      const size_t g = static_cast<size_t>(guess) + 1;
+      guess = guess >= 0 && g < known && keys_[g] == keys[i] ? static_cast<int32_t>(g) : index_.find(keys[i]);
+      slots_[i] = guess;
+    }
     int64_t reuses = 0;
     for (size_t i = 0; i < n; ++i) {
       const Key key = keys[i];
@@ -152,6 +159,7 @@ class TraceScan {
           throw std::length_error("TraceScan: more than 2^31 - 1 distinct keys");
         s = static_cast<int32_t>(last_t_.size());
         index_.insert(key, s);
+        keys_.push_back(key);
         last_t_.push_back(t);
         if (distances_) {
           last_pos_.push_back(0);
@@ -166,12 +174,24 @@ class TraceScan {
       if (by_label) by_label->add(dt);
       if (distances_) {
         const uint32_t p = last_pos_[s];
-        const size_t d = last_t_.size() - static_cast<size_t>(prefix(p));
+        // A key whose last access directly follows the previous reuse's has the same prefix count
+        // (that key moved past it); prefix-chained traces re-read whole runs in order.
+        const int32_t before = run_pos_ > 0 && p == run_pos_ + 1 ? run_prefix_ : prefix(p);
+        run_pos_ = p;
+        run_prefix_ = before;
+        const size_t d = last_t_.size() - static_cast<size_t>(before);
         if (d >= hist_.size()) hist_.resize(std::max(d + 1, 2 * hist_.size()), 0);
         ++hist_[d];
-        add(p, -1);
         at_[p] = -1;
-        place(s);
+        if (next_ > cap_) {
+          add(p, -1);
+          place(s);  // compacts
+        } else {
+          const uint32_t r = next_++;
+          move(p, r);
+          at_[r] = s;
+          last_pos_[s] = r;
+        }
       }
     }
     accesses_ += static_cast<int64_t>(n);
@@ -201,7 +221,7 @@ class TraceScan {
   }
 
   size_t bytes() const {
-    size_t b = index_.bytes() + last_t_.capacity() * sizeof(double) + last_pos_.capacity() * sizeof(uint32_t) +
+    size_t b = index_.bytes() + keys_.capacity() * sizeof(Key) + last_t_.capacity() * sizeof(double) + last_pos_.capacity() * sizeof(uint32_t) +
                tree_.capacity() * sizeof(int32_t) + at_.capacity() * sizeof(int32_t) +
                hist_.capacity() * sizeof(int64_t) + all_.bytes();
     for (const auto& h : labels_)
@@ -235,6 +255,20 @@ class TraceScan {
     for (uint64_t q = p; q <= cap_; q += q & (~q + 1)) tree_[q] += delta;
   }
 
+  // Moves a 1 from position p to position r > p: the two update paths cancel from where they meet.
+  void move(uint32_t p, uint32_t r) {
+    uint64_t q = p, u = r;
+    while (q != u && (q <= cap_ || u <= cap_)) {
+      if (q < u) {
+        tree_[q] -= 1;
+        q += q & (~q + 1);
+      } else {
+        tree_[u] += 1;
+        u += u & (~u + 1);
+      }
+    }
+  }
+
   void resize_positions(uint32_t cap) {
     cap_ = cap;
     tree_.assign(static_cast<size_t>(cap) + 1, 0);
@@ -261,6 +295,7 @@ class TraceScan {
       if (parent <= cap_) tree_[parent] += tree_[p];
     }
     next_ = d + 1;
+    run_pos_ = 0;  // positions were renumbered
     ++compactions_;
   }
 
@@ -268,12 +303,15 @@ class TraceScan {
   uint32_t min_positions_;
   KeyMap index_;                    // key -> slot (dense, in first-access order)
   std::vector<int32_t> slots_;      // scratch: the slots of one batch's keys
+  std::vector<Key> keys_;           // [slot] its key
   std::vector<double> last_t_;      // [slot] time of the last access (s)
   std::vector<uint32_t> last_pos_;  // [slot] position of the last access (with stack distances)
   std::vector<int32_t> tree_;       // Fenwick tree over positions 1..cap_
   std::vector<int32_t> at_;         // [position] slot whose last access is there, or -1
   uint32_t cap_ = 0;
   uint32_t next_ = 1;               // the next free position
+  uint32_t run_pos_ = 0;            // the previous reuse's old position (0: none) ...
+  int32_t run_prefix_ = 0;          // ... and its prefix count before it moved
   std::vector<int64_t> hist_;       // [d] reuses with stack distance d
   ReuseHistogram all_;
   std::vector<std::unique_ptr<ReuseHistogram>> labels_;
