@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "block_pool.hpp"
+#include "key_batch.hpp"
 #include "serve.hpp"
 
 namespace nb = nanobind;
@@ -24,57 +25,8 @@ using namespace wakman;
 
 namespace {
 
-Key as_key(nb::handle h) {
-  unsigned long long k = PyLong_AsUnsignedLongLongMask(h.ptr());
-  if (k == static_cast<unsigned long long>(-1) && PyErr_Occurred()) throw nb::python_error();
-  return static_cast<Key>(k);
-}
-
-// A batch of keys: borrowed from a C-contiguous buffer of 8-byte integers, else read into `scratch`
-// (a buffer the caller reuses, so a steady-state call allocates nothing).
-class Keys {
- public:
-  Keys(nb::handle obj, std::vector<Key>& scratch) {
-    PyObject* o = obj.ptr();
-    if (PyList_Check(o) || PyTuple_Check(o)) {
-      Py_ssize_t n = PySequence_Fast_GET_SIZE(o);
-      PyObject** items = PySequence_Fast_ITEMS(o);
-      scratch.resize(static_cast<size_t>(n));
-      for (Py_ssize_t i = 0; i < n; ++i) scratch[i] = as_key(items[i]);
-      data_ = scratch.data();
-      size_ = scratch.size();
-      return;
-    }
-    if (PyObject_CheckBuffer(o) && PyObject_GetBuffer(o, &view_, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) == 0) {
-      has_view_ = true;
-      const char* f = view_.format ? view_.format : "B";
-      if (*f == '<' || *f == '=' || *f == '@') ++f;
-      bool eight = view_.itemsize == 8 && (*f == 'Q' || *f == 'q' || *f == 'L' || *f == 'l') && f[1] == 0;
-      if (!eight || view_.ndim > 1) throw nb::type_error("keys: expected a 1-d buffer of 8-byte integers");
-      data_ = static_cast<const Key*>(view_.buf);
-      size_ = static_cast<size_t>(view_.len / 8);
-      return;
-    }
-    PyErr_Clear();
-    scratch.clear();
-    for (nb::handle item : obj) scratch.push_back(as_key(item));
-    data_ = scratch.data();
-    size_ = scratch.size();
-  }
-  ~Keys() {
-    if (has_view_) PyBuffer_Release(&view_);
-  }
-  Keys(const Keys&) = delete;
-  Keys& operator=(const Keys&) = delete;
-  const Key* data() const { return data_; }
-  size_t size() const { return size_; }
-
- private:
-  Py_buffer view_{};
-  bool has_view_ = false;
-  const Key* data_ = nullptr;
-  size_t size_ = 0;
-};
+using wakman::py::Keys;
+constexpr auto as_key = wakman::py::to_key;
 
 nb::object key_or_none(Key k, bool present) {
   return present ? nb::steal(PyLong_FromUnsignedLongLong(k)) : nb::none();

@@ -1,7 +1,7 @@
 // The thin binding layer: wakman._core exposes the policies of core/policies/ to Python.
 //
 // Keys cross as Python ints taken modulo 2**64; a batch of keys is any iterable of ints, and a
-// C-contiguous buffer of 8-byte integers (numpy uint64 or int64) is read in place without a copy.
+// C-contiguous buffer of 8-byte integers (numpy uint64 or int64) is read in place (key_batch.hpp).
 #include <nanobind/nanobind.h>
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/vector.h>
@@ -11,6 +11,7 @@
 
 #include "chains.hpp"
 #include "driver.hpp"
+#include "key_batch.hpp"
 #include "policies/arc.hpp"
 #include "policies/belady.hpp"
 #include "policies/infinite.hpp"
@@ -22,59 +23,10 @@
 namespace nb = nanobind;
 using namespace nb::literals;
 using namespace wakman;
+using wakman::py::KeyBatch;
+using wakman::py::to_key;
 
 namespace {
-
-Key to_key(nb::handle h) {
-  unsigned long long k = PyLong_AsUnsignedLongLongMask(h.ptr());
-  if (k == static_cast<unsigned long long>(-1) && PyErr_Occurred()) throw nb::python_error();
-  return static_cast<Key>(k);
-}
-
-// A view of a batch of keys: borrowed from a buffer of 8-byte integers, or copied from an iterable.
-class KeyBatch {
- public:
-  explicit KeyBatch(nb::handle obj) {
-    if (PyObject_CheckBuffer(obj.ptr()) &&
-        PyObject_GetBuffer(obj.ptr(), &view_, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) == 0) {
-      has_view_ = true;
-      const char* f = view_.format ? view_.format : "B";
-      if (*f == '<' || *f == '=' || *f == '@') ++f;
-      bool eight = view_.itemsize == 8 && (*f == 'Q' || *f == 'q' || *f == 'L' || *f == 'l') && f[1] == 0;
-      if (eight && view_.ndim <= 1) {
-        data_ = static_cast<const Key*>(view_.buf);
-        size_ = static_cast<size_t>(view_.len / 8);
-        return;
-      }
-      PyBuffer_Release(&view_);
-      has_view_ = false;
-      if (PyBytes_Check(obj.ptr()) || PyByteArray_Check(obj.ptr()))
-        throw nb::type_error("keys: expected integers, got bytes");
-    } else {
-      PyErr_Clear();
-    }
-    Py_ssize_t hint = PyObject_LengthHint(obj.ptr(), 0);
-    if (hint < 0) throw nb::python_error();
-    copy_.reserve(static_cast<size_t>(hint));
-    for (nb::handle item : obj) copy_.push_back(to_key(item));
-    data_ = copy_.data();
-    size_ = copy_.size();
-  }
-  ~KeyBatch() {
-    if (has_view_) PyBuffer_Release(&view_);
-  }
-  KeyBatch(const KeyBatch&) = delete;
-  KeyBatch& operator=(const KeyBatch&) = delete;
-  const Key* data() const { return data_; }
-  size_t size() const { return size_; }
-
- private:
-  Py_buffer view_{};
-  bool has_view_ = false;
-  std::vector<Key> copy_;
-  const Key* data_ = nullptr;
-  size_t size_ = 0;
-};
 
 nb::list key_list(const std::vector<Key>& keys) {
   nb::list out;
@@ -90,6 +42,7 @@ std::vector<Key> keys_of(nb::handle obj) {
 }  // namespace
 
 void bind_block_pool(nb::module_& m);  // bind_block_pool.cpp
+void bind_trace_scan(nb::module_& m);  // bind_trace_scan.cpp
 
 NB_MODULE(_core, m) {
   m.doc() = "wakman's compiled policy core: the policies and their per-block loops (see core/policy.hpp)";
@@ -277,4 +230,5 @@ NB_MODULE(_core, m) {
       "parents, when given, records the chain's newly cached blocks.");
 
   bind_block_pool(m);
+  bind_trace_scan(m);
 }

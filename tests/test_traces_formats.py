@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import json
 
+import msgspec
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from conftest import MOONCAKE
-from wakman.traces import Request, detect_format, read_trace, write_trace
+from wakman.traces import Request, TraceFormatError, detect_format, read_trace, write_trace
 
 
 def sample_requests() -> list[Request]:
@@ -164,3 +167,72 @@ def test_bailian_rows_written_by_hand(tmp_path):
     assert [r.session_id for r in reqs] == ["10", "11", "10", "10"]
     assert [r.label for r in reqs] == ["text", "search", "text", "text"]
     assert reqs[3].block_size == 16 and reqs[3].prompt_tokens == 90 and reqs[2].arrival_s == 2.0
+
+
+@pytest.mark.parametrize("fmt", ["native", "mooncake", "aiperf-sessions"])
+def test_writers_write_the_same_bytes_from_arrays_and_lists(tmp_path, fmt):
+    import numpy as np
+
+    lists = sample_requests()
+    arrays = [
+        msgspec.structs.replace(
+            r,
+            block_keys=np.array(r.block_keys, dtype=np.uint64),
+            output_keys=np.array(r.output_keys, dtype=np.uint64),
+        )
+        for r in lists
+    ]
+    write_trace(lists, tmp_path / "lists.jsonl", fmt)
+    write_trace(arrays, tmp_path / "arrays.jsonl", fmt)
+    assert (tmp_path / "lists.jsonl").read_bytes() == (tmp_path / "arrays.jsonl").read_bytes()
+
+
+def test_requests_with_array_keys_validate_and_pickle():
+    import pickle
+
+    import numpy as np
+
+    from wakman.traces.model import validate_request
+
+    keys = np.array([2**64 - 1, 5, 2**40], dtype=np.uint64)
+    req = Request(arrival_s=1.0, block_keys=keys, prompt_tokens=1500, output_tokens=4, block_size=512)
+    validate_request(req, "mem", 1, 0.0)
+    back = pickle.loads(pickle.dumps(req))
+    assert back.block_keys.dtype == np.uint64 and back.block_keys.tolist() == keys.tolist()
+    with pytest.raises(TraceFormatError, match="hash_ids"):
+        validate_request(msgspec.structs.replace(req, prompt_tokens=1000), "mem", 1, 0.0)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.lists(
+        st.lists(st.integers(0, 2**32 - 1) | st.sampled_from([1, 12, 123, 2, 23]), max_size=8),
+        min_size=1,
+        max_size=6,
+    ),
+    st.sampled_from([",", ", ", " ,\n"]),
+)
+def test_kv_cache_tester_ids_decode_like_a_full_parse(lists, sep):
+    """The reader reuses the ids of the text a list shares with the previous one; same result as
+    decoding every list whole, whatever the spacing ([12, 3] after [123] included)."""
+    from wakman.traces.kvcache_tester import _Ids
+
+    ids = _Ids("mem")
+    previous: list[int] = []
+    for values in lists:
+        values = previous[: len(values) // 2] + values  # share a prefix, as turns of a session do
+        raw = ("[" + sep.join(map(str, values)) + "]").encode()
+        assert ids.decode(raw).tolist() == values
+        previous = values
+
+
+def test_kv_cache_tester_bad_ids_after_a_shared_prefix(tmp_path):
+    turns = [{"t": 0.0, "type": "n", "in": 640, "out": 1, "hash_ids": [1, 2, 3]}]
+    turns.append({"t": 1.0, "type": "n", "in": 640, "out": 1, "hash_ids": [1, 2, "x"]})
+    (tmp_path / "c.json").write_text(json.dumps({"id": "c", "block_size": 64, "requests": turns}))
+    with pytest.raises(TraceFormatError, match="hash_ids"):
+        list(read_trace(tmp_path / "c.json"))
+    turns[1]["hash_ids"] = [1, 2, 2**32]
+    (tmp_path / "c.json").write_text(json.dumps({"id": "c", "block_size": 64, "requests": turns}))
+    with pytest.raises(TraceFormatError, match=r"\[0, 2\*\*32\)"):
+        list(read_trace(tmp_path / "c.json"))

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import sys
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -51,11 +51,23 @@ def open_trace(
     return read_trace(path, name, **options)
 
 
-def progress_bars(label: str = "{task.description}", **options: object) -> Progress:
-    """The CLI's progress display: label, bar, done/total, elapsed time, on the shared console."""
+def progress_bars(label: str = "{task.description}", to: Console = console, **options: object) -> Progress:
+    """The CLI's progress display: label, bar, done/total, elapsed time, on the shared console (or
+    ``to``: ``err_console`` keeps stdout clean for machine-read output)."""
     return Progress(
-        TextColumn(label), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), console=console, **options
+        TextColumn(label), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), console=to, **options
     )
+
+
+def counted(requests: Iterable[Request], progress: Progress, description: str) -> Iterator[Request]:
+    """``requests`` unchanged, counted on a task of ``progress`` (total unknown: a stream)."""
+    task = progress.add_task(description, total=None)
+    n = 0
+    for n, req in enumerate(requests, start=1):
+        yield req
+        if n % 512 == 0:
+            progress.update(task, completed=n)
+    progress.update(task, completed=n)
 
 
 @contextmanager

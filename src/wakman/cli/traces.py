@@ -15,7 +15,10 @@ from wakman.cli.common import (
     SeedOption,
     cli_errors,
     console,
+    counted,
+    err_console,
     open_trace,
+    progress_bars,
 )
 from wakman.traces import FORMATS, write_trace
 
@@ -33,10 +36,13 @@ def stats(
     """Requests, blocks, reuse, the infinite-cache ceiling and the LRU curve of a trace."""
     from wakman.traces.stats import compute_stats
 
-    with cli_errors():
-        result = compute_stats(
-            open_trace(trace, fmt, block_size, rate, seed), lru_curve=curve or plot is not None
-        )
+    # progress on stderr (stdout may be --json), gone once done; reading an archive takes seconds
+    # before the first request arrives
+    with cli_errors(), progress_bars(
+        to=err_console, transient=True, disable=not err_console.is_terminal
+    ) as progress:
+        requests = counted(open_trace(trace, fmt, block_size, rate, seed), progress, "requests read")
+        result = compute_stats(requests, lru_curve=curve or plot is not None)
     flat = result.as_flat_dict()
     if as_json:
         print(json.dumps(flat))

@@ -19,7 +19,7 @@ from pathlib import Path
 import msgspec
 
 from wakman.traces.io import JSON_ENCODER, atomic_output, decode_rows, seconds_to_ms
-from wakman.traces.model import Request, TraceFormatError, validate_request
+from wakman.traces.model import Request, TraceFormatError, key_list, validate_request
 
 DEFAULT_BLOCK_SIZE = 512
 
@@ -73,26 +73,25 @@ def read(path: str | Path, block_size: int = DEFAULT_BLOCK_SIZE) -> Iterator[Req
 
 def write(requests: Iterable[Request], path: str | Path) -> int:
     """Requests without a session id each become a one-turn session named ``r<index>``."""
-    last: dict[str, Request] = {}
+    last: dict[str, tuple[Request, list[int]]] = {}  # session -> (its latest turn, that turn's keys)
     count = 0
     with atomic_output(path) as out:
         for index, req in enumerate(requests):
             sid = req.session_id if req.session_id is not None else f"r{index}"
-            prev = last.get(sid)
-            if prev is None:
+            keys = key_list(req.block_keys)
+            entry = last.get(sid)
+            if entry is None:
                 row = SessionRow(
                     session_id=sid,
                     timestamp=seconds_to_ms(req.arrival_s),
                     input_length=req.prompt_tokens,
                     output_length=req.output_tokens,
-                    hash_ids=list(req.block_keys),
+                    hash_ids=keys,
                 )
             else:
-                n = len(prev.block_keys)
-                if (
-                    list(req.block_keys[:n]) != list(prev.block_keys)
-                    or req.prompt_tokens < prev.prompt_tokens
-                ):
+                prev, prev_keys = entry
+                n = len(prev_keys)
+                if keys[:n] != prev_keys or req.prompt_tokens < prev.prompt_tokens:
                     raise ValueError(
                         f"request {index} (session {sid}) does not extend its previous turn's prompt; "
                         "AIPerf session rows cannot express it"
@@ -102,9 +101,9 @@ def write(requests: Iterable[Request], path: str | Path) -> int:
                     delay=seconds_to_ms(req.arrival_s - prev.arrival_s),
                     input_length=req.prompt_tokens - prev.prompt_tokens,
                     output_length=req.output_tokens,
-                    hash_ids=list(req.block_keys[n:]),
+                    hash_ids=keys[n:],
                 )
-            last[sid] = req
+            last[sid] = (req, keys)
             out.write(JSON_ENCODER.encode(row) + b"\n")
             count += 1
     return count

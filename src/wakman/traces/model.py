@@ -8,6 +8,11 @@ this), and only the ``prompt_tokens // block_size`` full blocks are cacheable in
 ``output_keys`` are the keys of blocks that decoding completes (vLLM hashes generated tokens too),
 chained after ``block_keys``; traces that do not know them leave the list empty.
 ``label`` (single-turn, multi-turn, agentic, ...) is for analysis only: no policy ever reads it.
+
+Keys are uint64 values. ``block_keys`` / ``output_keys`` may be lists of ints or ``np.ndarray[uint64]``
+(the kv-cache-tester reader yields arrays: 8 bytes a key); the core reads such arrays in place. Use
+``len()`` rather than truth tests on them, and ``key_list()`` to get plain ints; requests holding
+arrays pickle and validate like any other, but do not compare with ``==``.
 """
 
 from __future__ import annotations
@@ -47,6 +52,11 @@ class Request(msgspec.Struct, kw_only=True, omit_defaults=True):
     def max_hit_blocks(self) -> int:
         """vLLM lets at most ``prompt_tokens - 1`` tokens hit, in whole blocks."""
         return hit_limit(len(self.block_keys), self.prompt_tokens, self.block_size)
+
+
+def key_list(keys: Sequence[int]) -> list[int]:
+    """The keys as a list of Python ints, whatever holds them (list, ``array``, numpy array)."""
+    return keys.tolist() if hasattr(keys, "tolist") else list(keys)
 
 
 class TraceFormatError(ValueError):

@@ -15,7 +15,7 @@ from pathlib import Path
 import msgspec
 
 from wakman.traces.io import JSON_ENCODER, atomic_output, read_rows, seconds_to_ms
-from wakman.traces.model import Request
+from wakman.traces.model import Request, key_list
 
 DEFAULT_BLOCK_SIZE = 512
 
@@ -53,7 +53,7 @@ def to_row(req: Request) -> MooncakeRow:
         timestamp=seconds_to_ms(req.arrival_s),
         input_length=req.prompt_tokens,
         output_length=req.output_tokens,
-        hash_ids=list(req.block_keys),
+        hash_ids=key_list(req.block_keys),
         session_id=req.session_id,
     )
 

@@ -14,7 +14,7 @@ from pathlib import Path
 import msgspec
 
 from wakman.traces.io import JSON_ENCODER, atomic_output, iter_lines, read_rows
-from wakman.traces.model import Request, TraceFormatError
+from wakman.traces.model import Request, TraceFormatError, key_list
 
 FORMAT_NAME = "wakman-trace"
 VERSION = 1
@@ -76,6 +76,10 @@ def write(requests: Iterable[Request], path: str | Path) -> int:
     with atomic_output(path) as out:
         out.write(JSON_ENCODER.encode(Header(FORMAT_NAME, VERSION)) + b"\n")
         for req in requests:
-            out.write(JSON_ENCODER.encode(req) + b"\n")
+            # plain lists, so arrays and lists write the same bytes (an empty output_keys is omitted)
+            row = msgspec.structs.replace(
+                req, block_keys=key_list(req.block_keys), output_keys=key_list(req.output_keys)
+            )
+            out.write(JSON_ENCODER.encode(row) + b"\n")
             count += 1
     return count
