@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from streams import key_of
 from wakman.policies import handover, make_policy
 from wakman.simulation import BlockPool, ServerModel, simulate
-from wakman.simulation.pool import PoolExhausted, count_stranded
+from wakman.simulation.pool import PoolExhausted
 from wakman.traces import Request
 
 BS = 16
@@ -385,3 +385,30 @@ def test_serve_mode_reads_numpy_keys_like_lists(policy):
     b = simulate(arrays, policy, 30, server=slow).as_flat_dict(series=True)
     a.pop("wall_s"), b.pop("wall_s")
     assert a == b and a["evictions"] > 0 and a["hit_tokens"] > 0
+
+
+def count_stranded(cached, parent: dict) -> int:
+    """Reference: keys in ``cached`` with an ancestor (through ``parent``) that is not in ``cached``."""
+    reachable: dict = {}
+    count = 0
+    for key in parent:
+        if key not in cached:
+            continue
+        chain = []
+        k = key
+        ok = True
+        while k is not None:
+            known = reachable.get(k)
+            if known is not None:
+                ok = known
+                break
+            if k not in cached:
+                ok = False
+                break
+            chain.append(k)
+            k = parent.get(k)
+        for c in chain:
+            reachable[c] = ok
+        if not ok:
+            count += 1
+    return count

@@ -53,29 +53,3 @@ class BlockPool(_core.BlockPool):
     numpy 8-byte integers; a numpy uint64 array of keys is read in place.
     """
 
-
-def count_stranded(cached, parent: dict) -> int:
-    """Keys in ``cached`` with an ancestor (through ``parent``) that is not in ``cached``."""
-    reachable: dict = {}
-    count = 0
-    for key in parent:
-        if key not in cached:
-            continue
-        chain = []
-        k = key
-        ok = True
-        while k is not None:
-            known = reachable.get(k)
-            if known is not None:
-                ok = known
-                break
-            if k not in cached:
-                ok = False
-                break
-            chain.append(k)
-            k = parent.get(k)
-        for c in chain:
-            reachable[c] = ok
-        if not ok:
-            count += 1
-    return count
