@@ -1,5 +1,6 @@
 """Wall time of ``wakman reproduce`` (full) and ``--quick`` as whole processes on this machine; the
-targets are under 90 s on two cores and about one minute for --quick. Run: ``python benchmarks/bench_reproduce.py``."""
+targets are under 90 s on two cores and about one minute for --quick.
+Run: ``python benchmarks/bench_reproduce.py``."""
 
 from __future__ import annotations
 
