@@ -14,7 +14,6 @@
 #include "key_batch.hpp"
 #include "policies/arc.hpp"
 #include "policies/belady.hpp"
-#include "policies/infinite.hpp"
 #include "policies/recency.hpp"
 #include "policies/s3fifo.hpp"
 #include "policies/sieve.hpp"
@@ -153,8 +152,8 @@ NB_MODULE(_core, m) {
                ", resident=" + std::to_string(p.size()) + ", pinned=" + std::to_string(p.num_pinned()) + ")";
       });
 
-  nb::class_<Recency<true>, Policy>(m, "LRU").def(nb::init<int64_t>(), "capacity"_a);
-  nb::class_<Recency<false>, Policy>(m, "FIFO").def(nb::init<int64_t>(), "capacity"_a);
+  nb::class_<LRU, Policy>(m, "LRU").def(nb::init<int64_t>(), "capacity"_a);
+  nb::class_<FIFO, Policy>(m, "FIFO").def(nb::init<int64_t>(), "capacity"_a);
   nb::class_<Sieve, Policy>(m, "Sieve").def(nb::init<int64_t>(), "capacity"_a);
   nb::class_<Infinite, Policy>(m, "Infinite").def(nb::init<int64_t>(), "capacity"_a = 1);
   nb::class_<ARC, Policy>(m, "ARC")

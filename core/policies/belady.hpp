@@ -5,15 +5,15 @@
 #include <string>
 
 #include "../driver.hpp"
-#include "../node_arena.hpp"
+#include "stored.hpp"
 
 namespace wakman {
 
-class Belady final : public Policy {
+class Belady final : public StoredPolicy {
  public:
   static constexpr int64_t kNever = int64_t(1) << 62;
 
-  Belady(int64_t capacity, std::vector<Key> future) : Policy(capacity), future_(std::move(future)) {
+  Belady(int64_t capacity, std::vector<Key> future) : StoredPolicy(capacity), future_(std::move(future)) {
     const size_t n = future_.size();
     next_index_.assign(n, kNever);
     KeyMap last(n / 2 + 8);
@@ -32,13 +32,6 @@ class Belady final : public Policy {
   }
   const char* name() const override { return "belady"; }
 
-  size_t size() const override { return s_.index.size(); }
-  size_t num_pinned() const override { return pinned_; }
-  bool contains(Key key) const override { return s_.index.find(key) >= 0; }
-  bool is_pinned(Key key) const override {
-    int32_t i = s_.index.find(key);
-    return i >= 0 && s_.nodes[i].pinned;
-  }
   int64_t clock() const { return clock_; }
   size_t future_size() const { return future_.size(); }
 
@@ -59,7 +52,6 @@ class Belady final : public Policy {
     has_current_ = true;
     clock_ = i + 1;
   }
-  int32_t find_resident(Key key) const { return s_.index.find(key); }
   void hit_node(int32_t i) {
     Node& n = s_.nodes[i];
     int64_t next = next_use_for(n.key);
@@ -82,31 +74,18 @@ class Belady final : public Policy {
     }
   }
   void insert(Key key, bool pinned) override {
-    if (s_.index.find(key) >= 0) bad_key("insert of a resident key", key);
-    int32_t i = s_.add(key, 0);
+    int32_t i = add(key, pinned);
     if (static_cast<size_t>(i) >= next_use_.size()) next_use_.resize(i + 1);
     int64_t next = next_use_for(key);
-    if (pinned) {
-      s_.nodes[i].pinned = 1;
-      next_use_[i] = next;
-      ++pinned_;
-    } else {
-      set(i, next);
-    }
+    if (pinned) next_use_[i] = next;
+    else set(i, next);
   }
   void hit(Key key) override { hit_node(resident(key)); }
-  void pin(Key key) override {
-    int32_t i = resident(key);
-    if (s_.nodes[i].pinned) return;
-    s_.nodes[i].pinned = 1;  // its heap entries go stale
-    ++pinned_;
-  }
+  void pin(Key key) override { mark_pinned(resident(key)); }  // its heap entries go stale
   // Re-enters with its next use after the clock (pool use), or the one it had (replay).
   void unpin(Key key) override {
     int32_t i = resident(key);
-    if (!s_.nodes[i].pinned) bad_key("unpin of an unpinned key", key);
-    s_.nodes[i].pinned = 0;
-    --pinned_;
+    mark_unpinned(i);
     set(i, occurrences_built_ ? next_after_clock(key) : next_use_[i]);
   }
   void remove(Key key) override {
@@ -117,9 +96,8 @@ class Belady final : public Policy {
   }
   void adopt(Key key) override { insert(key, false); }
   void reset() override {
-    s_.clear();
+    clear_store();
     heap_.clear();
-    pinned_ = 0;
     has_current_ = false;
   }
   void eviction_order(std::vector<Key>& out) const override {
@@ -130,7 +108,6 @@ class Belady final : public Policy {
     std::sort(order.begin(), order.end(), [](auto& a, auto& b) { return a.first > b.first; });
     for (auto& [next, key] : order) out.push_back(key);
   }
-  void pinned_keys(std::vector<Key>& out) const override { s_.pinned_keys(out); }
   size_t bytes() const override {
     return s_.bytes() + heap_.capacity() * sizeof(Entry) + future_.capacity() * 16 +
            occ_positions_.capacity() * 8 + occ_start_.capacity() * 8 + occ_index_.bytes();
@@ -145,12 +122,6 @@ class Belady final : public Policy {
   };
   static bool later_first(const Entry& a, const Entry& b) {
     return a.next != b.next ? a.next < b.next : a.order > b.order;
-  }
-
-  int32_t resident(Key key) const {
-    int32_t i = s_.index.find(key);
-    if (i < 0) bad_key("not resident", key);
-    return i;
   }
 
   void set(int32_t i, int64_t next) {
@@ -208,11 +179,9 @@ class Belady final : public Policy {
 
   std::vector<Key> future_;
   std::vector<int64_t> next_index_;
-  Store s_;
   std::vector<int64_t> next_use_;  // by node
   std::vector<Entry> heap_;
   uint64_t order_ = 0;
-  size_t pinned_ = 0;
   int64_t clock_ = 0;
   bool has_current_ = false;
   Key current_key_ = 0;

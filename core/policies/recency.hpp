@@ -1,33 +1,30 @@
-// LRU and FIFO: one queue; LRU moves a hit to the head, FIFO leaves it. Semantics: lru.py, fifo.py.
+// LRU, FIFO and the infinite ceiling: one queue; LRU moves a hit to the head, FIFO and the ceiling
+// leave it; the ceiling never evicts (the plain-cache driver never reaches its bound and evict()
+// refuses). Semantics: lru.py, fifo.py, infinite.py.
 #pragma once
 
+#include <limits>
+
 #include "../driver.hpp"
-#include "../node_arena.hpp"
+#include "stored.hpp"
 
 namespace wakman {
 
-template <bool kMoveOnHit>
-class Recency final : public Policy {
+template <bool kMoveOnHit, bool kEvicts = true>
+class Recency final : public StoredPolicy {
  public:
-  explicit Recency(int64_t capacity) : Policy(capacity) {}
-  const char* name() const override { return kMoveOnHit ? "lru" : "fifo"; }
-
-  size_t size() const override { return s_.index.size(); }
-  size_t num_pinned() const override { return pinned_; }
-  bool contains(Key key) const override { return s_.index.find(key) >= 0; }
-  bool is_pinned(Key key) const override {
-    int32_t i = s_.index.find(key);
-    return i >= 0 && s_.nodes[i].pinned;
+  explicit Recency(int64_t capacity) : StoredPolicy(capacity) {
+    if (!kEvicts) bound_ = std::numeric_limits<int64_t>::max();
   }
+  const char* name() const override { return kMoveOnHit ? "lru" : kEvicts ? "fifo" : "infinite"; }
 
-  void begin_access(Key) {}
-  int32_t find_resident(Key key) const { return s_.index.find(key); }
   void hit_node(int32_t i) {
     if (kMoveOnHit && !s_.nodes[i].pinned) order_.move_to_head(s_.nodes, i);
   }
 
   void miss(Key) override {}
   Key evict() override {
+    if (!kEvicts) throw NoEvictable("infinite: never evicts");
     if (order_.empty()) no_evictable();
     int32_t i = order_.pop_tail(s_.nodes);
     Key key = s_.nodes[i].key;
@@ -35,28 +32,17 @@ class Recency final : public Policy {
     return key;
   }
   void insert(Key key, bool pinned) override {
-    if (s_.index.find(key) >= 0) bad_key("insert of a resident key", key);
-    int32_t i = s_.add(key, 0);
-    if (pinned) {
-      s_.nodes[i].pinned = 1;
-      ++pinned_;
-    } else {
-      order_.push_head(s_.nodes, i);
-    }
+    int32_t i = add(key, pinned);
+    if (!pinned) order_.push_head(s_.nodes, i);
   }
   void hit(Key key) override { hit_node(resident(key)); }
   void pin(Key key) override {
     int32_t i = resident(key);
-    if (s_.nodes[i].pinned) return;
-    order_.unlink(s_.nodes, i);
-    s_.nodes[i].pinned = 1;
-    ++pinned_;
+    if (mark_pinned(i)) order_.unlink(s_.nodes, i);
   }
   void unpin(Key key) override {
     int32_t i = resident(key);
-    if (!s_.nodes[i].pinned) bad_key("unpin of an unpinned key", key);
-    s_.nodes[i].pinned = 0;
-    --pinned_;
+    mark_unpinned(i);
     order_.push_head(s_.nodes, i);
   }
   void remove(Key key) override {
@@ -68,24 +54,18 @@ class Recency final : public Policy {
   }
   void adopt(Key key) override { insert(key, false); }
   void reset() override {
-    s_.clear();
+    clear_store();
     order_.clear();
-    pinned_ = 0;
   }
   void eviction_order(std::vector<Key>& out) const override { order_.append_keys(s_.nodes, out); }
-  void pinned_keys(std::vector<Key>& out) const override { s_.pinned_keys(out); }
-  size_t bytes() const override { return s_.bytes(); }
   WAKMAN_DRIVEN(Recency)
 
  private:
-  int32_t resident(Key key) const {
-    int32_t i = s_.index.find(key);
-    if (i < 0) bad_key("not resident", key);
-    return i;
-  }
-  Store s_;
   List order_;
-  size_t pinned_ = 0;
 };
+
+using LRU = Recency<true>;
+using FIFO = Recency<false>;
+using Infinite = Recency<false, false>;
 
 }  // namespace wakman

@@ -2,25 +2,15 @@
 #pragma once
 
 #include "../driver.hpp"
-#include "../node_arena.hpp"
+#include "stored.hpp"
 
 namespace wakman {
 
-class Sieve final : public Policy {
+class Sieve final : public StoredPolicy {
  public:
-  explicit Sieve(int64_t capacity) : Policy(capacity) {}
+  explicit Sieve(int64_t capacity) : StoredPolicy(capacity) {}
   const char* name() const override { return "sieve"; }
 
-  size_t size() const override { return s_.index.size(); }
-  size_t num_pinned() const override { return pinned_; }
-  bool contains(Key key) const override { return s_.index.find(key) >= 0; }
-  bool is_pinned(Key key) const override {
-    int32_t i = s_.index.find(key);
-    return i >= 0 && s_.nodes[i].pinned;
-  }
-
-  void begin_access(Key) {}
-  int32_t find_resident(Key key) const { return s_.index.find(key); }
   void hit_node(int32_t i) { s_.nodes[i].freq = 1; }
 
   void miss(Key) override {}
@@ -39,28 +29,18 @@ class Sieve final : public Policy {
     return key;
   }
   void insert(Key key, bool pinned) override {
-    if (s_.index.find(key) >= 0) bad_key("insert of a resident key", key);
-    int32_t i = s_.add(key, 0);
-    if (pinned) {
-      s_.nodes[i].pinned = 1;
-      ++pinned_;
-    } else {
-      queue_.push_head(s_.nodes, i);
-    }
+    int32_t i = add(key, pinned);
+    if (!pinned) queue_.push_head(s_.nodes, i);
   }
   void hit(Key key) override { hit_node(resident(key)); }
   void pin(Key key) override {
     int32_t i = resident(key);
-    if (s_.nodes[i].pinned) return;
-    leave(i);
-    s_.nodes[i].pinned = 1;
-    ++pinned_;
+    if (!s_.nodes[i].pinned) leave(i);
+    mark_pinned(i);
   }
   void unpin(Key key) override {
     int32_t i = resident(key);
-    if (!s_.nodes[i].pinned) bad_key("unpin of an unpinned key", key);
-    s_.nodes[i].pinned = 0;
-    --pinned_;
+    mark_unpinned(i);
     queue_.push_head(s_.nodes, i);
   }
   void remove(Key key) override {
@@ -72,9 +52,8 @@ class Sieve final : public Policy {
   }
   void adopt(Key key) override { insert(key, false); }
   void reset() override {
-    s_.clear();
+    clear_store();
     queue_.clear();
-    pinned_ = 0;
     hand_ = -1;
   }
   // From the hand to the head, then from the tail up to the hand: the order the hand sweeps.
@@ -83,25 +62,16 @@ class Sieve final : public Policy {
     for (int32_t i = hand_; i >= 0; i = s_.nodes[i].newer) out.push_back(s_.nodes[i].key);
     for (int32_t i = queue_.tail(); i != hand_; i = s_.nodes[i].newer) out.push_back(s_.nodes[i].key);
   }
-  void pinned_keys(std::vector<Key>& out) const override { s_.pinned_keys(out); }
-  size_t bytes() const override { return s_.bytes(); }
   WAKMAN_DRIVEN(Sieve)
 
  private:
-  int32_t resident(Key key) const {
-    int32_t i = s_.index.find(key);
-    if (i < 0) bad_key("not resident", key);
-    return i;
-  }
   // Node i leaves the queue; a hand resting on it moves to its newer neighbour (libCacheSim's remove).
   void leave(int32_t i) {
     if (hand_ == i) hand_ = s_.nodes[i].newer;
     queue_.unlink(s_.nodes, i);
   }
 
-  Store s_;
   List queue_;
-  size_t pinned_ = 0;
   int32_t hand_ = -1;  // the node the next sweep starts at; -1: the tail
 };
 
