@@ -68,11 +68,14 @@ def context(i: int, keys: Sequence) -> ReqContext:
     return ctx
 
 
-def serve(m: CPUOffloadingManager, requests: list[list], offer_all: bool = True) -> list:
+def serve(
+    m: CPUOffloadingManager, requests: list[list], offer_all: bool = True, overlap: bool = False
+) -> list:
     """Each request in turn, as the connector drives the tier: look its prefix up, load the hits,
     offer its chunks for storing (all of them, or those past the hits), complete the transfers,
-    finish. Returns, per request, (hit chunks, (stored keys, evicted keys) or None)."""
-    log = []
+    finish. With ``overlap`` a request's transfers complete (and it finishes) only after the next
+    request has stored. Returns, per request, (hit chunks, (stored keys, evicted keys) or None)."""
+    log, pending = [], []
     for i, keys in enumerate(requests):
         ctx = context(i, keys)
         m.on_new_request(ctx)
@@ -82,12 +85,15 @@ def serve(m: CPUOffloadingManager, requests: list[list], offer_all: bool = True)
         if hits:
             m.prepare_load(keys[:hits], ctx)
         out = m.prepare_store(keys if offer_all else keys[hits:], ctx)
-        if hits:
-            m.complete_load(keys[:hits], ctx)
-        if out is not None:
-            m.complete_store(out.keys_to_store, ctx)
-        m.on_request_finished(ctx)
         log.append((hits, None if out is None else (list(out.keys_to_store), list(out.evicted_keys))))
+        pending.append((ctx, keys[:hits], out))
+        while len(pending) > int(overlap) or (pending and i == len(requests) - 1):
+            c, loaded, o = pending.pop(0)
+            if loaded:
+                m.complete_load(loaded, c)
+            if o is not None:
+                m.complete_store(o.keys_to_store, c)
+            m.on_request_finished(c)
     return log
 
 
@@ -128,6 +134,19 @@ def test_lru_makes_vllms_lru_decisions(seed, chunks, offer_all):
     check(ours)
     resident = {k for reqs_keys in reqs for k in reqs_keys if theirs._policy.get(k) is not None}
     assert {key for key, _ in ours._policy.entries.values()} == resident
+
+
+def test_lru_with_transfers_in_flight_stays_close_to_vllms():
+    """With one request's transfers still in flight while the next stores, vLLM's LRU keeps a
+    released chunk's rank and wakman's puts it at the newest end (the core's pinning rule): the
+    decisions may differ (they do on 0.32 for some seeds), the hit counts stay within 3 %."""
+    for seed in range(3):
+        reqs = trace(seed)
+        got, want = (
+            serve(manager("lru", 40), reqs, overlap=True),
+            serve(manager("vllm:lru", 40), reqs, overlap=True),
+        )
+        assert hit_chunks(got) == pytest.approx(hit_chunks(want), rel=0.03)
 
 
 # ---------------------------------------------------------------------------------- ARC
