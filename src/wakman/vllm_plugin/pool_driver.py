@@ -17,7 +17,7 @@ from vllm.v1.core.block_pool import BlockPool
 from vllm.v1.core.kv_cache_utils import get_block_hash, make_block_hash_with_group_id
 
 from wakman.policies import make_policy
-from wakman.vllm_plugin.block_pool import install
+from wakman.vllm_plugin import install
 
 
 def vllm_keys(keys: Iterable[int]) -> list[bytes]:
