@@ -116,6 +116,15 @@ void reconcile(FreeQueue& q, PyObject* block) {
   q.reconcile(block_id(block), hashed, h, ref_cnt(block) > 0);
 }
 
+// append_n for one block: a keyed block is unpinned; an unkeyed one with a hash becomes a free key;
+// the others join blank's tail.
+void release(FreeQueue& q, PyObject* block) {
+  int32_t b = block_id(block);
+  Key h = 0;
+  if (!q.has_key(b) && block_hash(block, h)) q.cached(b, h, false);  // a new key, free at once
+  else q.release_to_tail(b);
+}
+
 // Calls fn(block) for each item of an iterable of blocks (a list is read without a copy).
 template <class Fn>
 void each_block(nb::handle blocks, Fn&& fn) {
@@ -298,22 +307,16 @@ void bind_free_queue(nb::module_& m) {
           "The block leaves the free queue (ref_cnt 0 -> 1): a cached one is pinned.")
       .def(
           "append",
-          [](PyFreeQueue& q, nb::handle b) {
-            reconcile(q.queue, b.ptr());
-            q.queue.release_to_tail(block_id(b.ptr()));
-          },
-          "block"_a, "One block whose ref_cnt reached 0 (as append_n).")
+          [](PyFreeQueue& q, nb::handle b) { release(q.queue, b.ptr()); }, "block"_a,
+          "One block whose ref_cnt reached 0 (as append_n).")
       .def(
           "append_n",
           [](PyFreeQueue& q, nb::handle blocks) {
-            each_block(blocks, [&](PyObject* b) {
-              reconcile(q.queue, b);
-              q.queue.release_to_tail(block_id(b));
-            });
+            each_block(blocks, [&](PyObject* b) { release(q.queue, b); });
           },
           "blocks"_a,
-          "Blocks whose ref_cnt reached 0, each first reconciled with its hash: cached ones are unpinned,\n"
-          "uncached ones join blank's tail.")
+          "Blocks whose ref_cnt reached 0: keyed ones are unpinned; an unkeyed one with a hash (set on a path\n"
+          "no hook saw) becomes a key; the others join blank's tail.")
       .def(
           "prepend_n",
           [](PyFreeQueue& q, nb::handle blocks) {

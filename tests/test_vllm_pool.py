@@ -14,9 +14,11 @@ from wakman.workload.build import build_config, generate_requests
 pytestmark = [pytest.mark.vllm, pytest.mark.bare_vllm]
 need_vllm()
 
+from vllm.v1.core.block_pool import BlockPool  # noqa: E402
+
 from wakman.policies import make_policy  # noqa: E402
 from wakman.vllm_plugin.free_queue import policy_key  # noqa: E402
-from wakman.vllm_plugin.pool_driver import make_pool, serve_one, vllm_keys  # noqa: E402
+from wakman.vllm_plugin.pool_driver import Prompt, make_pool, serve_one, vllm_keys  # noqa: E402
 
 POLICIES = ("lru", "fifo", "s3fifo", "arc", "sieve")
 
@@ -206,3 +208,22 @@ def test_moved_hashes_follow_their_block():
     pool.free_blocks([src, dst])
     pool.check()
     assert serve_one(pool, keys, 3) == 3
+
+
+def test_hashes_set_or_removed_on_unhooked_paths_are_caught_at_release():
+    """A hash set or removed by a stock method the plugin does not hook (vLLM's Mamba checkpoint
+    eviction calls _maybe_evict_cached_block on an in-use block) is reconciled when the block is freed."""
+    pool = make_pool(16, "lru")
+    queue = pool.free_block_queue
+    a, b = pool.get_new_blocks(2)
+    key_a, key_b = vllm_keys([7, 8])
+    BlockPool._insert_block_hash(pool, key_a, a, None)  # unhooked: the queue has not seen it
+    assert queue.key_of(a) is None
+    pool.free_blocks([a])
+    assert queue.key_of(a) == policy_key(key_a) and not queue.policy.is_pinned(policy_key(key_a))
+    pool.cache_full_blocks(Prompt.of([key_b]), [b], 0, 1, pool.hash_block_size, 0)
+    assert queue.key_of(b) == policy_key(key_b)
+    pool._maybe_evict_cached_block(b)  # in use; unhooked
+    pool.free_blocks([b])  # no hash: stock hands it to prepend_n, which drops the key
+    assert queue.key_of(b) is None and queue.get_all_free_blocks()[0] is b
+    pool.check()

@@ -19,9 +19,10 @@ once per call, each calling the stock method and then telling the queue in one b
   blocks, as stock vLLM hands uncached blocks out first.
 - ``reset_prefix_cache``: on success the policy forgets everything, ghosts included.
 
-The queue also reconciles every block it is handed back (``append_n`` / ``prepend_n``) with its hash,
-so a hash set or removed on a path not listed here (vLLM's Mamba checkpoint eviction) is caught at
-the block's release at the latest. ``compat.py`` checks at start-up that the stock methods these
+The queue also checks each block it is handed back against its hash (``append_n``: an unkeyed block
+with a hash becomes a key; ``prepend_n``: a keyed block without one loses its key), so a hash set or
+removed on a path not listed here (vLLM's Mamba checkpoint eviction) is caught at the block's
+release at the latest. ``compat.py`` checks at start-up that the stock methods these
 hooks and the queue rely on are the ones read.
 """
 
