@@ -132,10 +132,14 @@ def _events_run(trace, policy, env=None, switch_every: int = 0):
     return scheduler, check, switches
 
 
-def test_kv_events_track_stock_vllms_pool(trace):
+@pytest.fixture(scope="module")
+def stock_events(trace):
+    return _events_run(trace, None)[1]
+
+
+def test_kv_events_track_stock_vllms_pool(stock_events):
     """The reference: stock vLLM's own events mirror its pool exactly."""
-    _, check, _ = _events_run(trace, None)
-    assert check.checked > 1000
+    assert stock_events.checked > 1000
 
 
 @pytest.mark.parametrize("policy", STATIC)
@@ -149,14 +153,14 @@ def test_kv_events_stay_exact_across_live_switches(policy):
     """The adaptive manager switching on its own (phased traffic, a decision every 5 trace s)."""
     trace = phased_trace()
     env = {"WAKMAN_INTERVAL_S": "5", "WAKMAN_REPLAY": "inline"}
-    scheduler, check, _ = _events_run(trace, policy, env=env)
+    scheduler, _, _ = _events_run(trace, policy, env=env)
     decisions = scheduler.wakman.manager.decisions
     assert sum(d.switched for d in decisions) >= 2 and not [d for d in decisions if d.error]
 
 
-def test_lru_publishes_stock_vllms_event_stream(trace):
+def test_lru_publishes_stock_vllms_event_stream(trace, stock_events):
     """Step by step, wakman's lru publishes the very events stock vLLM publishes."""
-    _, stock, _ = _events_run(trace, None)
+    stock = stock_events
     _, ours, _ = _events_run(trace, "lru")
     assert len(ours.per_step) == len(stock.per_step)
     for k, (a, b) in enumerate(zip(ours.per_step, stock.per_step, strict=True)):

@@ -322,6 +322,9 @@ class EventMirror:
         return set(self.counts)
 
 
+_EXTERNAL: dict = {}  # BlockHashWithGroupId -> (external hash, group): converting reads vLLM's env
+
+
 def pool_hash_counts(pool: Any) -> Counter:
     """The pool's own view, read from its blocks: (external hash, group) -> blocks holding it."""
     from vllm.v1.core.kv_cache_utils import get_block_hash, get_group_id, maybe_convert_block_hash
@@ -331,11 +334,17 @@ def pool_hash_counts(pool: Any) -> Counter:
     for block in pool.blocks:
         if block.is_null:
             continue
-        for h in ([block.block_hash] if block.block_hash is not None else []) + list(extra.get(block.block_id, ())):
-            counts[(maybe_convert_block_hash(get_block_hash(h)), get_group_id(h))] += 1
+        hashes = [block.block_hash] if block.block_hash is not None else []
+        hashes.extend(extra.get(block.block_id, ()))
+        for h in hashes:
+            key = _EXTERNAL.get(h)
+            if key is None:
+                key = _EXTERNAL[h] = (maybe_convert_block_hash(get_block_hash(h)), get_group_id(h))
+            counts[key] += 1
     return counts
 
 
 def event_shape(event: Any) -> tuple:
     """An event's identity for comparing two streams (the batch timestamps differ)."""
-    return (type(event).__name__, tuple(getattr(event, "block_hashes", ()) or ()), getattr(event, "group_idx", None))
+    hashes = tuple(getattr(event, "block_hashes", ()) or ())
+    return (type(event).__name__, hashes, getattr(event, "group_idx", None))
