@@ -70,6 +70,19 @@ def test_simulator_predicts_vllm_within_one_point(runs, policy):
     assert abs(predicted.hit_rate - runs[policy]["hit_rate"]) <= 0.01
 
 
+def test_replay_json_is_alone_on_stdout(tmp_path):
+    """``wakman replay --engine vllm --json | jq`` works: stdout is the JSON object and nothing else,
+    vLLM's own log lines (written to stdout by vLLM's logging) are on stderr."""
+    path = write_small_trace(tmp_path / "tiny.jsonl", duration_s=8)
+    cmd = [sys.executable, "-m", "wakman.cli.main", *REPLAY[:4], "300", str(path), "--policy", "lru"]
+    cmd.append("--json")
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    result = json.loads(proc.stdout)
+    assert result["policy"] == "lru" and result["prompt_tokens"] > 0
+    assert re.search(r"^\(\w+ pid=\d+\) INFO .*non-default args", proc.stderr, re.M)
+
+
 def test_soak_switching_every_few_seconds(tmp_path):
     """About 3,000 requests (prompts a quarter of the default length, so the CPU can prefill them in
     minutes); decisions every 2 trace seconds over a 30-second window, replayed in the background
