@@ -65,6 +65,12 @@ def replay(
             raise ValueError(f"block size {trace_bs}: vLLM's CPU backend needs a multiple of 32")
         # with --json, stdout carries the JSON object alone: the engine's log lines go to stderr
         with stdout_to_stderr(as_json):
+            from wakman.vllm_plugin.environment import BrokenEnvironment, check_environment
+
+            try:
+                check_environment()
+            except BrokenEnvironment as exc:
+                raise ValueError(str(exc)) from None
             try:
                 from wakman.vllm_plugin.replay import replay as run_replay
             except ImportError as exc:
