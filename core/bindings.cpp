@@ -42,9 +42,13 @@ std::vector<Key> keys_of(nb::handle obj) {
 
 void bind_block_pool(nb::module_& m);  // bind_block_pool.cpp
 void bind_trace_scan(nb::module_& m);  // bind_trace_scan.cpp
+void bind_free_queue(nb::module_& m);  // bind_free_queue.cpp
 
 NB_MODULE(_core, m) {
   m.doc() = "wakman's compiled policy core: the policies and their per-block loops (see core/policy.hpp)";
+  // vLLM's engine freezes the garbage collector's heap after start-up (gc.freeze), so objects alive
+  // then are never collected and would be reported as leaks at every engine's exit.
+  nb::set_leak_warnings(false);
   nb::exception<NoEvictable>(m, "NoEvictableKey", PyExc_LookupError);
   nb::register_exception_translator([](const std::exception_ptr& p, void*) {
     try {
@@ -230,4 +234,5 @@ NB_MODULE(_core, m) {
 
   bind_block_pool(m);
   bind_trace_scan(m);
+  bind_free_queue(m);
 }

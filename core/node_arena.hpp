@@ -96,9 +96,9 @@ class List {
     size_ = 0;
   }
 
-  // Keys from tail to head.
-  void append_keys(const NodeArena& a, std::vector<Key>& out) const {
-    for (int32_t i = tail_; i >= 0; i = a[i].newer) out.push_back(a[i].key);
+  // Keys from tail to head, until `out` holds `limit` keys.
+  void append_keys(const NodeArena& a, std::vector<Key>& out, size_t limit) const {
+    for (int32_t i = tail_; i >= 0 && out.size() < limit; i = a[i].newer) out.push_back(a[i].key);
   }
 
  private:

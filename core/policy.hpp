@@ -64,8 +64,10 @@ class Policy {
   virtual void adopt(Key key) = 0;
   virtual void reset() = 0;
 
-  // Unpinned keys, likeliest victim first (exact for LRU and FIFO, the policy's queue order otherwise).
-  virtual void eviction_order(std::vector<Key>& out) const = 0;
+  // Unpinned keys, likeliest victim first (exact for LRU and FIFO, the policy's queue order otherwise),
+  // appended to `out` until it holds `limit` keys: the first k victims cost O(k), not O(resident).
+  virtual void eviction_order(std::vector<Key>& out, size_t limit) const = 0;
+  void eviction_order(std::vector<Key>& out) const { eviction_order(out, SIZE_MAX); }
   virtual void pinned_keys(std::vector<Key>& out) const = 0;
   // Bytes held by the policy's tables (index, nodes, ghosts).
   virtual size_t bytes() const = 0;

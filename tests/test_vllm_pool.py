@@ -1,4 +1,5 @@
-"""wakman's policies behind a real vLLM 0.32 BlockPool, operation by operation (no engine)."""
+"""wakman's policies behind a real vLLM BlockPool (0.32, and 0.33 in its lane), operation by operation
+(no engine)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from vllm_support import need_vllm
 from wakman.simulation.pool import BlockPool as SimPool
 from wakman.workload.build import build_config, generate_requests
 
-pytestmark = pytest.mark.vllm
+pytestmark = [pytest.mark.vllm, pytest.mark.bare_vllm]
 need_vllm()
 
 from wakman.policies import make_policy  # noqa: E402
@@ -105,16 +106,16 @@ def test_pins_that_are_not_hits_do_not_reach_the_policy():
     pool = make_pool(16, "s3fifo")
     keys = vllm_keys(range(4))
     serve_one(pool, keys, 3)
-    policy = pool.free_block_queue.policy
-    calls = []
-    policy.hit = lambda key: calls.append(key)  # count what reaches the policy
+    queue = pool.free_block_queue
+    hits = queue.num_hits
     blocks = [pool.cached_block_hash_to_block.get_one_block(k) for k in keys[:2]]
     pool.touch(blocks)  # an offload-style pin: not a hit
-    assert calls == []
+    assert queue.num_hits == hits and all(queue.policy.is_pinned(queue.key_of(b)) for b in blocks)
     pool.counting_hits = True
     pool.touch(blocks)  # a prefix hit on blocks that are already pinned
     pool.counting_hits = False
-    assert calls == [policy_key(k) for k in keys[:2]]
+    assert queue.num_hits == hits + 2
+    assert [queue.key_of(b) for b in blocks] == [policy_key(k) for k in keys[:2]]
     pool.free_blocks(blocks + blocks)
     pool.check()
 
@@ -128,7 +129,7 @@ def test_reset_forgets_policy_state_and_ghosts():
     assert pool.reset_prefix_cache()
     pool.check()
     assert len(policy) == 0 and policy.ghost_size == 0
-    assert len(pool.free_block_queue.blank) == 20
+    assert pool.free_block_queue.num_blank_blocks == 20
     assert all(b.block_hash is None for b in pool.blocks)
 
 
@@ -141,3 +142,67 @@ def test_switch_keeps_every_block():
         pool.free_block_queue.switch(make_policy(name, 64))
         pool.check()
         assert {b.block_id for b in pool.free_block_queue.get_all_free_blocks()} == before
+
+
+def _loaded_pool(policy: str, capacity: int = 300):
+    """A pool after traffic with shared prefixes: cached free blocks in the policy's order."""
+    pool = make_pool(capacity, policy)
+    for root in range(80):
+        serve_one(pool, vllm_keys(root % 13 * 1000 + i for i in range(root % 9 + 2)), 8, extra_blocks=1)
+    return pool
+
+
+@pytest.mark.parametrize("policy", POLICIES)
+def test_repr_of_every_block_works_and_no_block_points_into_a_queue(policy):
+    """vLLM's KVCacheBlock.__repr__ reads prev_free_block / next_free_block: the queue leaves them None."""
+    pool = _loaded_pool(policy)
+    assert all(b.prev_free_block is None and b.next_free_block is None for b in pool.blocks)
+    assert all(f"block_id={b.block_id}," in repr(b) for b in pool.blocks)
+
+
+@pytest.mark.parametrize("policy", POLICIES)
+def test_iter_blocks_after_walks_the_free_order_from_any_cursor(policy):
+    """The offloader's cursor walk (vLLM's simple_kv_offload) sees the queue's order: from the head,
+    and after any free block, across the iterator's chunk boundaries (64, 128, ...)."""
+    pool = _loaded_pool(policy)
+    queue = pool.free_block_queue
+    free = queue.get_all_free_blocks()
+    assert len(free) > 200 and queue.num_blank_blocks > 0
+    assert list(queue.iter_blocks_after(None)) == free
+    for i in (0, queue.num_blank_blocks - 1, queue.num_blank_blocks, 63, 64, 130, len(free) - 1):
+        assert list(queue.iter_blocks_after(free[i])) == free[i + 1 :], i
+    in_use = pool.get_new_blocks(1)[0]
+    assert list(queue.iter_blocks_after(in_use)) == []  # not free: nothing after it, as in stock
+    pool.free_blocks([in_use])
+
+
+@pytest.mark.parametrize("policy", POLICIES)
+def test_removing_one_hash_keeps_every_other_block_in_place(policy):
+    """A connector eviction (BlockPool.evict_blocks) takes one block out of the policy and puts it at
+    the head of the blank blocks; the other blocks keep their order (their metadata is untouched)."""
+    pool = _loaded_pool(policy)
+    queue = pool.free_block_queue
+    free = queue.get_all_free_blocks()
+    victim = free[queue.num_blank_blocks + 5]
+    pool.evict_blocks({victim.block_id})
+    assert victim.block_hash is None and queue.key_of(victim) is None
+    after = queue.get_all_free_blocks()
+    assert after[0] is victim
+    assert after[1:] == [b for b in free if b is not victim]
+    pool.check()
+
+
+def test_moved_hashes_follow_their_block():
+    """move_block_hashes (the copy-on-write path) re-keys the destination block and keeps the hit."""
+    pool = make_pool(32, "s3fifo")
+    keys = vllm_keys(range(3))
+    serve_one(pool, keys, 2)
+    src = pool.cached_block_hash_to_block.get_one_block(keys[1])
+    pool.touch([src])
+    dst = pool.get_new_blocks(1)[0]
+    pool.move_block_hashes(src, dst)
+    queue = pool.free_block_queue
+    assert queue.key_of(src) is None and queue.key_of(dst) == policy_key(keys[1])
+    pool.free_blocks([src, dst])
+    pool.check()
+    assert serve_one(pool, keys, 3) == 3

@@ -142,9 +142,9 @@ class ARC final : public Policy {
     p_ = 0.0;
     incoming_ = 0;
   }
-  void eviction_order(std::vector<Key>& out) const override {
-    t1_.append_keys(s_.nodes, out);
-    t2_.append_keys(s_.nodes, out);
+  void eviction_order(std::vector<Key>& out, size_t limit) const override {
+    t1_.append_keys(s_.nodes, out, limit);
+    t2_.append_keys(s_.nodes, out, limit);
   }
   void pinned_keys(std::vector<Key>& out) const override { s_.pinned_keys(out); }
   size_t bytes() const override { return s_.bytes(); }

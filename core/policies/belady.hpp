@@ -100,13 +100,16 @@ class Belady final : public StoredPolicy {
     heap_.clear();
     has_current_ = false;
   }
-  void eviction_order(std::vector<Key>& out) const override {
+  void eviction_order(std::vector<Key>& out, size_t limit) const override {
     std::vector<std::pair<int64_t, Key>> order;
     s_.index.for_each([&](Key key, int32_t i) {
       if (!s_.nodes[i].pinned) order.emplace_back(next_use_[i], key);
     });
     std::sort(order.begin(), order.end(), [](auto& a, auto& b) { return a.first > b.first; });
-    for (auto& [next, key] : order) out.push_back(key);
+    for (auto& [next, key] : order) {
+      if (out.size() >= limit) break;
+      out.push_back(key);
+    }
   }
   size_t bytes() const override {
     return s_.bytes() + heap_.capacity() * sizeof(Entry) + future_.capacity() * 16 +

@@ -57,7 +57,9 @@ class Recency final : public StoredPolicy {
     clear_store();
     order_.clear();
   }
-  void eviction_order(std::vector<Key>& out) const override { order_.append_keys(s_.nodes, out); }
+  void eviction_order(std::vector<Key>& out, size_t limit) const override {
+    order_.append_keys(s_.nodes, out, limit);
+  }
   WAKMAN_DRIVEN(Recency)
 
  private:

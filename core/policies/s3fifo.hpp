@@ -133,9 +133,9 @@ class S3FIFO final : public Policy {
     small_pinned_ = main_pinned_ = 0;
     has_evicted_ = false;
   }
-  void eviction_order(std::vector<Key>& out) const override {
-    small_.append_keys(s_.nodes, out);
-    main_.append_keys(s_.nodes, out);
+  void eviction_order(std::vector<Key>& out, size_t limit) const override {
+    small_.append_keys(s_.nodes, out, limit);
+    main_.append_keys(s_.nodes, out, limit);
   }
   void pinned_keys(std::vector<Key>& out) const override { s_.pinned_keys(out); }
   size_t bytes() const override { return s_.bytes(); }

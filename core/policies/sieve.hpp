@@ -57,10 +57,11 @@ class Sieve final : public StoredPolicy {
     hand_ = -1;
   }
   // From the hand to the head, then from the tail up to the hand: the order the hand sweeps.
-  void eviction_order(std::vector<Key>& out) const override {
-    if (hand_ < 0) return queue_.append_keys(s_.nodes, out);
-    for (int32_t i = hand_; i >= 0; i = s_.nodes[i].newer) out.push_back(s_.nodes[i].key);
-    for (int32_t i = queue_.tail(); i != hand_; i = s_.nodes[i].newer) out.push_back(s_.nodes[i].key);
+  void eviction_order(std::vector<Key>& out, size_t limit) const override {
+    if (hand_ < 0) return queue_.append_keys(s_.nodes, out, limit);
+    for (int32_t i = hand_; i >= 0 && out.size() < limit; i = s_.nodes[i].newer) out.push_back(s_.nodes[i].key);
+    for (int32_t i = queue_.tail(); i != hand_ && out.size() < limit; i = s_.nodes[i].newer)
+      out.push_back(s_.nodes[i].key);
   }
   WAKMAN_DRIVEN(Sieve)
 

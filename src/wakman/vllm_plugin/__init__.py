@@ -8,7 +8,8 @@ Layout: ``compat`` (supported vLLM versions), ``settings`` (options), ``free_que
 behind vLLM's free-block queue protocol), ``block_pool`` (the pool hooks the queue cannot see),
 ``runtime`` (estimator logging and background replays), ``scheduler`` (the entry class),
 ``metrics`` (Prometheus), ``plugin`` (the ``vllm.general_plugins`` entry point), ``engine`` and
-``replay`` (an in-process engine driven by a trace).
+``replay`` (an in-process engine driven by a trace), ``offload`` (the CPU offload tier's
+``CachePolicy``, loaded by vLLM's own factory, independent of the scheduler class).
 """
 
 from __future__ import annotations

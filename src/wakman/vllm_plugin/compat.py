@@ -1,23 +1,135 @@
 """Which vLLM versions the plugin drives, checked once at start-up.
 
-The plugin replaces vLLM's free-block queue and hooks four ``BlockPool`` methods
-(``touch``, ``_insert_block_hash``, ``_remove_cached_block_hashes``, ``reset_prefix_cache``); their
-contracts were read from the 0.32 source. Any other version is refused with a clear message rather
-than run with hooks that may no longer be called.
+The plugin replaces vLLM's free-block queue as a unit and hooks four ``BlockPool`` methods, each of
+which calls the stock method (``block_pool.py``). It relies on how the stock code uses the queue and
+the hooks: ``touch`` pins a free block with ``queue.remove``, ``free_blocks`` hands cached blocks to
+``append_n`` and uncached ones to ``prepend_n``, ``get_new_blocks`` evicts through ``popleft_n`` and
+``_maybe_evict_cached_block``, a block's first hash is set in ``_insert_block_hash``, every hash
+removal goes through ``_remove_cached_block_hashes``, and prefix hits are touched inside the
+coordinator's ``allocate_new_computed_blocks``. Those behaviours were read from the source of vLLM
+0.32.0 and 0.33.0.
+
+Two checks, so a release fails on a real change, not on its number:
+- the version: 0.32.x or 0.33.x (``SUPPORTED_VLLM``); anything else is refused with their names;
+- the behaviour: a fingerprint of each relied-on method's code (its syntax tree without docstrings
+  or comments, so reformatting passes) must be one read from a supported release
+  (``KNOWN_FINGERPRINTS``); the message names each method that changed.
 """
 
 from __future__ import annotations
 
-SUPPORTED_VLLM = ("0.32.",)
-HOOKED_METHODS = ("touch", "_insert_block_hash", "_remove_cached_block_hashes", "reset_prefix_cache")
+import ast
+import hashlib
+import inspect
+import textwrap
+from collections.abc import Callable
+
+SUPPORTED_VLLM = ("0.32.", "0.33.")
+
+# (module, qualified name) of every stock method the hooks and the queue rely on.
+RELIED_ON = (
+    ("vllm.v1.core.block_pool", "BlockPool.touch"),
+    ("vllm.v1.core.block_pool", "BlockPool.free_blocks"),
+    ("vllm.v1.core.block_pool", "BlockPool.get_new_blocks"),
+    ("vllm.v1.core.block_pool", "BlockPool._maybe_evict_cached_block"),
+    ("vllm.v1.core.block_pool", "BlockPool._insert_block_hash"),
+    ("vllm.v1.core.block_pool", "BlockPool._remove_cached_block_hashes"),
+    ("vllm.v1.core.block_pool", "BlockPool.reset_prefix_cache"),
+    ("vllm.v1.core.block_pool", "BlockPool.unpin_blocks"),
+    ("vllm.v1.core.block_pool", "BlockPool.evict_blocks"),
+    ("vllm.v1.core.block_pool", "BlockPool.move_block_hashes"),
+    ("vllm.v1.core.block_pool", "BlockPool.get_num_free_blocks"),
+    ("vllm.v1.core.kv_cache_coordinator", "KVCacheCoordinator.allocate_new_computed_blocks"),
+    ("vllm.v1.core.single_type_kv_cache_manager", "SingleTypeKVCacheManager.add_local_computed_blocks"),
+)
+
+# Fingerprints read from vLLM 0.32.0 and 0.33.0 (`python -m wakman.vllm_plugin.compat` prints the
+# installed ones). Where the two releases differ, both are listed.
+KNOWN_FINGERPRINTS: dict[str, dict[str, str]] = {
+    "BlockPool.touch": {"6e1193239b10a204": "0.32.0", "6e78aedd2d01b599": "0.33.0"},
+    "BlockPool.free_blocks": {"67d5013844ebc388": "0.32.0", "4fe277d49a5612b0": "0.33.0"},
+    "BlockPool.get_new_blocks": {"ea308ffcf482aed7": "0.32.0 0.33.0"},
+    "BlockPool._maybe_evict_cached_block": {"a7b39d0f55d0fe47": "0.32.0 0.33.0"},
+    "BlockPool._insert_block_hash": {"3e273327df7c0d8b": "0.32.0 0.33.0"},
+    "BlockPool._remove_cached_block_hashes": {"2fa780f0b44bea51": "0.32.0 0.33.0"},
+    "BlockPool.reset_prefix_cache": {"b9f758660e2e9b0c": "0.32.0 0.33.0"},
+    "BlockPool.unpin_blocks": {"3280eca1d701056c": "0.32.0 0.33.0"},
+    "BlockPool.evict_blocks": {"c7dbecfee5d8092f": "0.32.0 0.33.0"},
+    "BlockPool.move_block_hashes": {"5c1cb036a49f5456": "0.32.0 0.33.0"},
+    "BlockPool.get_num_free_blocks": {"e80b451d07e9555f": "0.32.0 0.33.0"},
+    "KVCacheCoordinator.allocate_new_computed_blocks": {"977a65c2f41edaa0": "0.32.0 0.33.0"},
+    "SingleTypeKVCacheManager.add_local_computed_blocks": {"748c2c4c297a70ad": "0.32.0 0.33.0"},
+}
 
 
 class UnsupportedVllmVersion(RuntimeError):
     """The installed vLLM is not one the plugin was built and tested against."""
 
 
+def fingerprint(fn: Callable) -> str:
+    """A short hash of a function's code: its syntax tree without docstrings, so comments, blank
+    lines and formatting do not count. Fields a newer Python adds empty (``type_params``) are left
+    out, so the fingerprint is the same on every Python vLLM runs on."""
+    tree = ast.parse(textwrap.dedent(inspect.getsource(fn)))
+    return hashlib.sha256(_canonical(tree).encode()).hexdigest()[:16]
+
+
+def _canonical(node: object) -> str:
+    if isinstance(node, list):
+        return "[" + ",".join(_canonical(n) for n in node) + "]"
+    if not isinstance(node, ast.AST):
+        return repr(node)
+    body = getattr(node, "body", None)
+    if (
+        isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef)
+        and body
+        and isinstance(body[0], ast.Expr)
+        and isinstance(body[0].value, ast.Constant)
+        and isinstance(body[0].value.value, str)
+    ):
+        body = body[1:]
+    fields = []
+    for name in node._fields:
+        value = body if name == "body" and body is not None else getattr(node, name, None)
+        if value is None or value == []:
+            continue
+        if isinstance(node, ast.Constant) and name == "kind":
+            continue
+        fields.append(f"{name}={_canonical(value)}")
+    return f"{type(node).__name__}({','.join(fields)})"
+
+
+def installed_fingerprints() -> dict[str, str | None]:
+    """The installed vLLM's fingerprint of each relied-on method (None where it is missing)."""
+    import importlib
+
+    out: dict[str, str | None] = {}
+    for module_name, qualname in RELIED_ON:
+        obj: object = importlib.import_module(module_name)
+        for part in qualname.split("."):
+            obj = getattr(obj, part, None)
+        out[qualname] = fingerprint(obj) if callable(obj) else None
+    return out
+
+
+def changed_methods(found: dict[str, str | None]) -> list[str]:
+    """The relied-on methods whose code is not one read from a supported release."""
+    return [name for name, fp in found.items() if fp is None or fp not in KNOWN_FINGERPRINTS.get(name, {})]
+
+
+def missing_queue_methods() -> list[str]:
+    """Public methods of vLLM's ``FreeKVCacheBlockQueue`` that wakman's queue does not fill."""
+    from vllm.v1.core.kv_cache_utils import FreeKVCacheBlockQueue
+
+    from wakman.vllm_plugin.free_queue import PolicyFreeQueue
+
+    stock = [n for n, v in vars(FreeKVCacheBlockQueue).items() if callable(v) and not n.startswith("_")]
+    return [n for n in stock if not hasattr(PolicyFreeQueue, n)]
+
+
 def check_vllm_version(version: str | None = None) -> str:
-    """Return the installed vLLM version, or raise ``UnsupportedVllmVersion``."""
+    """Return the installed vLLM version, or raise ``UnsupportedVllmVersion`` (a version we do not
+    support, or a supported one whose relied-on methods changed)."""
     if version is None:
         try:
             import vllm
@@ -32,9 +144,19 @@ def check_vllm_version(version: str | None = None) -> str:
             f"found vLLM {version}. Install a supported vLLM, or unset --scheduler-cls / WAKMAN_POLICY "
             "to run stock vLLM."
         )
-    from vllm.v1.core.block_pool import BlockPool
-
-    missing = [m for m in HOOKED_METHODS if not callable(getattr(BlockPool, m, None))]
-    if missing:
-        raise UnsupportedVllmVersion(f"vLLM {version}: BlockPool lacks {', '.join(missing)}")
+    changed = changed_methods(installed_fingerprints())
+    changed += [f"FreeKVCacheBlockQueue.{n} (not in wakman's queue)" for n in missing_queue_methods()]
+    if changed:
+        raise UnsupportedVllmVersion(
+            f"vLLM {version}: code wakman relies on differs from the releases it was checked against "
+            f"({', '.join(v + 'x' for v in SUPPORTED_VLLM)}): {', '.join(changed)}. Run stock vLLM "
+            "(unset --scheduler-cls / WAKMAN_POLICY) or vLLM 0.32.0 / 0.33.0."
+        )
     return version
+
+
+if __name__ == "__main__":  # print the installed fingerprints, for KNOWN_FINGERPRINTS
+    import vllm
+
+    for name, fp in installed_fingerprints().items():
+        print(f"{name}: {fp}  # {vllm.__version__}")

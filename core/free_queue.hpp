@@ -1,0 +1,192 @@
+// FreeQueue: vLLM's free-block queue, ordered by a wakman Policy (the vLLM plugin's hot path).
+//
+// vLLM's BlockPool keeps its free blocks in one FreeKVCacheBlockQueue and asks it for victims; the
+// plugin replaces that object as a unit. This class holds what the queue needs, by block id:
+//   - key_of_[b]: block b's policy key while it is cached (has_key_[b]); block_of_ maps key -> b.
+//     A block is a policy key from its first hash (cached()) until eviction or uncached().
+//   - blank: free blocks without a key, head first (a doubly linked list over block ids). vLLM
+//     hands out uncached blocks before cached ones; prepend puts a block at the head, as vLLM does.
+//   - the policy: every keyed block, pinned while vLLM holds it (ref_cnt > 0), evictable at 0.
+//
+// Invariants: a non-null block is free iff it is in blank or an unpinned policy key;
+// num_free() == blank size + policy.num_evictable(); every policy key is some block's key_of_;
+// the null block never enters blank or the policy. Steady-state operations allocate nothing.
+#pragma once
+
+#include <cstdint>
+#include <stdexcept>
+#include <vector>
+
+#include "key_map.hpp"
+#include "policy.hpp"
+
+namespace wakman {
+
+class FreeQueue {
+ public:
+  static constexpr int32_t kNone = -1;
+
+  // `num_blocks` block ids 0..num_blocks-1; `null_block` (or kNone) never becomes free.
+  FreeQueue(size_t num_blocks, int32_t null_block, Policy* policy)
+      : policy_(policy),
+        null_(null_block),
+        key_of_(num_blocks, 0),
+        has_key_(num_blocks, 0),
+        in_blank_(num_blocks, 0),
+        prev_(num_blocks, kNone),
+        next_(num_blocks, kNone),
+        block_of_(num_blocks) {}
+
+  Policy& policy() { return *policy_; }
+  const Policy& policy() const { return *policy_; }
+  // Make `p` the live policy; the caller has handed the keys over (policy.hpp's handover).
+  void set_policy(Policy* p) { policy_ = p; }
+
+  size_t num_blocks() const { return key_of_.size(); }
+  size_t num_free() const { return blank_size_ + policy_->num_evictable(); }
+  size_t blank_size() const { return blank_size_; }
+  bool in_blank(int32_t b) const { return in_blank_[check(b)]; }
+  bool has_key(int32_t b) const { return has_key_[check(b)]; }
+  Key key_of(int32_t b) const { return key_of_[check(b)]; }
+  int32_t block_of(Key k) const { return block_of_.find(k); }
+  int32_t blank_head() const { return head_; }
+  int32_t blank_next(int32_t b) const { return next_[b]; }
+
+  // ------------------------------------------------------------ FreeKVCacheBlockQueue's protocol
+  // popleft_n: `n` victims, blank blocks first, then the policy's; the victims lose their keys.
+  void take_victims(size_t n, std::vector<int32_t>& out) {
+    if (n > num_free()) throw std::out_of_range("free queue: " + std::to_string(n) + " blocks asked, " +
+                                                std::to_string(num_free()) + " free");
+    while (n > 0 && head_ != kNone) {
+      out.push_back(pop_blank_head());
+      --n;
+    }
+    for (; n > 0; --n) {
+      Key k = policy_->evict();
+      int32_t b = block_of_.find(k);
+      block_of_.erase(k);
+      has_key_[b] = 0;
+      out.push_back(b);
+    }
+  }
+  // remove: block b leaves the free queue (ref_cnt 0 -> 1); a cached block is pinned.
+  void take(int32_t b) {
+    if (has_key_[check(b)]) policy_->pin(key_of_[b]);
+    else unlink_blank(b);
+  }
+  // append_n: b's ref_cnt reached 0; a cached block re-enters the policy's order, an uncached one
+  // joins blank's tail.
+  void release_to_tail(int32_t b) {
+    if (has_key_[check(b)]) policy_->unpin(key_of_[b]);
+    else push_blank(b, false);
+  }
+  // prepend_n: an uncached block to hand out first (a cached one only with caching off: unpinned).
+  void release_to_head(int32_t b) {
+    if (has_key_[check(b)]) policy_->unpin(key_of_[b]);
+    else push_blank(b, true);
+  }
+
+  // ------------------------------------------------------------ what the queue alone cannot see
+  // Block b got its first hash, whose policy key is `k` (pinned: vLLM holds the block). A key that
+  // another block already holds (vLLM allows duplicate blocks) is remixed with b until it is free.
+  Key cached(int32_t b, Key k, bool pinned) {
+    if (has_key_[check(b)]) throw std::logic_error("free queue: block " + std::to_string(b) + " is cached already");
+    while (block_of_.find(k) >= 0) k = remix(k, b);
+    if (!pinned && in_blank_[b]) unlink_blank(b);
+    policy_->insert(k, pinned);
+    key_of_[b] = k;
+    has_key_[b] = 1;
+    block_of_.insert(k, b);
+    return k;
+  }
+  // Block b lost its hash outside eviction (a connector's evict_blocks, a hash move); `free` says
+  // whether vLLM holds it no more (it then joins blank's head). O(1); no-op for an uncached block.
+  void uncached(int32_t b, bool free) {
+    if (!has_key_[check(b)]) return;
+    Key k = key_of_[b];
+    policy_->remove(k);
+    block_of_.erase(k);
+    has_key_[b] = 0;
+    if (free && b != null_) push_blank(b, true);
+  }
+  // A prefix hit on block b (free or pinned); an uncached block is ignored.
+  void hit(int32_t b) {
+    if (!has_key_[check(b)]) return;
+    policy_->hit(key_of_[b]);
+    ++hits_;
+  }
+  // Prefix hits passed to the policies so far.
+  uint64_t num_hits() const { return hits_; }
+  // reset_prefix_cache succeeded (every block free): the cached blocks join blank's tail in eviction
+  // order, and the policy forgets everything, ghosts included.
+  void clear_cache() {
+    std::vector<Key> order;
+    policy_->eviction_order(order);
+    for (Key k : order) {
+      int32_t b = block_of_.find(k);
+      has_key_[b] = 0;
+      push_blank(b, false);
+    }
+    for (size_t b = 0; b < has_key_.size(); ++b) has_key_[b] = 0;
+    block_of_.clear();
+    policy_->reset();
+  }
+
+ private:
+  int32_t check(int32_t b) const {
+    if (b < 0 || static_cast<size_t>(b) >= key_of_.size())
+      throw std::out_of_range("free queue: no block " + std::to_string(b));
+    return b;
+  }
+  static Key remix(Key k, int32_t b) {  // splitmix64 of the key and the block id
+    Key z = k + 0x9E3779B97F4A7C15ULL * (static_cast<Key>(b) + 1);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
+    return z ^ (z >> 31);
+  }
+  void push_blank(int32_t b, bool at_head) {
+    if (in_blank_[b]) throw std::logic_error("free queue: block " + std::to_string(b) + " is free already");
+    in_blank_[b] = 1;
+    ++blank_size_;
+    if (at_head) {
+      prev_[b] = kNone;
+      next_[b] = head_;
+      if (head_ != kNone) prev_[head_] = b;
+      else tail_ = b;
+      head_ = b;
+    } else {
+      next_[b] = kNone;
+      prev_[b] = tail_;
+      if (tail_ != kNone) next_[tail_] = b;
+      else head_ = b;
+      tail_ = b;
+    }
+  }
+  void unlink_blank(int32_t b) {
+    if (!in_blank_[b]) throw std::logic_error("free queue: block " + std::to_string(b) + " is not free");
+    if (prev_[b] != kNone) next_[prev_[b]] = next_[b];
+    else head_ = next_[b];
+    if (next_[b] != kNone) prev_[next_[b]] = prev_[b];
+    else tail_ = prev_[b];
+    prev_[b] = next_[b] = kNone;
+    in_blank_[b] = 0;
+    --blank_size_;
+  }
+  int32_t pop_blank_head() {
+    int32_t b = head_;
+    unlink_blank(b);
+    return b;
+  }
+
+  Policy* policy_;
+  int32_t null_;
+  std::vector<Key> key_of_;
+  std::vector<uint8_t> has_key_, in_blank_;
+  std::vector<int32_t> prev_, next_;
+  int32_t head_ = kNone, tail_ = kNone;
+  size_t blank_size_ = 0;
+  uint64_t hits_ = 0;
+  KeyMap block_of_;
+};
+
+}  // namespace wakman

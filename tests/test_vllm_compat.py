@@ -1,0 +1,76 @@
+"""The start-up check: supported vLLM releases, and the stock code wakman's hooks rely on."""
+
+from __future__ import annotations
+
+import pytest
+
+from vllm_support import need_vllm
+
+pytestmark = [pytest.mark.vllm, pytest.mark.bare_vllm]
+need_vllm()
+
+from vllm.v1.core.block_pool import BlockPool  # noqa: E402
+
+from wakman.vllm_plugin import compat  # noqa: E402
+
+
+def test_the_installed_vllm_passes():
+    import vllm
+
+    assert compat.check_vllm_version() == vllm.__version__
+
+
+@pytest.mark.parametrize("version", ["0.31.2", "0.34.0", "1.0.0"])
+def test_other_versions_are_refused_naming_the_supported_ones(version):
+    with pytest.raises(compat.UnsupportedVllmVersion, match=r"supports vLLM 0\.32\.x, 0\.33\.x; found vLLM"):
+        compat.check_vllm_version(version)
+
+
+def test_a_changed_stock_method_is_refused_by_name(monkeypatch):
+    """A release that changes what a hook relies on fails on that change, whatever its number."""
+    stock = BlockPool.free_blocks
+
+    def free_blocks(self, ordered_blocks):
+        for block in ordered_blocks:
+            block.ref_cnt -= 1
+        self.free_block_queue.append_n(list(ordered_blocks))
+
+    monkeypatch.setattr(BlockPool, "free_blocks", free_blocks)
+    with pytest.raises(compat.UnsupportedVllmVersion, match=r"BlockPool\.free_blocks") as err:
+        compat.check_vllm_version("0.33.1")
+    assert "touch" not in str(err.value)
+    monkeypatch.setattr(BlockPool, "free_blocks", stock)
+    compat.check_vllm_version("0.33.1")
+
+
+def _documented():
+    def f(x):
+        """Doc."""
+        # a comment
+        return [i for i in range(x) if i % 2]
+
+    return f
+
+
+def _reformatted():
+    def f(x):
+        return [i for i in range(x)
+                if i % 2]
+
+    return f
+
+
+def _changed():
+    def f(x):
+        return [i for i in range(x) if i % 3]
+
+    return f
+
+
+def test_fingerprints_ignore_docstrings_comments_and_layout():
+    same, also, other = (compat.fingerprint(g()) for g in (_documented, _reformatted, _changed))
+    assert same == also != other
+
+
+def test_every_stock_queue_method_is_filled():
+    assert compat.missing_queue_methods() == []
