@@ -74,13 +74,14 @@ test-quick: $(VENV)/.quick-ready $(VENV)/.core-built $(AIPERF_VENV)/.ready
 	$(BIN)/ruff check src tests benchmarks
 	WAKMAN_AIPERF_PYTHON=$(AIPERF_VENV)/bin/python $(BIN)/python -m pytest -n 2 -m "not vllm" $(PYTEST_ARGS)
 
-bench: $(VENV)/.test-ready $(VENV)/.core-built
+bench: $(VENV)/.test-ready $(VENV)/.core-built $(VLLM033)/.ready
 	$(BIN)/python benchmarks/bench_policies.py
 	$(BIN)/python benchmarks/bench_traces.py
 	$(BIN)/python benchmarks/bench_generate.py
 	$(BIN)/python benchmarks/bench_simulate.py
 	$(BIN)/python benchmarks/bench_reproduce.py
 	$(BIN)/python benchmarks/bench_vllm_pool.py
+	PYTHONPATH=$(VLLM033)/site $(BIN)/python benchmarks/bench_vllm_pool.py
 	$(BIN)/python benchmarks/vllm_fidelity.py
 
 clean:

@@ -1,11 +1,16 @@
 // wakman._core.FreeBlockQueue: the FreeQueue of free_queue.hpp over vLLM's KVCacheBlock objects.
 //
 // It fills the protocol vLLM's BlockPool uses on its free_block_queue (popleft, popleft_n, remove,
-// append_n, prepend_n, num_free_blocks, get_all_free_blocks, iter_blocks_after) and the three calls
-// the plugin's BlockPool hooks make (cached, uncached, hit). A block is read through its block_id,
-// ref_cnt and is_null attributes only; nothing is written to it (its free-list slots stay None, so
-// vLLM's repr of a block works). The blocks are those of the pool's `blocks` list (index = id).
+// append_n, prepend_n, num_free_blocks, get_all_free_blocks, iter_blocks_after) and the calls the
+// plugin's BlockPool hooks make (sync, hit, clear_cache, switch). A block is read through its
+// block_id, ref_cnt, is_null and _block_hash attributes only; nothing is written to it (its free-list
+// slots stay None, so vLLM's repr of a block works). The blocks are the pool's `blocks` (index = id).
 #include <nanobind/nanobind.h>
+
+#ifndef Py_T_OBJECT_EX  // Python < 3.12 names it in structmember.h
+#include <structmember.h>
+#define Py_T_OBJECT_EX T_OBJECT_EX
+#endif
 
 #include <algorithm>
 #include <string>
@@ -25,38 +30,90 @@ PyObject* interned(const char* s) {
   return out;
 }
 
-long read_int(PyObject* obj, PyObject* name) {
-  PyObject* v = PyObject_GetAttr(obj, name);
-  if (v == nullptr) throw nb::python_error();
-  long out = PyLong_AsLong(v);
-  Py_DECREF(v);
-  if (out == -1 && PyErr_Occurred()) throw nb::python_error();
-  return out;
+// One attribute of vLLM's KVCacheBlock, a slots dataclass: read straight from its member slot, as
+// the interpreter's own LOAD_ATTR_SLOT does, while the block's type keeps it in one; through getattr
+// otherwise (another type, an unset slot).
+class Field {
+ public:
+  explicit Field(const char* name) : name_(interned(name)) {}
+
+  nb::object get(PyObject* obj) {
+    PyTypeObject* t = Py_TYPE(obj);
+    if (reinterpret_cast<PyObject*>(t) != type_.ptr()) learn(t);
+    if (offset_ >= 0) {
+      PyObject* v = *reinterpret_cast<PyObject**>(reinterpret_cast<char*>(obj) + offset_);
+      if (v != nullptr) return nb::borrow(v);
+    }
+    PyObject* v = PyObject_GetAttr(obj, name_);
+    if (v == nullptr) throw nb::python_error();
+    return nb::steal(v);
+  }
+
+  long get_int(PyObject* obj) {
+    nb::object v = get(obj);
+    long out = PyLong_AsLong(v.ptr());
+    if (out == -1 && PyErr_Occurred()) throw nb::python_error();
+    return out;
+  }
+
+ private:
+  void learn(PyTypeObject* t) {
+    type_ = nb::borrow(reinterpret_cast<PyObject*>(t));
+    offset_ = -1;
+    PyObject* d = PyObject_GetAttr(reinterpret_cast<PyObject*>(t), name_);
+    if (d == nullptr) {
+      PyErr_Clear();
+      return;
+    }
+    if (Py_IS_TYPE(d, &PyMemberDescr_Type)) {
+      PyMemberDef* m = reinterpret_cast<PyMemberDescrObject*>(d)->d_member;
+      if (m->type == Py_T_OBJECT_EX) offset_ = m->offset;
+    }
+    Py_DECREF(d);
+  }
+
+  PyObject* name_;
+  nb::object type_;
+  Py_ssize_t offset_ = -1;
+};
+
+Field& block_id_field() {
+  static Field f("block_id");
+  return f;
+}
+Field& ref_cnt_field() {
+  static Field f("ref_cnt");
+  return f;
+}
+Field& is_null_field() {
+  static Field f("is_null");
+  return f;
+}
+Field& hash_field() {
+  static Field f("_block_hash");
+  return f;
 }
 
-int32_t block_id(PyObject* block) {
-  static PyObject* name = interned("block_id");
-  return static_cast<int32_t>(read_int(block, name));
+int32_t block_id(PyObject* block) { return static_cast<int32_t>(block_id_field().get_int(block)); }
+long ref_cnt(PyObject* block) { return ref_cnt_field().get_int(block); }
+bool is_null_block(PyObject* block) { return is_null_field().get(block).ptr() == Py_True; }
+
+// Reads the block's hash (its _block_hash slot, which KVCacheBlock.block_hash returns): false if
+// it has none, else true with `out` = the policy key rule's hash(block_hash) mod 2**64.
+bool block_hash(PyObject* block, Key& out) {
+  nb::object v = hash_field().get(block);
+  if (v.is_none()) return false;
+  Py_hash_t h = PyObject_Hash(v.ptr());
+  if (h == -1 && PyErr_Occurred()) throw nb::python_error();
+  out = static_cast<Key>(h);
+  return true;
 }
 
-long ref_cnt(PyObject* block) {
-  static PyObject* name = interned("ref_cnt");
-  return read_int(block, name);
-}
-
-// Whether the block has a hash (its _block_hash slot, which KVCacheBlock.block_hash returns).
-bool has_hash(PyObject* block) {
-  static PyObject* name = interned("_block_hash");
-  PyObject* v = PyObject_GetAttr(block, name);
-  if (v == nullptr) throw nb::python_error();
-  bool out = v != Py_None;
-  Py_DECREF(v);
-  return out;
-}
-
-bool is_null_block(PyObject* block) {
-  static PyObject* name = interned("is_null");
-  return read_int(block, name) != 0;
+// reconcile() of free_queue.hpp for one Python block.
+void reconcile(FreeQueue& q, PyObject* block) {
+  Key h = 0;
+  bool hashed = block_hash(block, h);
+  q.reconcile(block_id(block), hashed, h, ref_cnt(block) > 0);
 }
 
 // Calls fn(block) for each item of an iterable of blocks (a list is read without a copy).
@@ -78,22 +135,18 @@ Policy& as_policy(nb::handle policy) {
 struct PyFreeQueue {
   nb::object policy_obj;
   std::vector<nb::object> blocks;  // index = block id
-  // The pool whose two per-block hash hooks this queue fills (hook_pool), and the stock methods they
-  // call: BlockPool._insert_block_hash and BlockPool._remove_cached_block_hashes.
-  nb::object pool, stock_insert, stock_remove;
   FreeQueue queue;
   std::vector<int32_t> ids;  // reused by popleft_n
 
   PyFreeQueue(nb::handle all_blocks, nb::handle free_blocks, nb::object policy)
       : policy_obj(policy), queue(0, FreeQueue::kNone, &as_policy(policy)) {
-    static PyObject* is_null = interned("is_null");
     static PyObject* prev_slot = interned("prev_free_block");
     static PyObject* next_slot = interned("next_free_block");
     int32_t null_block = FreeQueue::kNone;
     each_block(all_blocks, [&](PyObject* b) {
       if (block_id(b) != static_cast<int32_t>(blocks.size()))
         throw std::invalid_argument("free queue: blocks must be listed by id, from 0");
-      if (read_int(b, is_null)) null_block = block_id(b);
+      if (is_null_block(b)) null_block = block_id(b);
       // The stock queue's links are dropped with it: no block points into a queue any more.
       if (PyObject_SetAttr(b, prev_slot, Py_None) < 0 || PyObject_SetAttr(b, next_slot, Py_None) < 0)
         throw nb::python_error();
@@ -191,9 +244,6 @@ int queue_traverse(PyObject* self, visitproc visit, void* arg) {
   PyFreeQueue* q = nb::inst_ptr<PyFreeQueue>(self);
   for (const nb::object& b : q->blocks) Py_VISIT(b.ptr());
   Py_VISIT(q->policy_obj.ptr());
-  Py_VISIT(q->pool.ptr());
-  Py_VISIT(q->stock_insert.ptr());
-  Py_VISIT(q->stock_remove.ptr());
   return 0;
 }
 
@@ -201,9 +251,6 @@ int queue_clear(PyObject* self) {
   PyFreeQueue* q = nb::inst_ptr<PyFreeQueue>(self);
   q->blocks.clear();
   q->policy_obj.reset();
-  q->pool.reset();
-  q->stock_insert.reset();
-  q->stock_remove.reset();
   return 0;
 }
 
@@ -250,14 +297,23 @@ void bind_free_queue(nb::module_& m) {
           "remove", [](PyFreeQueue& q, nb::handle b) { q.queue.take(block_id(b.ptr())); }, "block"_a,
           "The block leaves the free queue (ref_cnt 0 -> 1): a cached one is pinned.")
       .def(
-          "append", [](PyFreeQueue& q, nb::handle b) { q.queue.release_to_tail(block_id(b.ptr())); }, "block"_a,
-          "One block whose ref_cnt reached 0 (as append_n).")
+          "append",
+          [](PyFreeQueue& q, nb::handle b) {
+            reconcile(q.queue, b.ptr());
+            q.queue.release_to_tail(block_id(b.ptr()));
+          },
+          "block"_a, "One block whose ref_cnt reached 0 (as append_n).")
       .def(
           "append_n",
           [](PyFreeQueue& q, nb::handle blocks) {
-            each_block(blocks, [&](PyObject* b) { q.queue.release_to_tail(block_id(b)); });
+            each_block(blocks, [&](PyObject* b) {
+              reconcile(q.queue, b);
+              q.queue.release_to_tail(block_id(b));
+            });
           },
-          "blocks"_a, "Blocks whose ref_cnt reached 0: cached ones are unpinned, uncached ones join blank's tail.")
+          "blocks"_a,
+          "Blocks whose ref_cnt reached 0, each first reconciled with its hash: cached ones are unpinned,\n"
+          "uncached ones join blank's tail.")
       .def(
           "prepend_n",
           [](PyFreeQueue& q, nb::handle blocks) {
@@ -265,7 +321,8 @@ void bind_free_queue(nb::module_& m) {
             each_block(blocks, [&](PyObject* b) { ids.push_back(block_id(b)); });
             for (auto it = ids.rbegin(); it != ids.rend(); ++it) q.queue.release_to_head(*it);
           },
-          "blocks"_a, "Uncached blocks to hand out first, blocks[0] at the head.")
+          "blocks"_a,
+          "Uncached blocks to hand out first, blocks[0] at the head (a keyed one lost its hash: its key goes).")
       .def("get_all_free_blocks", &PyFreeQueue::all_free,
            "Head to tail: blank blocks, then cached ones in the policy's eviction order.")
       .def(
@@ -285,61 +342,28 @@ void bind_free_queue(nb::module_& m) {
           },
           "cursor"_a.none(), "Free blocks in eviction order after cursor (None: from the head), read lazily.")
       .def(
-          "cached",
-          [](PyFreeQueue& q, nb::handle b, nb::handle block_hash) {
-            Py_hash_t h = PyObject_Hash(block_hash.ptr());
-            if (h == -1 && PyErr_Occurred()) throw nb::python_error();
-            return q.queue.cached(block_id(b.ptr()), static_cast<Key>(h), ref_cnt(b.ptr()) > 0);
+          "sync",
+          [](PyFreeQueue& q, nb::handle blocks, Py_ssize_t start, Py_ssize_t stop) {
+            PyObject* seq = PySequence_Fast(blocks.ptr(), "free queue: expected a sequence of blocks");
+            if (seq == nullptr) throw nb::python_error();
+            nb::object owner = nb::steal(seq);
+            Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
+            stop = (stop < 0 || stop > n) ? n : stop;
+            PyObject** items = PySequence_Fast_ITEMS(seq);
+            for (Py_ssize_t i = std::max<Py_ssize_t>(start, 0); i < stop; ++i)
+              if (!is_null_block(items[i])) reconcile(q.queue, items[i]);
           },
-          "block"_a, "block_hash"_a,
-          "The block got its first hash: it becomes the policy key hash(block_hash) mod 2**64 (remixed with\n"
-          "the block id while another block holds that key), pinned while its ref_cnt > 0. Returns the key.")
-      .def(
-          "uncached",
-          [](PyFreeQueue& q, nb::handle b) {
-            int32_t id = block_id(b.ptr());
-            if (q.queue.has_key(id)) q.queue.uncached(id, ref_cnt(b.ptr()) == 0);
-          },
-          "block"_a, "The block lost its hash outside eviction: its key leaves the policy, O(1).")
+          "blocks"_a, "start"_a = 0, "stop"_a = -1,
+          "Reconcile blocks[start:stop] with their hashes, after a pool call that set or removed some: a\n"
+          "first hash makes the block the policy key hash(block_hash) mod 2**64 (remixed with the block id\n"
+          "while another block holds that key), pinned while ref_cnt > 0; a lost hash takes the key out of\n"
+          "the policy in O(1) (a free block then joins blank's head); a changed hash re-keys the block.")
       .def(
           "hit",
           [](PyFreeQueue& q, nb::handle blocks) {
             each_block(blocks, [&](PyObject* b) { q.queue.hit(block_id(b)); });
           },
           "blocks"_a, "Prefix hits on these blocks (free or in use); uncached ones are ignored.")
-      .def(
-          "hook_pool",
-          [](PyFreeQueue& q, nb::object pool, nb::object stock_insert, nb::object stock_remove) {
-            q.pool = std::move(pool);
-            q.stock_insert = std::move(stock_insert);
-            q.stock_remove = std::move(stock_remove);
-          },
-          "pool"_a, "stock_insert"_a, "stock_remove"_a,
-          "Remember the pool and the stock methods insert_block_hash / remove_cached_block_hashes call.")
-      .def(
-          "insert_block_hash",
-          [](PyFreeQueue& q, nb::handle block_hash, nb::handle block, nb::handle num_tokens) {
-            bool first = !has_hash(block.ptr());
-            q.stock_insert(q.pool, block_hash, block, num_tokens);
-            if (first && has_hash(block.ptr()) && !is_null_block(block.ptr())) {
-              Py_hash_t h = PyObject_Hash(block_hash.ptr());
-              if (h == -1 && PyErr_Occurred()) throw nb::python_error();
-              q.queue.cached(block_id(block.ptr()), static_cast<Key>(h), ref_cnt(block.ptr()) > 0);
-            }
-          },
-          "block_hash_with_group_id"_a, "block"_a, "num_tokens"_a.none(),
-          "The pool's _insert_block_hash: the stock method, then a block's first hash makes it a policy key\n"
-          "(as cached()); a secondary hash leaves the key as it is.")
-      .def(
-          "remove_cached_block_hashes",
-          [](PyFreeQueue& q, nb::handle block) {
-            int32_t id = block_id(block.ptr());
-            if (q.queue.has_key(id)) q.queue.uncached(id, ref_cnt(block.ptr()) == 0);
-            return q.stock_remove(q.pool, block);
-          },
-          "block"_a,
-          "The pool's _remove_cached_block_hashes: a hash removed outside eviction takes the block's key out\n"
-          "of the policy (as uncached(); after an eviction the key is gone already), then the stock method.")
       .def("clear_cache", [](PyFreeQueue& q) { q.queue.clear_cache(); },
            "reset_prefix_cache succeeded: every cached block joins blank, the policy forgets everything.")
       .def(

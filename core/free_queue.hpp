@@ -2,8 +2,9 @@
 //
 // vLLM's BlockPool keeps its free blocks in one FreeKVCacheBlockQueue and asks it for victims; the
 // plugin replaces that object as a unit. This class holds what the queue needs, by block id:
-//   - key_of_[b]: block b's policy key while it is cached (has_key_[b]); block_of_ maps key -> b.
-//     A block is a policy key from its first hash (cached()) until eviction or uncached().
+//   - key_of_[b]: block b's policy key while it is cached (has_key_[b]); block_of_ maps key -> b;
+//     hash_of_[b]: the hash its key was made from. A block is a policy key from its first hash
+//     (cached()) until eviction or until it loses that hash (uncached(), or reconcile() seeing it).
 //   - blank: free blocks without a key, head first (a doubly linked list over block ids). vLLM
 //     hands out uncached blocks before cached ones; prepend puts a block at the head, as vLLM does.
 //   - the policy: every keyed block, pinned while vLLM holds it (ref_cnt > 0), evictable at 0.
@@ -31,6 +32,7 @@ class FreeQueue {
       : policy_(policy),
         null_(null_block),
         key_of_(num_blocks, 0),
+        hash_of_(num_blocks, 0),
         has_key_(num_blocks, 0),
         in_blank_(num_blocks, 0),
         prev_(num_blocks, kNone),
@@ -80,10 +82,11 @@ class FreeQueue {
     if (has_key_[check(b)]) policy_->unpin(key_of_[b]);
     else push_blank(b, false);
   }
-  // prepend_n: an uncached block to hand out first (a cached one only with caching off: unpinned).
+  // prepend_n: an uncached block to hand out first. vLLM hands hashed blocks to append_n, so a keyed
+  // block here lost its hash while in use (a path that removes hashes unseen): its key goes.
   void release_to_head(int32_t b) {
-    if (has_key_[check(b)]) policy_->unpin(key_of_[b]);
-    else push_blank(b, true);
+    if (has_key_[check(b)]) uncached(b, false);
+    push_blank(b, true);
   }
 
   // ------------------------------------------------------------ what the queue alone cannot see
@@ -91,6 +94,7 @@ class FreeQueue {
   // another block already holds (vLLM allows duplicate blocks) is remixed with b until it is free.
   Key cached(int32_t b, Key k, bool pinned) {
     if (has_key_[check(b)]) throw std::logic_error("free queue: block " + std::to_string(b) + " is cached already");
+    hash_of_[b] = k;
     while (block_of_.find(k) >= 0) k = remix(k, b);
     if (!pinned && in_blank_[b]) unlink_blank(b);
     policy_->insert(k, pinned);
@@ -108,6 +112,19 @@ class FreeQueue {
     block_of_.erase(k);
     has_key_[b] = 0;
     if (free && b != null_) push_blank(b, true);
+  }
+  // Bring block b's key in line with its hash (`hashed`: it has one, `h`: that hash; `in_use`:
+  // ref_cnt > 0): a new hash makes a key, a lost hash drops it, a changed hash re-keys the block.
+  void reconcile(int32_t b, bool hashed, Key h, bool in_use) {
+    if (!hashed) {
+      if (has_key_[check(b)]) uncached(b, !in_use);
+      return;
+    }
+    if (has_key_[check(b)]) {
+      if (hash_of_[b] == h) return;
+      uncached(b, false);
+    }
+    cached(b, h, in_use);
   }
   // A prefix hit on block b (free or pinned); an uncached block is ignored.
   void hit(int32_t b) {
@@ -180,7 +197,7 @@ class FreeQueue {
 
   Policy* policy_;
   int32_t null_;
-  std::vector<Key> key_of_;
+  std::vector<Key> key_of_, hash_of_;
   std::vector<uint8_t> has_key_, in_blank_;
   std::vector<int32_t> prev_, next_;
   int32_t head_ = kNone, tail_ = kNone;

@@ -1,8 +1,10 @@
-"""WAKMan inside vLLM 0.32: every wakman policy, and the adaptive manager, behind vLLM's free queue.
+"""WAKMan inside vLLM 0.32 and 0.33: every wakman policy, and the adaptive manager, behind vLLM's free
+queue and in its CPU offload tier.
 
 One flag turns it on, ``--scheduler-cls wakman.vllm_plugin.WakmanScheduler``; environment variables
-choose the policy (``settings.py``). Nothing here imports vLLM until a scheduler is built, so
-``import wakman`` stays light.
+choose the policy (``settings.py``). ``install(pool, policy)`` puts a wakman policy behind a bare
+vLLM ``BlockPool``. Nothing here imports vLLM until one of these is used, so ``import wakman`` stays
+light.
 
 Layout: ``compat`` (supported vLLM versions), ``settings`` (options), ``free_queue`` (the policy
 behind vLLM's free-block queue protocol), ``block_pool`` (the pool hooks the queue cannot see),
@@ -16,10 +18,14 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["WakmanAsyncScheduler", "WakmanScheduler"]
+__all__ = ["WakmanAsyncScheduler", "WakmanScheduler", "install"]
 
 
 def __getattr__(name: str) -> Any:
+    if name == "install":
+        from wakman.vllm_plugin.block_pool import install
+
+        return install
     if name in __all__:
         from wakman.vllm_plugin import scheduler
 

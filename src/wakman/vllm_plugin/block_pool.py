@@ -2,32 +2,32 @@
 
 ``install(pool, policy)`` turns a freshly built vLLM ``BlockPool`` (all blocks free and uncached)
 into a ``PolicyBlockPool`` in place, so the coordinator and the per-type managers, which already hold
-the pool, keep using the same object, and gives it a ``PolicyFreeQueue``. Every hook calls the stock
-method; no vLLM code is copied. ``get_new_blocks``, ``free_blocks``, ``unpin_blocks`` and the rest stay
-stock: they reach the policy through the queue (``popleft_n`` evicts, ``remove`` pins, ``append_n`` /
-``prepend_n`` unpin or free).
+the pool, keep using the same object, and gives it a ``PolicyFreeQueue``. No vLLM code is copied:
+the per-block hot path (``get_new_blocks``, ``free_blocks``, ``_insert_block_hash``,
+``_remove_cached_block_hashes``, ``unpin_blocks``) stays stock and reaches the policy through the
+queue (``popleft_n`` evicts, ``remove`` pins, ``append_n`` / ``prepend_n`` release). The hooks below run
+once per call, each calling the stock method and then telling the queue in one batch:
 
 - ``touch``: before the stock touch, a prefix hit reaches the policy whether the block is free or
   already in use (``ref_cnt > 0``). Only touches made while the coordinator admits a request's
   computed blocks (``counting_hits``, set by ``install``) are hits; the offload paths' touches only
   pin (the stock touch's ``remove``), so they do not inflate frequencies.
-- ``_insert_block_hash``: after the stock method, a block's first hash makes it a policy key (pinned
-  while in use); a secondary hash leaves the key as it is.
-- ``_remove_cached_block_hashes``: before the stock method, a hash removed outside eviction (a
-  connector's ``evict_blocks``, ``move_block_hashes``, a partial block promoted) takes the block's key
-  out of the policy, O(1). After an eviction the queue has let go of the key already: a no-op.
+- ``cache_full_blocks`` / ``cache_partial_block``: the blocks that got a hash become policy keys
+  (pinned while in use); a block promoted from a partial to a full hash is re-keyed.
+- ``evict_blocks`` (a connector's evictions) / ``move_block_hashes``: a block that lost its hash leaves
+  the policy in O(1); every other key keeps its metadata. A free one joins the head of the blank
+  blocks, as stock vLLM hands uncached blocks out first.
 - ``reset_prefix_cache``: on success the policy forgets everything, ghosts included.
 
-The two hash hooks run once per block, so they are the queue's compiled methods
-(``PolicyFreeQueue.insert_block_hash`` / ``remove_cached_block_hashes``), set on the pool instance by
-``install``, each calling the stock ``BlockPool`` method: no Python frame of ours per block.
-
-``compat.py`` checks, at start-up, that the stock methods these hooks rely on are the ones read.
+The queue also reconciles every block it is handed back (``append_n`` / ``prepend_n``) with its hash,
+so a hash set or removed on a path not listed here (vLLM's Mamba checkpoint eviction) is caught at
+the block's release at the latest. ``compat.py`` checks at start-up that the stock methods these
+hooks and the queue rely on are the ones read.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 from vllm.v1.core.block_pool import BlockPool
@@ -44,6 +44,32 @@ class PolicyBlockPool(BlockPool):
         if self.counting_hits:
             self.free_block_queue.hit(blocks)
         super().touch(blocks)
+
+    def cache_full_blocks(
+        self,
+        request: Any,
+        blocks: list[Any],
+        num_cached_blocks: int,
+        num_full_blocks: int,
+        *args: Any,
+        **kwargs: Any,
+    ) -> None:
+        super().cache_full_blocks(request, blocks, num_cached_blocks, num_full_blocks, *args, **kwargs)
+        self.free_block_queue.sync(blocks, num_cached_blocks, num_full_blocks)
+
+    def cache_partial_block(self, request: Any, block: Any, *args: Any, **kwargs: Any) -> Any:
+        out = super().cache_partial_block(request, block, *args, **kwargs)
+        self.free_block_queue.sync((block,))
+        return out
+
+    def move_block_hashes(self, src_block: Any, dst_block: Any) -> None:
+        super().move_block_hashes(src_block, dst_block)
+        self.free_block_queue.sync((src_block, dst_block))
+
+    def evict_blocks(self, block_ids: Iterable[int]) -> None:
+        block_ids = list(block_ids)
+        super().evict_blocks(set(block_ids))
+        self.free_block_queue.sync([self.blocks[i] for i in block_ids])
 
     def reset_prefix_cache(self) -> bool:
         done = super().reset_prefix_cache()
@@ -67,10 +93,7 @@ def install(pool: BlockPool, policy: EvictionPolicy, coordinator: Any = None) ->
     if len(free) != pool.num_gpu_blocks - 1 or any(b.block_hash is not None for b in pool.blocks):
         raise RuntimeError("wakman can only take over a fresh vLLM block pool (all blocks free, none cached)")
     pool.__class__ = PolicyBlockPool
-    queue = pool.free_block_queue = PolicyFreeQueue(pool.blocks, free, policy)
-    queue.hook_pool(pool, BlockPool._insert_block_hash, BlockPool._remove_cached_block_hashes)
-    pool._insert_block_hash = queue.insert_block_hash
-    pool._remove_cached_block_hashes = queue.remove_cached_block_hashes
+    pool.free_block_queue = PolicyFreeQueue(pool.blocks, free, policy)
     if coordinator is not None:
         admit = coordinator.allocate_new_computed_blocks
 

@@ -1,11 +1,12 @@
 """Which vLLM versions the plugin drives, checked once at start-up.
 
-The plugin replaces vLLM's free-block queue as a unit and hooks four ``BlockPool`` methods, each of
-which calls the stock method (``block_pool.py``). It relies on how the stock code uses the queue and
-the hooks: ``touch`` pins a free block with ``queue.remove``, ``free_blocks`` hands cached blocks to
+The plugin replaces vLLM's free-block queue as a unit and hooks six ``BlockPool`` methods once per
+call, each calling the stock method (``block_pool.py``). It relies on how the stock code uses the
+queue: ``touch`` pins a free block with ``queue.remove``, ``free_blocks`` hands cached blocks to
 ``append_n`` and uncached ones to ``prepend_n``, ``get_new_blocks`` evicts through ``popleft_n`` and
-``_maybe_evict_cached_block``, a block's first hash is set in ``_insert_block_hash``, every hash
-removal goes through ``_remove_cached_block_hashes``, and prefix hits are touched inside the
+``_maybe_evict_cached_block``; on where hashes are set and removed (``cache_full_blocks``,
+``cache_partial_block``, ``move_block_hashes``, ``evict_blocks``, ``reset_prefix_cache``, through
+``_insert_block_hash`` / ``_remove_cached_block_hashes``); and on prefix hits being touched inside the
 coordinator's ``allocate_new_computed_blocks``. Those behaviours were read from the source of vLLM
 0.32.0 and 0.33.0.
 
@@ -29,6 +30,8 @@ SUPPORTED_VLLM = ("0.32.", "0.33.")
 # (module, qualified name) of every stock method the hooks and the queue rely on.
 RELIED_ON = (
     ("vllm.v1.core.block_pool", "BlockPool.touch"),
+    ("vllm.v1.core.block_pool", "BlockPool.cache_full_blocks"),
+    ("vllm.v1.core.block_pool", "BlockPool.cache_partial_block"),
     ("vllm.v1.core.block_pool", "BlockPool.free_blocks"),
     ("vllm.v1.core.block_pool", "BlockPool.get_new_blocks"),
     ("vllm.v1.core.block_pool", "BlockPool._maybe_evict_cached_block"),
@@ -47,6 +50,8 @@ RELIED_ON = (
 # installed ones). Where the two releases differ, both are listed.
 KNOWN_FINGERPRINTS: dict[str, dict[str, str]] = {
     "BlockPool.touch": {"6e1193239b10a204": "0.32.0", "6e78aedd2d01b599": "0.33.0"},
+    "BlockPool.cache_full_blocks": {"67ba63a14d10e6bd": "0.32.0", "0ec14c8f28a31403": "0.33.0"},
+    "BlockPool.cache_partial_block": {"790aa7d11584aec1": "0.32.0", "86ce74a42ef1e762": "0.33.0"},
     "BlockPool.free_blocks": {"67d5013844ebc388": "0.32.0", "4fe277d49a5612b0": "0.33.0"},
     "BlockPool.get_new_blocks": {"ea308ffcf482aed7": "0.32.0 0.33.0"},
     "BlockPool._maybe_evict_cached_block": {"a7b39d0f55d0fe47": "0.32.0 0.33.0"},

@@ -1,25 +1,40 @@
 """Drive a bare vLLM ``BlockPool`` with a trace's block keys, the way the scheduler does for
 requests served one after another: look up the longest cached prefix, ``touch`` it, take new
-blocks with ``get_new_blocks``, give the full ones their hash, then ``free_blocks`` deepest first.
+blocks with ``get_new_blocks``, cache the full ones with ``cache_full_blocks``, then ``free_blocks``
+deepest first.
 
 The tests use it to compare wakman's pool with stock vLLM's operation by operation, and the
-benchmark to time both on the same sequence. Keys become vLLM hash keys (32 bytes + group id 0).
+benchmark to time both on the same sequence. Keys become vLLM hashes (32 bytes) and hash keys
+(the hash + group id 0, ``BlockHashWithGroupId``).
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 from vllm.v1.core.block_pool import BlockPool
-from vllm.v1.core.kv_cache_utils import make_block_hash_with_group_id
+from vllm.v1.core.kv_cache_utils import get_block_hash, make_block_hash_with_group_id
 
 from wakman.policies import make_policy
-from wakman.vllm_plugin.block_pool import install
+from wakman.vllm_plugin import install
 
 
 def vllm_keys(keys: Iterable[int]) -> list[bytes]:
+    """vLLM hash keys (group 0) for integer block keys."""
     return [make_block_hash_with_group_id((k & (2**256 - 1)).to_bytes(32, "big"), 0) for k in keys]
+
+
+class Prompt(NamedTuple):
+    """A request's full blocks as ``serve_one`` needs them: ``keys`` for lookups (hash + group id),
+    ``block_hashes`` for ``cache_full_blocks`` (what it reads of a vLLM ``Request``)."""
+
+    keys: Sequence[bytes]
+    block_hashes: Sequence[bytes]
+
+    @classmethod
+    def of(cls, keys: Sequence[bytes]) -> Prompt:
+        return cls(keys, [get_block_hash(k) for k in keys])
 
 
 def make_pool(capacity_blocks: int, policy: str | None, block_size: int = 32) -> BlockPool:
@@ -30,12 +45,18 @@ def make_pool(capacity_blocks: int, policy: str | None, block_size: int = 32) ->
     return pool
 
 
-def serve_one(pool: BlockPool, keys: Sequence[bytes], hit_limit: int, extra_blocks: int = 0) -> int:
-    """One request over ``keys`` (its full blocks) plus ``extra_blocks`` uncached ones; returns the
-    number of hit blocks (at most ``hit_limit``)."""
+def serve_one(
+    pool: BlockPool, prompt: Prompt | Sequence[bytes], hit_limit: int, extra_blocks: int = 0
+) -> int:
+    """One request over ``prompt`` (its full blocks: a ``Prompt``, or hash keys) plus ``extra_blocks``
+    uncached ones; returns the number of hit blocks (at most ``hit_limit``)."""
+    if not isinstance(prompt, Prompt):
+        prompt = Prompt.of(prompt)
+    keys = prompt.keys
     hits: list[Any] = []
+    lookup = pool.cached_block_hash_to_block.get_one_block
     for key in keys[:hit_limit]:
-        block = pool.cached_block_hash_to_block.get_one_block(key)
+        block = lookup(key)
         if block is None:
             break
         hits.append(block)
@@ -45,8 +66,7 @@ def serve_one(pool: BlockPool, keys: Sequence[bytes], hit_limit: int, extra_bloc
     pool.touch(hits)
     if counting:
         pool.counting_hits = False
-    fresh = pool.get_new_blocks(len(keys) - len(hits) + extra_blocks)
-    for offset, block in enumerate(fresh[: len(keys) - len(hits)]):
-        pool._insert_block_hash(keys[len(hits) + offset], block, None)
-    pool.free_blocks(reversed(hits + fresh))
+    blocks = hits + pool.get_new_blocks(len(keys) - len(hits) + extra_blocks)
+    pool.cache_full_blocks(prompt, blocks, len(hits), len(keys), pool.hash_block_size, 0)
+    pool.free_blocks(reversed(blocks))
     return len(hits)
