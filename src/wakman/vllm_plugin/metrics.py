@@ -5,12 +5,22 @@ engine publishes its state (``PolicyRuntime.state``) to a small JSON file per en
 ``WAKMAN_METRICS_DIR`` (the plugin creates it in the first vLLM process, so spawned engines inherit
 it), rewritten atomically at start-up and after each decision; ``WakmanCollector``, registered in
 the API server by the ``vllm.stat_logger_plugins`` entry point (or in-process by the scheduler when
-the engine runs in the same process), reads them at scrape time. Metrics:
+the engine runs in the same process), reads them at scrape time.
+
+With several API servers (``--api-server-count > 1``) vLLM serves ``/metrics`` from
+prometheus_client's multiprocess files (``PROMETHEUS_MULTIPROC_DIR``) through a fresh registry that
+holds only the multiprocess collector, so no custom collector can join it. There the first API
+server (rank 0) copies the published states into real metrics whose values live in those files
+(``MultiprocessMirror``): gauges in ``mostrecent`` mode, counters raised by what changed since its
+last copy, so the sum over processes the multiprocess collector reports is the engine's own count.
+It copies at most once a second on vLLM's per-step ``record`` calls and on every periodic ``log``
+(``VLLM_LOG_STATS_INTERVAL``, 10 s by default), so the figures lag the engine by at most that.
+Metrics, the same in both modes:
 
 - ``wakman:live_policy{policy}``: 1 for the live policy, 0 for the other candidates;
 - ``wakman:decisions_total``, ``wakman:switches_total``, ``wakman:replay_errors_total``;
 - ``wakman:shadow_hit_rate{policy}``: each shadow's hit rate at the last replay;
-- ``wakman:replay_seconds`` (last replay) and ``wakman:replay_seconds_total``.
+- ``wakman:last_replay_seconds`` and ``wakman:replay_seconds_total``.
 """
 
 from __future__ import annotations
@@ -18,6 +28,8 @@ from __future__ import annotations
 import json
 import os
 import tempfile
+import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -73,7 +85,9 @@ class WakmanCollector:
         decisions = CounterMetricFamily("wakman:decisions", "WAKMan decisions taken", labels=["engine"])
         switches = CounterMetricFamily("wakman:switches", "Live policy switches", labels=["engine"])
         errors = CounterMetricFamily("wakman:replay_errors", "Replays that failed", labels=["engine"])
-        last = GaugeMetricFamily("wakman:replay_seconds", "Wall time of the last replay", labels=["engine"])
+        last = GaugeMetricFamily(
+            "wakman:last_replay_seconds", "Wall time of the last replay", labels=["engine"]
+        )
         total = CounterMetricFamily("wakman:replay_seconds", "Wall time of all replays", labels=["engine"])
         for state in read_states():
             engine = str(state["engine"])
@@ -97,3 +111,74 @@ def register_collector(registry: Any = None) -> None:
         return
     registry.register(WakmanCollector())
     _registered.add(id(registry))
+
+
+MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
+
+
+def multiprocess_mode() -> bool:
+    """True when vLLM serves ``/metrics`` from prometheus_client's multiprocess files."""
+    return bool(os.environ.get(MULTIPROC_ENV))
+
+
+class MultiprocessMirror:
+    """The published engine states as prometheus_client metrics in the multiprocess files.
+
+    One writer per server (``shared_mirror``, in API server rank 0), so summed counters stay exact.
+    ``refresh`` is cheap to call often: it reads the states at most once per ``min_interval_s``."""
+
+    def __init__(self, min_interval_s: float = 1.0) -> None:
+        from prometheus_client import Counter, Gauge
+
+        def gauge(name: str, doc: str, labels: list[str]) -> Any:
+            return Gauge(name, doc, labels, registry=None, multiprocess_mode="mostrecent")
+
+        self.min_interval_s = min_interval_s
+        self.live = gauge("wakman:live_policy", "1 for the live eviction policy", ["engine", "policy"])
+        self.shadow = gauge(
+            "wakman:shadow_hit_rate", "Shadow hit rate at the last replay", ["engine", "policy"]
+        )
+        self.last = gauge("wakman:last_replay_seconds", "Wall time of the last replay", ["engine"])
+        self.counters = {
+            key: Counter(name, doc, ["engine"], registry=None)
+            for key, name, doc in (
+                ("decisions", "wakman:decisions", "WAKMan decisions taken"),
+                ("switches", "wakman:switches", "Live policy switches"),
+                ("replay_errors", "wakman:replay_errors", "Replays that failed"),
+                ("replay_seconds_total", "wakman:replay_seconds", "Wall time of all replays"),
+            )
+        }
+        self._copied: dict[tuple[str, str], float] = {}
+        self._next = 0.0
+        self._lock = threading.Lock()
+
+    def refresh(self, force: bool = False) -> None:
+        now = time.monotonic()
+        if not force and now < self._next:
+            return
+        with self._lock:
+            self._next = now + self.min_interval_s
+            for state in read_states():
+                engine = str(state["engine"])
+                for name in state["candidates"]:
+                    self.live.labels(engine, name).set(1.0 if name == state["live_policy"] else 0.0)
+                for name, rate in state["shadow_hit_rate"].items():
+                    self.shadow.labels(engine, name).set(rate)
+                self.last.labels(engine).set(state["last_replay_seconds"])
+                for key, counter in self.counters.items():
+                    value = float(state[key])
+                    delta = value - self._copied.get((key, engine), 0.0)
+                    if delta > 0:  # an engine that restarted counts from its old total on
+                        counter.labels(engine).inc(delta)
+                        self._copied[(key, engine)] = value
+
+
+_mirror: MultiprocessMirror | None = None
+
+
+def shared_mirror() -> MultiprocessMirror:
+    """This process's one mirror (vLLM builds a stat logger per engine; they share it)."""
+    global _mirror
+    if _mirror is None:
+        _mirror = MultiprocessMirror()
+    return _mirror

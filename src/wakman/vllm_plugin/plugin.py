@@ -1,8 +1,9 @@
 """The ``vllm.general_plugins`` entry point: vLLM runs ``register`` once in every process it starts.
 
-It does two cheap things and changes nothing in vLLM: refuse an unsupported vLLM version as soon
-as wakman is asked for (``WAKMAN_POLICY`` set, or our scheduler class named), and create the
-metrics directory in the first process so the engine processes it spawns inherit it.
+It does cheap things and changes nothing in vLLM: as soon as wakman is asked for
+(``WAKMAN_POLICY`` set, or our scheduler class named) it stops the process with one line when the
+environment would kill vLLM (``environment.py``) and refuses an unsupported vLLM version; and it
+creates the metrics directory in the first process so the engine processes it spawns inherit it.
 
 Why ``--scheduler-cls`` and not only this entry point: the scheduler class is vLLM's official,
 per-engine switch (stock vLLM runs when it is absent, even with wakman installed), it sees the
@@ -23,6 +24,12 @@ def wakman_requested() -> bool:
 def register() -> None:
     if not wakman_requested():
         return
+    from wakman.vllm_plugin.environment import BrokenEnvironment, check_environment
+
+    try:
+        check_environment()
+    except BrokenEnvironment as exc:
+        raise SystemExit(str(exc)) from None  # one line on stderr, no traceback
     from wakman.vllm_plugin.compat import check_vllm_version
     from wakman.vllm_plugin.metrics import metrics_dir
     from wakman.vllm_plugin.settings import PluginSettings

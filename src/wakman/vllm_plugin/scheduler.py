@@ -17,6 +17,7 @@ from vllm.v1.core.sched.async_scheduler import AsyncScheduler
 from vllm.v1.core.sched.scheduler import Scheduler
 
 from wakman.vllm_plugin.compat import check_vllm_version
+from wakman.vllm_plugin.environment import check_environment
 from wakman.vllm_plugin.metrics import register_collector
 from wakman.vllm_plugin.runtime import PolicyRuntime
 from wakman.vllm_plugin.settings import PluginSettings
@@ -34,6 +35,7 @@ class WakmanScheduler(Scheduler):
         return super().__new__(cls)
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
+        check_environment()
         check_vllm_version()
         settings = PluginSettings.from_env()
         super().__init__(*args, **kwargs)

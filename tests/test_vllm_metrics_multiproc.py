@@ -1,0 +1,94 @@
+"""wakman's figures in prometheus_client's multiprocess files (vLLM with several API servers).
+
+The writer runs in a child process, as an API server does: prometheus_client picks its multiprocess
+value store when it is first imported, from ``PROMETHEUS_MULTIPROC_DIR``. The reader is what vLLM's
+``/metrics`` does then: a fresh registry holding only the multiprocess collector."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.vllm  # prometheus_client comes with vLLM
+pytest.importorskip("prometheus_client")
+
+from prometheus_client import CollectorRegistry, generate_latest, multiprocess  # noqa: E402
+
+WRITER = """
+import json, sys
+from pathlib import Path
+from wakman.vllm_plugin.metrics import shared_mirror, multiprocess_mode
+assert multiprocess_mode()
+states = json.loads(sys.argv[1])
+mirror = shared_mirror()
+for decisions in (3, 5, 9):  # the engines publish new states; the mirror copies each
+    for path, state in states.items():
+        state["decisions"] = decisions
+        state["replay_seconds_total"] = 0.5 * decisions
+        Path(path).write_text(json.dumps(state))
+    mirror.refresh(force=True)
+for path, state in states.items():  # within the interval: not re-read
+    Path(path).write_text(json.dumps({**state, "decisions": 100}))
+mirror.refresh()
+"""
+
+
+def _state(engine: int, live: str) -> dict:
+    return {
+        "engine": engine,
+        "policy_setting": "wakman",
+        "live_policy": live,
+        "candidates": ["lru", "s3fifo"],
+        "capacity_blocks": 256,
+        "decisions": 0,
+        "switches": 2,
+        "replay_errors": 1,
+        "replay_seconds_total": 0.0,
+        "last_replay_seconds": 0.25,
+        "shadow_hit_rate": {"lru": 0.4, "s3fifo": 0.5},
+    }
+
+
+def _scrape(path: Path) -> str:
+    registry = CollectorRegistry()
+    multiprocess.MultiProcessCollector(registry, path=str(path))
+    return generate_latest(registry).decode()
+
+
+def _value(text: str, sample: str) -> float:
+    match = re.search(rf"^{re.escape(sample)} (\S+)$", text, re.M)
+    assert match, f"{sample} missing from:\n{text}"
+    return float(match.group(1))
+
+
+def test_mirror_writes_exact_counters_and_gauges(tmp_path):
+    """One writer (API server rank 0) for two engines: counters equal the engines' totals, not the
+    sum of the copies, and gauges the latest values."""
+    prom, states = tmp_path / "prom", tmp_path / "states"
+    prom.mkdir()
+    states.mkdir()
+    env = {**os.environ, "PROMETHEUS_MULTIPROC_DIR": str(prom), "WAKMAN_METRICS_DIR": str(states)}
+    published = {
+        str(states / f"engine-{1000 + engine}-{engine}.json"): _state(engine, live)
+        for engine, live in ((0, "s3fifo"), (1, "lru"))
+    }
+    args = [sys.executable, "-c", WRITER, json.dumps(published)]
+    proc = subprocess.run(args, env=env, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    text = _scrape(prom)
+    for engine, live, other in (("0", "s3fifo", "lru"), ("1", "lru", "s3fifo")):
+        assert _value(text, f'wakman:live_policy{{engine="{engine}",policy="{live}"}}') == 1.0
+        assert _value(text, f'wakman:live_policy{{engine="{engine}",policy="{other}"}}') == 0.0
+        assert _value(text, f'wakman:decisions_total{{engine="{engine}"}}') == 9.0  # not 3 + 5 + 9
+        assert _value(text, f'wakman:replay_seconds_total{{engine="{engine}"}}') == 4.5
+        assert _value(text, f'wakman:switches_total{{engine="{engine}"}}') == 2.0
+        assert _value(text, f'wakman:replay_errors_total{{engine="{engine}"}}') == 1.0
+        assert _value(text, f'wakman:last_replay_seconds{{engine="{engine}"}}') == 0.25
+        assert _value(text, f'wakman:shadow_hit_rate{{engine="{engine}",policy="s3fifo"}}') == 0.5
+    assert "# TYPE wakman:decisions_total counter" in text or "# TYPE wakman:decisions counter" in text

@@ -1,0 +1,172 @@
+"""vLLM's real scheduler, with no model and no engine (``vllm_sched_loop``): wakman's policies
+against stock vLLM step by step, and the KV cache events that prefix-aware routers read."""
+
+from __future__ import annotations
+
+import itertools
+
+import pytest
+
+from vllm_support import need_vllm, phased_trace, small_trace
+
+pytestmark = [pytest.mark.vllm, pytest.mark.bare_vllm]
+need_vllm()
+
+from vllm_sched_loop import (  # noqa: E402
+    EventMirror,
+    RecordingPublisher,
+    SchedulerLoop,
+    build_scheduler,
+    event_shape,
+    pool_hash_counts,
+    pool_of,
+)
+from wakman.policies import make_policy  # noqa: E402
+
+CAPACITY = 300  # blocks of 32 tokens: under pressure for this trace (see the first test)
+STATIC = ("lru", "fifo", "s3fifo", "arc", "sieve")
+
+
+@pytest.fixture(scope="module")
+def trace() -> list:
+    return small_trace(duration_s=300, short_prompts=True)
+
+
+@pytest.fixture(scope="module")
+def stock_run(trace):
+    return SchedulerLoop(build_scheduler(CAPACITY, None)).run(trace)
+
+
+def _run(trace, policy, capacity=CAPACITY, env=None):
+    scheduler = build_scheduler(capacity, policy, env=env)
+    result = SchedulerLoop(scheduler).run(trace, after_step=lambda k: pool_of(scheduler).check())
+    return scheduler, result
+
+
+def test_lru_gives_stock_vllm_hits_step_by_step(trace, stock_run):
+    """Same admissions, same hit tokens per admitted request, same PrefixCacheStats every step;
+    and the capacity is under pressure (ten times the blocks hit far more)."""
+    scheduler, ours = _run(trace, "lru")
+    assert type(pool_of(scheduler)).__name__ == "PolicyBlockPool"
+    assert stock_run.rejected == 0 and stock_run.query_tokens > 500_000
+    assert len(ours.steps) == len(stock_run.steps)
+    for k, (a, b) in enumerate(zip(ours.steps, stock_run.steps, strict=True)):
+        assert a == b, f"step {k}: wakman lru {a} != stock {b}"
+    roomy = SchedulerLoop(build_scheduler(10 * CAPACITY, None)).run(trace)
+    assert roomy.hit_tokens > 2 * stock_run.hit_tokens
+
+
+@pytest.fixture(scope="module")
+def lru_run(trace):
+    return _run(trace, "lru")[1]
+
+
+@pytest.mark.parametrize("policy", ["s3fifo", "arc", "sieve"])
+def test_policies_differ_from_lru_under_pressure(trace, lru_run, policy):
+    _, ours = _run(trace, policy)
+    assert ours.query_tokens == lru_run.query_tokens and ours.rejected == 0
+    assert ours.hit_tokens != lru_run.hit_tokens
+
+
+def test_wakman_decides_on_the_loops_clock(trace):
+    scheduler, result = _run(trace, "wakman", env={"WAKMAN_INTERVAL_S": "10", "WAKMAN_REPLAY": "inline"})
+    decisions = scheduler.wakman.manager.decisions
+    assert len(decisions) >= 20 and not [d for d in decisions if d.error]
+    assert result.query_tokens > 0
+
+
+# ---------------------------------------------------------------------------------------- KV events
+class EventCheck:
+    """After every step: the published batches, applied to a mirror, give the pool's hashes."""
+
+    def __init__(self, scheduler) -> None:
+        self.scheduler, self.pool = scheduler, pool_of(scheduler)
+        assert scheduler.enable_kv_cache_events
+        self.publisher = scheduler.kv_event_publisher = RecordingPublisher()
+        self.mirror = EventMirror()
+        self.per_step: list[tuple] = []
+        self.checked = 0
+
+    def __call__(self, step: int) -> None:
+        events = [e for batch in self.publisher.take() for e in batch.events]
+        self.mirror.apply(events)
+        self.per_step.append(tuple(event_shape(e) for e in events))
+        self.compare(step)
+
+    def compare(self, step: object) -> None:
+        pool = pool_hash_counts(self.pool)
+        assert self.mirror.hashes == set(pool), f"step {step}: event-derived hash set != pool's"
+        assert self.mirror.counts == pool, f"step {step}: per-hash block counts differ"
+        if hasattr(self.pool, "check"):
+            self.pool.check()
+        self.checked += 1
+
+    def reset(self) -> None:
+        """Reset the prefix cache between runs (every block is free then) and take its events as
+        the next step would."""
+        assert self.scheduler.reset_prefix_cache()
+        events = self.scheduler.kv_cache_manager.take_events()
+        assert [type(e).__name__ for e in events] == ["AllBlocksCleared"]
+        self.mirror.apply(events)
+        self.compare("reset")
+        assert not self.mirror.counts
+
+
+def _events_run(trace, policy, env=None, switch_every: int = 0):
+    """Two halves of the trace with a prefix-cache reset between them, events checked every step;
+    with ``switch_every``, the live policy is swapped every that many steps (static policies)."""
+    scheduler = build_scheduler(CAPACITY, policy, env=env, kv_events=True)
+    check = EventCheck(scheduler)
+    loop = SchedulerLoop(scheduler)
+    names = itertools.cycle(STATIC)
+    switches = 0
+
+    def after(step: int) -> None:
+        nonlocal switches
+        if switch_every and step % switch_every == switch_every - 1:
+            pool_of(scheduler).free_block_queue.switch(make_policy(next(names), CAPACITY))
+            switches += 1
+        check(step)
+
+    half = len(trace) // 2
+    loop.run(trace[:half], after_step=after)
+    check.reset()
+    loop.run(trace[half:], after_step=after)
+    removed = sum(1 for e in check.mirror.events if type(e).__name__ == "BlockRemoved")
+    assert removed > 1000, "no cache pressure: evictions are what this test is about"
+    return scheduler, check, switches
+
+
+@pytest.fixture(scope="module")
+def stock_events(trace):
+    return _events_run(trace, None)[1]
+
+
+def test_kv_events_track_stock_vllms_pool(stock_events):
+    """The reference: stock vLLM's own events mirror its pool exactly."""
+    assert stock_events.checked > 1000
+
+
+@pytest.mark.parametrize("policy", STATIC)
+def test_kv_events_stay_exact_under_each_policy_and_forced_switches(trace, policy):
+    _, check, switches = _events_run(trace, policy, switch_every=97)
+    assert switches > 20 and check.checked > 1000
+
+
+@pytest.mark.parametrize("policy", ["wakman", "wakman-plus"])
+def test_kv_events_stay_exact_across_live_switches(policy):
+    """The adaptive manager switching on its own (phased traffic, a decision every 5 trace s)."""
+    trace = phased_trace()
+    env = {"WAKMAN_INTERVAL_S": "5", "WAKMAN_REPLAY": "inline"}
+    scheduler, _, _ = _events_run(trace, policy, env=env)
+    decisions = scheduler.wakman.manager.decisions
+    assert sum(d.switched for d in decisions) >= 2 and not [d for d in decisions if d.error]
+
+
+def test_lru_publishes_stock_vllms_event_stream(trace, stock_events):
+    """Step by step, wakman's lru publishes the very events stock vLLM publishes."""
+    stock = stock_events
+    _, ours, _ = _events_run(trace, "lru")
+    assert len(ours.per_step) == len(stock.per_step)
+    for k, (a, b) in enumerate(zip(ours.per_step, stock.per_step, strict=True)):
+        assert a == b, f"step {k}: events differ"
