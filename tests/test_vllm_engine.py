@@ -177,7 +177,7 @@ def test_async_scheduling_gets_the_async_scheduler_with_wakmans_pool(monkeypatch
     monkeypatch.setenv("WAKMAN_POLICY", "wakman-plus")
     from vllm.v1.core.sched.async_scheduler import AsyncScheduler
 
-    from wakman.vllm_plugin.block_pool import PolicyBlockPool
+    from wakman.vllm_plugin.block_pool import is_installed
     from wakman.vllm_plugin.engine import build_llm, engine_core
     from wakman.vllm_plugin.scheduler import WakmanAsyncScheduler, WakmanScheduler
 
@@ -200,7 +200,7 @@ def test_async_scheduling_gets_the_async_scheduler_with_wakmans_pool(monkeypatch
         config.scheduler_config.async_scheduling = False
     assert type(scheduler) is WakmanAsyncScheduler and isinstance(scheduler, AsyncScheduler)
     pool = scheduler.kv_cache_manager.block_pool
-    assert isinstance(pool, PolicyBlockPool) and pool is not stock.kv_cache_manager.block_pool
+    assert is_installed(pool) and pool is not stock.kv_cache_manager.block_pool
     scheduler.schedule()
     assert scheduler.wakman.manager is not None and scheduler.wakman.live_policy == "lru"
     pool.check()

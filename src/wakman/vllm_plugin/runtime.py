@@ -18,7 +18,7 @@ from typing import Any
 
 from wakman.adaptive.manager import AdaptiveManager, PendingDecision, timed_replay
 from wakman.policies import make_policy
-from wakman.vllm_plugin.block_pool import PolicyBlockPool, install
+from wakman.vllm_plugin.block_pool import install
 from wakman.vllm_plugin.free_queue import policy_key
 from wakman.vllm_plugin.metrics import publish_state
 from wakman.vllm_plugin.settings import PluginSettings
@@ -42,7 +42,7 @@ class PolicyRuntime:
         policy = (
             self.manager.initial_policy() if self.manager else make_policy(settings.policy, self.capacity)
         )
-        self.pool: PolicyBlockPool = install(pool, policy, coordinator)
+        self.pool = install(pool, policy, coordinator)
         self.replay_hook: Replay | None = None  # tests inject a failing replay here
         self._executor = (
             ThreadPoolExecutor(1, thread_name_prefix="wakman-replay")
