@@ -13,7 +13,7 @@
   remixed with its block id. Ghost entries are keyed by hash, so they survive block-id reuse.
 
 The block-to-key map lives in the core, by block id; the queue reads a block's ``block_id``,
-``ref_cnt`` and ``is_null`` and writes nothing to it (its ``prev_free_block`` / ``next_free_block``
+``ref_cnt``, ``is_null`` and ``_block_hash`` slots and writes nothing to it (its ``prev_free_block`` / ``next_free_block``
 slots stay None, so vLLM's ``repr`` of a block works). ``iter_blocks_after`` yields lazily: the
 first k blocks cost O(k).
 
