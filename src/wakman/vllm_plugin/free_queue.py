@@ -13,9 +13,9 @@
   remixed with its block id. Ghost entries are keyed by hash, so they survive block-id reuse.
 
 The block-to-key map lives in the core, by block id; the queue reads a block's ``block_id``,
-``ref_cnt``, ``is_null`` and ``_block_hash`` slots and writes nothing to it (its ``prev_free_block`` / ``next_free_block``
-slots stay None, so vLLM's ``repr`` of a block works). ``iter_blocks_after`` yields lazily: the
-first k blocks cost O(k).
+``ref_cnt``, ``is_null`` and ``_block_hash`` slots and writes nothing to it (its
+``prev_free_block`` / ``next_free_block`` slots stay None, so vLLM's ``repr`` of a block works).
+``iter_blocks_after`` yields lazily: the first k blocks cost O(k).
 
 Invariants (``check``): a non-null block is free (in blank or an evictable key) iff ``ref_cnt ==
 0``; ``num_free_blocks == num_blank_blocks + policy.num_evictable``; ``popleft_n(n)`` never refuses
