@@ -125,15 +125,17 @@ void release(FreeQueue& q, PyObject* block) {
   else q.release_to_tail(b);
 }
 
-// Calls fn(block) for each item of an iterable of blocks (a list is read without a copy).
+// Calls fn(block) for each of blocks[start:stop] (stop < 0: to the end), from an iterable of blocks
+// (a list is read without a copy).
 template <class Fn>
-void each_block(nb::handle blocks, Fn&& fn) {
+void each_block(nb::handle blocks, Fn&& fn, Py_ssize_t start = 0, Py_ssize_t stop = -1) {
   PyObject* seq = PySequence_Fast(blocks.ptr(), "free queue: expected an iterable of blocks");
   if (seq == nullptr) throw nb::python_error();
   nb::object owner = nb::steal(seq);
   Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
+  stop = (stop < 0 || stop > n) ? n : stop;
   PyObject** items = PySequence_Fast_ITEMS(seq);
-  for (Py_ssize_t i = 0; i < n; ++i) fn(items[i]);
+  for (Py_ssize_t i = std::max<Py_ssize_t>(start, 0); i < stop; ++i) fn(items[i]);
 }
 
 Policy& as_policy(nb::handle policy) {
@@ -347,14 +349,8 @@ void bind_free_queue(nb::module_& m) {
       .def(
           "sync",
           [](PyFreeQueue& q, nb::handle blocks, Py_ssize_t start, Py_ssize_t stop) {
-            PyObject* seq = PySequence_Fast(blocks.ptr(), "free queue: expected a sequence of blocks");
-            if (seq == nullptr) throw nb::python_error();
-            nb::object owner = nb::steal(seq);
-            Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
-            stop = (stop < 0 || stop > n) ? n : stop;
-            PyObject** items = PySequence_Fast_ITEMS(seq);
-            for (Py_ssize_t i = std::max<Py_ssize_t>(start, 0); i < stop; ++i)
-              if (!is_null_block(items[i])) reconcile(q.queue, items[i]);
+            each_block(
+                blocks, [&](PyObject* b) { if (!is_null_block(b)) reconcile(q.queue, b); }, start, stop);
           },
           "blocks"_a, "start"_a = 0, "stop"_a = -1,
           "Reconcile blocks[start:stop] with their hashes, after a pool call that set or removed some: a\n"

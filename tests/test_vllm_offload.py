@@ -68,6 +68,18 @@ def context(i: int, keys: Sequence) -> ReqContext:
     return ctx
 
 
+def look_up_and_load(m: CPUOffloadingManager, keys: Sequence, ctx: ReqContext) -> int:
+    """A new request's longest run of resident chunks, as the connector looks it up; loads them.
+    Returns the number of hit chunks."""
+    m.on_new_request(ctx)
+    hits = 0
+    while hits < len(keys) and m.lookup(keys[hits], ctx) == LookupResult.HIT:
+        hits += 1
+    if hits:
+        m.prepare_load(keys[:hits], ctx)
+    return hits
+
+
 def serve(
     m: CPUOffloadingManager, requests: list[list], offer_all: bool = True, overlap: bool = False
 ) -> list:
@@ -78,12 +90,7 @@ def serve(
     log, pending = [], []
     for i, keys in enumerate(requests):
         ctx = context(i, keys)
-        m.on_new_request(ctx)
-        hits = 0
-        while hits < len(keys) and m.lookup(keys[hits], ctx) == LookupResult.HIT:
-            hits += 1
-        if hits:
-            m.prepare_load(keys[:hits], ctx)
+        hits = look_up_and_load(m, keys, ctx)
         out = m.prepare_store(keys if offer_all else keys[hits:], ctx)
         log.append((hits, None if out is None else (list(out.keys_to_store), list(out.evicted_keys))))
         pending.append((ctx, keys[:hits], out))
@@ -277,12 +284,7 @@ def test_in_use_chunks_are_never_evicted(policy, chunks, ops):
         if op == "request":
             keys = [okey(f"d{doc % 7}-{j}") for j in range(length)] + [okey(f"u{i}")]
             ctx = context(i, keys)
-            m.on_new_request(ctx)
-            hits = 0
-            while hits < len(keys) and m.lookup(keys[hits], ctx) == LookupResult.HIT:
-                hits += 1
-            if hits:
-                m.prepare_load(keys[:hits], ctx)
+            hits = look_up_and_load(m, keys, ctx)
             in_use = {key for key, chunk in pol.entries.values() if chunk.ref_cnt != 0}
             out = m.prepare_store(keys, ctx)
             if out is not None:
