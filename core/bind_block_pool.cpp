@@ -149,8 +149,12 @@ nb::dict serve(nb::handle pool, nb::handle requests, double prefill_tokens_per_s
   out["now"] = t.now;
   out["t0"] = t.started ? nb::cast(t.t0) : nb::none();
   out["free_area"] = t.free_area;
-  nb::list delays, ttfts, cells;
+  out["prefill_busy_s"] = t.prefill_busy_s;
+  out["backlog_at_last_arrival"] = t.backlog_at_last_arrival;
+  nb::list delays, ttfts, cells, arrivals;
   for (double d : t.queueing_delays_s) delays.append(d);
+  for (double a : t.measured_arrivals_s) arrivals.append(a);
+  out["measured_arrivals_s"] = arrivals;
   for (double d : t.ttfts_s) ttfts.append(d);
   for (const IntervalCell& c : t.intervals)
     cells.append(nb::make_tuple(c.start_s, c.admissions, c.prompt_tokens, c.hit_tokens, c.evictions,

@@ -49,6 +49,9 @@ struct ServeTotals {
   int64_t measured_requests = 0, prompt_tokens = 0, hit_tokens = 0, block_lookups = 0, block_hits = 0;
   int64_t preemptions = 0, rejected = 0;
   std::vector<double> queueing_delays_s, ttfts_s;
+  std::vector<double> measured_arrivals_s;  // arrival of each measured admission, in queueing_delays_s order
+  double prefill_busy_s = 0.0;              // the prefill lane's busy time over every admission (re-admissions too)
+  int64_t backlog_at_last_arrival = -1;     // requests waiting once the last arrival was admitted or queued
   std::vector<IntervalCell> intervals;
   double now = 0.0, t0 = 0.0, free_area = 0.0;
   bool started = false;
@@ -122,6 +125,9 @@ class ServeLoop {
         hooks_.on_arrival(next_arrival, i);
         waiting_.push_back(static_cast<uint32_t>(i));
         ++i;
+        try_admit();
+        if (i == n) out_.backlog_at_last_arrival = static_cast<int64_t>(waiting_.size());
+        continue;
       }
       try_admit();
     }
@@ -235,9 +241,12 @@ class ServeLoop {
       out_.block_lookups += static_cast<int64_t>(r.n_keys);
       out_.block_hits += hits;
       out_.queueing_delays_s.push_back(out_.now - r.arrival_s);
+      out_.measured_arrivals_s.push_back(r.arrival_s);
     }
     double start = std::max(out_.now, lane_free_);
-    run.prefill_end = start + server_.prefill_s(r.prompt_tokens - hit_tokens);
+    const double prefill = server_.prefill_s(r.prompt_tokens - hit_tokens);
+    out_.prefill_busy_s += prefill;
+    run.prefill_end = start + prefill;
     lane_free_ = run.prefill_end;
     if (counted) out_.ttfts_s.push_back(run.prefill_end - r.arrival_s);
     schedule_next(index);

@@ -17,6 +17,7 @@ from wakman.cli.common import (
     SeedOption,
     cli_errors,
     console,
+    err_console,
     open_trace,
     progress_bars,
 )
@@ -65,6 +66,8 @@ def simulate(
             requests, policy, capacity, mode=mode, server=server, warmup_s=warmup_s, interval_s=interval_s
         )
     flat = result.as_flat_dict(series=series)
+    if result.saturation is not None and result.saturation.saturated:
+        err_console.print(f"[yellow]warning:[/yellow] {result.saturation.describe()}", highlight=False)
     if as_json:
         print(json.dumps(flat))
     else:
@@ -129,6 +132,15 @@ def sweep(
     from wakman.experiments.plots import plot_sweep
 
     plot_sweep(rows, out / "sweep.png", f"{trace.name} ({mode} mode)")
+    saturated = [f"{r['policy']} at {r['capacity_blocks']:,}" for r in rows if r.get("saturated")]
+    if saturated:
+        err_console.print(
+            f"[yellow]warning:[/yellow] the modelled server is saturated in {len(saturated)} of "
+            f"{len(rows)} runs ({', '.join(saturated)}): their hit rates are those of an overloaded "
+            "queue (`saturated`, `prefill_utilization` and `queue_growth` in sweep.csv; raise "
+            "--prefill-tps / --max-running)",
+            highlight=False,
+        )
     table = Table("policy", *[f"{s:,}" for s in sizes], title="hit rate by cache size (blocks)")
     for name in names:
         table.add_row(name, *[f"{r['hit_rate']:.4f}" for r in rows if r["policy"] == name])

@@ -52,4 +52,3 @@ class BlockPool(_core.BlockPool):
     ``handover``); ``stranded()``; ``check()`` raises ``PoolInvariantError``. Keys are ints or
     numpy 8-byte integers; a numpy uint64 array of keys is read in place.
     """
-

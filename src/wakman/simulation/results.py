@@ -7,6 +7,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from wakman.simulation.server import Saturation
+
 
 def _pairwise_sum(values: Sequence[float], lo: int, n: int) -> float:
     """numpy's pairwise summation of values[lo:lo + n] (8 accumulators up to 128 values, then halves),
@@ -86,6 +88,7 @@ class SimResult:
     ttfts_s: list[float] = field(default_factory=list)
     intervals: list[IntervalStats] = field(default_factory=list)
     wall_s: float = 0.0
+    saturation: Saturation | None = None  # serve mode only: did the modelled server keep up
     extra: dict[str, Any] = field(default_factory=dict)
 
     @property
@@ -123,6 +126,11 @@ class SimResult:
                 ordered = sorted(values)
                 for q in (50, 90, 99):
                     out[f"{name}_p{q}"] = _percentile(ordered, q)
+        if self.saturation is not None:
+            out["saturated"] = self.saturation.saturated
+            out["prefill_utilization"] = self.saturation.prefill_utilization
+            out["queue_growth"] = self.saturation.queue_growth
+            out["backlog_at_last_arrival"] = self.saturation.backlog_at_last_arrival
         out.update(self.extra)
         if series:
             out["intervals"] = [i.as_dict() for i in self.intervals]

@@ -10,6 +10,7 @@ Hit figures count first admissions of requests arriving after the warm-up; re-ad
 preemption are counted apart (as vLLM's PrefixCacheStats does). Each event integrates the free
 blocks over time (per interval of ``interval_s`` seconds and overall) and then calls the
 controller's ``on_time(now, pool)``; each arrival calls ``on_arrival(now, request)`` first.
+The run also reports whether the modelled server kept up (``server.saturation``).
 
 The loop itself is the core's (``core/serve.hpp``, ``wakman._core.serve``): one pass over the
 requests' keys (lists of ints or numpy uint64 arrays), the pool's per-request calls inlined, the
@@ -24,7 +25,7 @@ from wakman import _core
 from wakman.simulation.controller import Controller
 from wakman.simulation.pool import BlockPool
 from wakman.simulation.results import IntervalStats, SimResult
-from wakman.simulation.server import ServerModel
+from wakman.simulation.server import ServerModel, saturation
 from wakman.traces.model import Request
 
 
@@ -83,6 +84,12 @@ class ServeSimulation:
         res.requests = len(self.requests)
         span = out["now"] - (out["t0"] or 0.0)
         res.mean_free_blocks = out["free_area"] / span if span > 0 else float(pool.free)
+        res.saturation = saturation(
+            out["measured_arrivals_s"],
+            out["ttfts_s"],
+            out["prefill_busy_s"],
+            out["backlog_at_last_arrival"],
+        )
         res.evictions = pool.evictions
         res.stranded_blocks = pool.stranded()
         return res

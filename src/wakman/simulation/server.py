@@ -11,11 +11,32 @@
 Defaults describe one 8B-parameter model on one H100-class GPU: prefill ~10k tokens/s, decode
 ~40 tokens/s per sequence at moderate batch, up to 64 concurrent sequences; they make 1.5
 requests/s of the generated workloads busy but stable, so queueing reflects cache misses.
+
+Saturation (``saturation``): a modelled server that cannot keep up reports hit rates of a queue,
+not of a server, so every serve-mode run says whether it kept up. Two measures over the measured
+admissions, and the rule:
+- ``prefill_utilization``: the prefill lane's busy seconds (every admission, re-admissions after
+  preemption included) over the arrival span (first to last arrival, seconds). Above 1 the offered
+  prefill work exceeds what the lane can do in the time the traffic takes.
+- ``queue_growth``: the least-squares slope of each measured request's time to first token
+  (seconds: admission queue, prefill lane wait and its own prefill) against its arrival time
+  (seconds): 0 for a server that keeps up, ``load - 1`` for one whose queue grows without end
+  (the prefill lane, the decode slots or the KV pool can be the bottleneck).
+- saturated when ``prefill_utilization > 1`` or ``queue_growth > QUEUE_GROWTH_LIMIT`` (the time
+  to first token grows by more than 3 s per minute of traffic, sustained over the whole trace).
 """
 
 from __future__ import annotations
 
+import math
+from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from wakman.traces.model import Request
+
+QUEUE_GROWTH_LIMIT = 0.05  # seconds of queueing delay per second of traffic
 
 
 @dataclass(frozen=True)
@@ -29,8 +50,64 @@ class ServerModel:
         if self.prefill_tokens_per_s <= 0 or self.decode_tokens_per_s <= 0 or self.max_running < 1:
             raise ValueError("server model: throughputs must be > 0 and max_running >= 1")
 
+    @staticmethod
+    def keeping_up(
+        requests: Sequence[Request], utilization: float = 0.5, step: float = 10_000.0
+    ) -> ServerModel:
+        """The default model with its prefill throughput raised so that a cache that never hits keeps
+        the lane at most ``utilization`` busy over the trace's arrival span (the next multiple of
+        ``step`` tokens/s above ``prompt tokens / span / utilization``); never below the default."""
+        if len(requests) < 2:
+            return ServerModel()
+        span = requests[-1].arrival_s - requests[0].arrival_s
+        if span <= 0:
+            return ServerModel()
+        need = sum(r.prompt_tokens for r in requests) / span / utilization
+        default = ServerModel.prefill_tokens_per_s
+        return ServerModel(prefill_tokens_per_s=max(default, step * math.ceil(need / step)))
+
     def prefill_s(self, uncached_tokens: int) -> float:
         return self.prefill_overhead_s + uncached_tokens / self.prefill_tokens_per_s
 
     def decode_s(self, tokens: float) -> float:
         return tokens / self.decode_tokens_per_s
+
+
+@dataclass(frozen=True)
+class Saturation:
+    """Whether a serve-mode run kept up (the rule: this module's docstring)."""
+
+    prefill_utilization: float
+    queue_growth: float
+    backlog_at_last_arrival: int  # requests still waiting when the last one arrived
+
+    @property
+    def saturated(self) -> bool:
+        return self.prefill_utilization > 1.0 or self.queue_growth > QUEUE_GROWTH_LIMIT
+
+    def describe(self) -> str:
+        """One line for a warning: the measures and which one broke the rule."""
+        return (
+            f"the modelled server is saturated: prefill utilization {self.prefill_utilization:.2f}, "
+            f"time to first token growing {self.queue_growth:.3f} s per s of traffic, "
+            f"{self.backlog_at_last_arrival:,} requests waiting at the last arrival; hit rates are "
+            "those of an overloaded queue (raise --prefill-tps / --max-running, or lower the load)"
+        )
+
+
+def saturation(
+    arrivals_s: Sequence[float], ttfts_s: Sequence[float], prefill_busy_s: float, backlog: int
+) -> Saturation:
+    """The measures of ``Saturation`` from the measured admissions' arrivals and times to first
+    token (seconds, same order) and the prefill lane's busy seconds."""
+    n = len(arrivals_s)
+    span = max(arrivals_s) - min(arrivals_s) if n else 0.0
+    utilization = prefill_busy_s / span if span > 0 else 0.0
+    growth = 0.0
+    if n >= 2 and span > 0:
+        mean_t = sum(arrivals_s) / n
+        mean_d = sum(ttfts_s) / n
+        var = sum((t - mean_t) ** 2 for t in arrivals_s)
+        cov = sum((t - mean_t) * (d - mean_d) for t, d in zip(arrivals_s, ttfts_s, strict=True))
+        growth = cov / var if var > 0 else 0.0
+    return Saturation(utilization, growth, max(backlog, 0))
