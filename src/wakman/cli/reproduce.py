@@ -8,7 +8,7 @@ from pathlib import Path
 import typer
 from rich.table import Table
 
-from wakman.cli.common import console, progress_bars
+from wakman.cli.common import console, err_console, progress_bars
 
 
 def reproduce(
@@ -24,9 +24,17 @@ def reproduce(
     ),
 ) -> None:
     """Reproduce Table 1, Figures 1 and 3 and the real-trace results on the simulator."""
-    from wakman.experiments.report import render_markdown, write_report
+    from wakman.experiments.figures import plots_available, write_figures
+    from wakman.experiments.report import render_markdown, write_table1
     from wakman.experiments.reproduce import Plan, run, write_outputs
 
+    draw = plots_available()
+    if not draw:
+        err_console.print(
+            "[yellow]notice:[/yellow] matplotlib is not installed: the figures are skipped and the report "
+            "says so (pip install 'wakman[plot]' to draw them)",
+            highlight=False,
+        )
     if shared is None and (Path.cwd().parent / "shared" / "traces").is_dir():
         shared = Path.cwd().parent / "shared"
     plan = Plan.quick(shared) if quick else Plan(shared=shared)
@@ -41,13 +49,17 @@ def reproduce(
 
         results = run(plan, jobs, advance)
     payload = write_outputs(results, out)
-    write_report(payload, out)
-    command = "wakman reproduce" + (" --quick" if quick else "") + (f" --docs {docs}" if docs else "")
+    write_table1(payload, out / "table1.csv")
+    figures = {p.name for p in write_figures(payload, out)} if draw else set()
+    (out / "results.md").write_text(
+        render_markdown(payload, "wakman reproduce" + (" --quick" if quick else ""), figures)
+    )
     if docs is not None:
+        command = "wakman reproduce" + (" --quick" if quick else "") + f" --docs {docs}"
         docs.parent.mkdir(parents=True, exist_ok=True)
-        for figure in ("figure1.png", "figure3.png", "decisions.png"):
+        for figure in sorted(figures):
             (docs.parent / figure).write_bytes((out / figure).read_bytes())
-        docs.write_text(render_markdown(payload, command))
+        docs.write_text(render_markdown(payload, command, figures))
     s = payload["summary"]
     table = Table(
         "policy", "mean regret", "max regret", "gain over LRU", title="regret (points) over the 20 mixes"
@@ -65,7 +77,11 @@ def reproduce(
         f"worst losses {s['lru_worst_loss_pct']:.1f} % / {s['s3fifo_worst_loss_pct']:.1f} % "
         f"(paper: 22.4 % / 11.7 %)"
     )
-    console.print(
-        f"wrote {out}/results.json, table1.csv, results.md, figure1.png, figure3.png, decisions.png "
-        f"in {time.perf_counter() - started:.0f} s"
-    )
+    if s["saturated_runs"]:
+        err_console.print(
+            f"[yellow]warning:[/yellow] the modelled server was saturated in {s['saturated_runs']} of "
+            f"{s['serve_runs']} serve-mode runs of the mixes (`saturated` in results.json)",
+            highlight=False,
+        )
+    written = ", ".join(["results.json", "table1.csv", "results.md", *sorted(figures)])
+    console.print(f"wrote {written} to {out} in {time.perf_counter() - started:.0f} s")

@@ -38,9 +38,10 @@ def stats(
 
     # progress on stderr (stdout may be --json), gone once done; reading an archive takes seconds
     # before the first request arrives
-    with cli_errors(), progress_bars(
-        to=err_console, transient=True, disable=not err_console.is_terminal
-    ) as progress:
+    with (
+        cli_errors(),
+        progress_bars(to=err_console, transient=True, disable=not err_console.is_terminal) as progress,
+    ):
         requests = counted(open_trace(trace, fmt, block_size, rate, seed), progress, "requests read")
         result = compute_stats(requests, lru_curve=curve or plot is not None)
     flat = result.as_flat_dict()

@@ -1,15 +1,20 @@
-"""Tables, figures and the markdown report of ``wakman reproduce``."""
+"""The markdown report and Table 1's CSV of ``wakman reproduce``, rendered from results.json's
+payload. Every sentence is computed from the run: a claim is printed only where this run's
+numbers hold it, and then with them; figures are linked only when they were drawn."""
 
 from __future__ import annotations
 
 import csv
+import statistics
 from pathlib import Path
 from typing import Any
 
-from wakman.experiments.plots import _pyplot, plot_decisions, save_figure
 from wakman.experiments.regret import regret_points
+from wakman.experiments.workload_map import AXES
 
 POLICIES = ("lru", "s3fifo", "wakman", "wakman-plus", "belady", "infinite")
+ONLINE = ("lru", "s3fifo", "wakman", "wakman-plus")
+TYPES = ("single_turn", "multi_turn", "agentic")
 
 
 def table1_rows(payload: dict[str, Any]) -> list[dict[str, Any]]:
@@ -26,77 +31,48 @@ def table1_rows(payload: dict[str, Any]) -> list[dict[str, Any]]:
     return rows
 
 
+def write_table1(payload: dict[str, Any], path: Path) -> None:
+    rows = table1_rows(payload)
+    with open(path, "w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=list(rows[0]))
+        writer.writeheader()
+        writer.writerows(rows)
+
+
 def _markdown_table(header: list[str], rows: list[list[str]]) -> str:
     lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
     lines += ["| " + " | ".join(r) + " |" for r in rows]
     return "\n".join(lines)
 
 
-def figure1(payload: dict[str, Any], path: Path) -> None:
-    plt = _pyplot()
-    mixes = payload["mixes"]
-    fig, ax = plt.subplots(figsize=(11, 4.5))
-    xs = range(len(mixes))
-    for policy in POLICIES:
-        style = "--" if policy in ("belady", "infinite") else "-"
-        ax.plot(xs, [m["hit_rate"][policy] for m in mixes], style, marker="o", ms=3, label=policy)
-    ax.set_xticks(list(xs), [m["name"].split("-", 1)[1] for m in mixes], rotation=60, ha="right", fontsize=7)
-    ax.set_ylabel("prefix-cache hit rate (tokens)")
-    ax.set_title(f"Figure 1: hit rate across the 20 mixes ({payload['plan']['capacity']:,} blocks)")
-    ax.grid(alpha=0.3)
-    ax.legend(ncol=3, fontsize=8)
-    save_figure(fig, path)
+def _mix(fractions: list[float]) -> str:
+    return "/".join(f"{x:g}" for x in fractions)
 
 
-def figure3(payload: dict[str, Any], path: Path) -> None:
-    plt = _pyplot()
-    groups = list(dict.fromkeys(a["group"] for a in payload["ablations"]))
-    fig, axes = plt.subplots(1, len(groups), figsize=(4 * len(groups), 3.6), squeeze=False)
-    for ax, group in zip(axes[0], groups, strict=True):
-        rows = [a for a in payload["ablations"] if a["group"] == group]
-        xs = [int("".join(c for c in a["name"].split("-")[0] if c.isdigit())) for a in rows]
-        for policy in ("lru", "s3fifo", "wakman", "wakman-plus"):
-            ax.plot(xs, [a["hit_rate"][policy] for a in rows], marker="o", label=policy)
-        ax.set_xscale("log", base=2)
-        ax.set_title(group.replace("ablation-", ""), fontsize=9)
-        ax.set_xlabel(
-            "turns per session"
-            if "turns" in group
-            else "multi-turn gap (median s)"
-            if "gap" in group
-            else "input tokens per turn"
-        )
-        ax.grid(alpha=0.3)
-    axes[0][0].set_ylabel("hit rate")
-    axes[0][0].legend(fontsize=7)
-    fig.suptitle("Figure 3: ablations")
-    save_figure(fig, path)
+def _winner(rates: dict[str, float]) -> str:
+    return "lru" if rates["lru"] > rates["s3fifo"] else "s3fifo"
 
 
-def write_report(payload: dict[str, Any], out: Path) -> None:
-    rows = table1_rows(payload)
-    with open(out / "table1.csv", "w", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=list(rows[0]))
-        writer.writeheader()
-        writer.writerows(rows)
-    figure1(payload, out / "figure1.png")
-    figure3(payload, out / "figure3.png")
-    example = payload["decisions_example"]
-    plot_decisions(example["decisions"], out / "decisions.png", f"wakman decisions on {example['mix']}")
-    (out / "results.md").write_text(render_markdown(payload))
+def _display(policy: str) -> str:
+    return {"lru": "LRU", "s3fifo": "S3-FIFO"}.get(policy, policy)
 
 
-def render_markdown(payload: dict[str, Any], command: str = "wakman reproduce") -> str:
+def _image(name: str, title: str, figures: set[str]) -> str:
+    return (
+        f"![{title}]({name})" if name in figures else f"*({title}: not drawn, matplotlib is not installed)*"
+    )
+
+
+def render_markdown(
+    payload: dict[str, Any], command: str = "wakman reproduce", figures: set[str] | None = None
+) -> str:
+    """The report; ``figures`` names the PNGs drawn beside it (none: figures are not linked)."""
+    figures = figures or set()
     s = payload["summary"]
-    plan = payload["plan"]
     t1 = _markdown_table(
         ["mix", "single/multi/agentic", *POLICIES],
         [
-            [
-                m["name"],
-                "/".join(f"{x:g}" for x in m["fractions"]),
-                *[f"{m['hit_rate'][p]:.4f}" for p in POLICIES],
-            ]
+            [m["name"], _mix(m["fractions"]), *[f"{m['hit_rate'][p]:.4f}" for p in POLICIES]]
             for m in payload["mixes"]
         ],
     )
@@ -119,8 +95,85 @@ def render_markdown(payload: dict[str, Any], command: str = "wakman reproduce") 
             for p, v in s["policies"].items()
         ],
     )
+    sections = [
+        "# Reproduction of the WAKMan results",
+        _header(payload, command),
+        "## How the capacity was chosen",
+        _capacity_note(payload),
+        "## Summary beside the paper",
+        _comparison(s),
+        "## What this run shows",
+        _findings(payload),
+        "## Regret (against the better of LRU and S3-FIFO on each mix)",
+        regret,
+    ]
+    caps = sorted({int(c) for m in payload["mixes"] for c in m["by_capacity"]})
+    if len(caps) > 1:
+        sections += ["### At other capacities", _capacity_table(payload["mixes"], caps)]
+    sections += [
+        "## Table 1: hit rate per mix and policy",
+        t1,
+        _image("figure1.png", "Figure 1", figures),
+        "## Figure 3: ablations (primary capacity)",
+        _ablation_table(payload["ablations"]),
+        _image("figure3.png", "Figure 3", figures),
+    ]
+    if payload.get("map"):
+        sections += ["## The map: where each static policy wins", _map_section(payload, figures)]
+    sections += [
+        f"## WAKMan's decisions on one mix ({payload['decisions_example']['mix']})",
+        _decisions_note(payload),
+        _image("decisions.png", "decisions", figures),
+    ]
+    if payload["real_traces"]:
+        sections += ["## Real traces", _real_section(payload)]
+    return "\n\n".join(sections) + "\n"
+
+
+def _header(payload: dict[str, Any], command: str) -> str:
+    plan, s = payload["plan"], payload["summary"]
+    rate = payload.get("workload", {}).get("rate")
+    kept = s.get("serve_runs", 0) - s.get("saturated_runs", 0)
+    text = (
+        f"Generated by `{command}` (duration {plan['duration_s']:g} s per mix"
+        + (f" at {rate:g} requests/s" if rate else "")
+        + f", seed {plan['seed']}, primary capacity {plan['capacity']:,} blocks of 32 tokens; the simulator "
+        "in serve mode with its default server model). Hit rates are vLLM's metric: cached prompt tokens / "
+        "prompt tokens."
+    )
+    if s.get("serve_runs"):
+        text += (
+            f" The modelled server kept up in {kept} of the {s['serve_runs']} serve-mode runs of the mixes"
+            + (
+                "."
+                if kept == s["serve_runs"]
+                else f"; {s['saturated_runs']} saturated (`saturated` in results.json): their hit rates are "
+                "those of an overloaded queue."
+            )
+        )
+    return text
+
+
+def _capacity_note(payload: dict[str, Any]) -> str:
+    """Why the primary capacity: every mix should be under pressure (LRU well below infinite)."""
+    plan, mixes = payload["plan"], payload["mixes"]
+    gaps = sorted(100 * (m["hit_rate"]["infinite"] - m["hit_rate"]["lru"]) for m in mixes)
+    under = sum(g >= 1.0 for g in gaps)
+    text = (
+        "The policies only differ where the cache is under pressure. At the primary capacity, "
+        f"{plan['capacity']:,} blocks ({plan['capacity'] * 32:,} tokens), LRU is below the infinite cache by "
+        f"{gaps[0]:.1f} to {gaps[-1]:.1f} points (median {statistics.median(gaps):.1f}) across the "
+        f"{len(mixes)} mixes; {under} of them lose at least a point to eviction."
+    )
+    if plan["other_capacities"]:
+        others = ", ".join(f"{c:,}" for c in plan["other_capacities"])
+        text += f" The regret figures are repeated at {others} blocks below."
+    return text
+
+
+def _comparison(s: dict[str, Any]) -> str:
     paper = s["paper"]
-    compare = _markdown_table(
+    return _markdown_table(
         ["figure", "paper", "wakman (this run)"],
         [
             [
@@ -147,30 +200,241 @@ def render_markdown(payload: dict[str, Any], command: str = "wakman reproduce") 
             ["WAKMan-plus median recovery", "-", _pct(s["wakman-plus_median_recovered_pct"])],
         ],
     )
-    caps = sorted({int(c) for m in payload["mixes"] for c in m["by_capacity"]})
-    by_cap = _markdown_table(
-        [
-            "capacity (blocks)",
-            "LRU wins",
-            "S3-FIFO wins",
-            *[f"{p} regret mean / max" for p in ("lru", "s3fifo", "wakman", "wakman-plus")],
-        ],
-        [[f"{c:,}", *_capacity_row(payload["mixes"], str(c))] for c in caps],
+
+
+def _compare(a: float, b: float) -> str:
+    return "lower than" if a < b - 1e-9 else "higher than" if a > b + 1e-9 else "equal to"
+
+
+def _findings(payload: dict[str, Any]) -> str:
+    """The explanations, each stated only where this run's numbers hold it."""
+    mixes, s = payload["mixes"], payload["summary"]
+    lines = [_who_wins(payload)]
+    share = _agentic_share(mixes)
+    if share is not None:
+        lines.append(share)
+    gap = _gap_sentence(payload)
+    if gap:
+        lines.append(gap)
+    flips = _ablation_flips(payload["ablations"])
+    lines.append(
+        "- **Winner flips in the ablations.** "
+        + (
+            f"At a fixed mix the winner changes along {'; '.join(flips)}."
+            if flips
+            else "No ablation sweep changes the winner at this capacity."
+        )
     )
-    abl = _markdown_table(
-        ["ablation", "single/multi/agentic", "lru", "s3fifo", "wakman", "wakman-plus", "winner"],
+    paper_mode, lru, s3 = s["policies"]["wakman"], s["policies"]["lru"], s["policies"]["s3fifo"]
+    worst = max(mixes, key=lambda m: regret_points(m["hit_rate"], "wakman"))
+    adaptive = payload.get("adaptive", {}).get("wakman")
+    worst_regret = regret_points(worst["hit_rate"], "wakman")
+    worst_note = f"its worst mix is {worst['name']} ({_mix(worst['fractions'])}, {worst_regret:.2f} points)"
+    if adaptive and _winner(worst["hit_rate"]) != adaptive["start_policy"]:
+        worst_note += (
+            f", where {_display(_winner(worst['hit_rate']))} wins and the manager serves its first "
+            f"{adaptive['first_decision_s']:g} s with {_display(adaptive['start_policy'])}"
+        )
+    lines.append(
+        "- **WAKMan (paper mode)**: its mean gain over LRU is "
+        f"{paper_mode['mean_gain_over_lru_points']:+.2f} "
+        f"points (paper +{s['paper']['wakman_gain_over_lru_points']}). Its mean regret, "
+        f"{paper_mode['mean_regret_points']:.2f} "
+        f"points, is {_compare(paper_mode['mean_regret_points'], lru['mean_regret_points'])} LRU's "
+        f"({lru['mean_regret_points']:.2f}) and "
+        f"{_compare(paper_mode['mean_regret_points'], s3['mean_regret_points'])} "
+        f"S3-FIFO's ({s3['mean_regret_points']:.2f}); its worst-case regret, "
+        f"{paper_mode['max_regret_points']:.2f}, is "
+        f"{_compare(paper_mode['max_regret_points'], lru['max_regret_points'])} LRU's "
+        f"({lru['max_regret_points']:.2f}) "
+        f"and {_compare(paper_mode['max_regret_points'], s3['max_regret_points'])} S3-FIFO's "
+        f"({s3['max_regret_points']:.2f}); {worst_note}."
+    )
+    plus = s["policies"]["wakman-plus"]
+    over = [(m["name"], regret_points(m["hit_rate"], "wakman-plus")) for m in mixes]
+    over = [(n, r) for n, r in over if r > 0.5]
+    lines.append(
+        f"- **wakman-plus** has mean regret {plus['mean_regret_points']:.2f} and max "
+        f"{plus['max_regret_points']:.2f} "
+        "points; "
+        + (
+            "it is within 0.5 point of the better static policy on every mix."
+            if not over
+            else "it is more than 0.5 point behind on " + ", ".join(f"{n} ({r:.2f})" for n, r in over) + "."
+        )
+    )
+    run = payload.get("run", {})
+    if run.get("wall_s"):
+        lines.append(
+            f"- **Run time.** This run took {run['wall_s']:.0f} s with {run.get('jobs', '?')} worker "
+            "processes on "
+            f"{run.get('cpus', '?')} CPUs."
+        )
+    return "\n".join(lines)
+
+
+def _who_wins(payload: dict[str, Any]) -> str:
+    mixes = payload["mixes"]
+    agentic = [m for m in mixes if m["fractions"][2] > 0]
+    other = [m for m in mixes if m["fractions"][2] == 0]
+    single = [m for m in other if m["fractions"][0] >= 0.5]
+
+    def lru_wins(rows: list[dict[str, Any]]) -> int:
+        return sum(_winner(m["hit_rate"]) == "lru" for m in rows)
+
+    text = (
+        f"- **Who wins.** LRU wins {lru_wins(agentic)} of the {len(agentic)} mixes that contain agentic "
+        "sessions "
+        f"and {lru_wins(other)} of the {len(other)} without; S3-FIFO wins "
+        f"{len(single) - lru_wins(single)} of the "
+        f"{len(single)} without agentic sessions where single-turn sessions are at least half."
+    )
+    defaults = payload.get("workload")
+    pure_multi = next((m for m in mixes if m["fractions"] == [0.0, 1.0, 0.0]), None)
+    if defaults and pure_multi is not None:
+        lead = 100 * (pure_multi["hit_rate"]["lru"] - pure_multi["hit_rate"]["s3fifo"])
+        text += (
+            f" The generator's multi-turn sessions (median {defaults['turns_median']['multi_turn']:g} turns, "
+            f"{defaults['gap_s_median']['multi_turn']:g} s human gaps) favour "
+            f"{_display(_winner(pure_multi['hit_rate']))} at "
+            f"the primary capacity: on {pure_multi['name']} LRU leads S3-FIFO by {lead:+.2f} points."
+        )
+    return text
+
+
+def _agentic_share(mixes: list[dict[str, Any]]) -> str | None:
+    """How much of each agentic mix's traffic its agentic sessions carry (requests, prompt blocks)."""
+    rows = [
+        m for m in mixes if m["fractions"][2] > 0 and "requests_by_type" in m and 0 < m["fractions"][2] < 1
+    ]
+    if not rows:
+        return None
+    req = [m["requests_by_type"].get("agentic", 0) / m["requests"] for m in rows]
+    blocks = [m["blocks_by_type"].get("agentic", 0) / max(1, sum(m["blocks_by_type"].values())) for m in rows]
+    low = min(range(len(rows)), key=lambda i: rows[i]["fractions"][2])
+    return (
+        f"- **Sessions are not requests.** A mix is a fraction of new sessions. In the {len(rows)} "
+        "mixes that "
+        f"combine agentic sessions with others, agentic sessions carry "
+        f"{100 * min(req):.0f}-{100 * max(req):.0f} % "
+        f"of the requests and {100 * min(blocks):.0f}-{100 * max(blocks):.0f} % of the prompt blocks "
+        "looked up "
+        f"(at {100 * rows[low]['fractions'][2]:g} % of sessions, {rows[low]['name']}: "
+        f"{100 * req[low]:.0f} % of "
+        "the requests)."
+    )
+
+
+def _gap_sentence(payload: dict[str, Any]) -> str | None:
+    rows = [a for a in payload["ablations"] if a["group"] == "ablation-gap-single-multi-50"]
+    if not rows:
+        return None
+    steps = ", ".join(
+        f"{a['name'].split('-')[0][3:]} s: LRU {100 * (a['hit_rate']['lru'] - a['hit_rate']['s3fifo']):+.1f}"
+        for a in rows
+    )
+    winners = [_winner(a["hit_rate"]) for a in rows]
+    verdict = (
+        f"moves the winner from {_display(winners[0])} to {_display(winners[-1])} as the median gap grows"
+        if winners[0] != winners[-1]
+        else f"leaves {_display(winners[0])} ahead at every gap"
+    )
+    return (
+        f"- **The multi-turn human gap** (ablation at 50/50 single/multi) {verdict} ({steps} points "
+        "against S3-FIFO)."
+    )
+
+
+def _ablation_flips(ablations: list[dict[str, Any]]) -> list[str]:
+    flips = []
+    for group in dict.fromkeys(a["group"] for a in ablations):
+        rows = [a for a in ablations if a["group"] == group]
+        winners = [_winner(a["hit_rate"]) for a in rows]
+        if len(set(winners)) > 1:
+            steps = ", ".join(f"{a['name'].split('-')[0]}: {w}" for a, w in zip(rows, winners, strict=True))
+            flips.append(f"{group.replace('ablation-', '')} ({steps})")
+    return flips
+
+
+def _ablation_table(ablations: list[dict[str, Any]]) -> str:
+    return _markdown_table(
+        ["ablation", "single/multi/agentic", *ONLINE, "winner"],
         [
             [
                 a["name"],
-                "/".join(f"{x:g}" for x in a["fractions"]),
-                *[f"{a['hit_rate'][p]:.4f}" for p in ("lru", "s3fifo", "wakman", "wakman-plus")],
-                max(("lru", "s3fifo"), key=lambda p: a["hit_rate"][p]),
+                _mix(a["fractions"]),
+                *[f"{a['hit_rate'][p]:.4f}" for p in ONLINE],
+                _winner(a["hit_rate"]),
             ]
-            for a in payload["ablations"]
+            for a in ablations
         ],
     )
-    real = _markdown_table(
-        ["trace", "mode", "capacity", "requests", *POLICIES],
+
+
+def _map_section(payload: dict[str, Any], figures: set[str]) -> str:
+    cells = payload["map"]
+    parts = []
+    for name in dict.fromkeys(c["axis"] for c in cells):
+        mine = [c for c in cells if c["axis"] == name]
+        values = sorted({c["value"] for c in mine})
+        capacities = sorted({c["capacity"] for c in mine})
+        at = {(c["value"], c["capacity"]): c for c in mine}
+        axis = AXES.get(name)
+        label = f"{axis.label} at {_mix(list(axis.mix))} single/multi/agentic" if axis else name
+        table = _markdown_table(
+            [label.split(" at ")[0], *[f"{c:,} blocks" for c in capacities]],
+            [
+                [
+                    f"{v:g}",
+                    *[
+                        f"{at[v, c]['winner']} {at[v, c]['lead_points']:+.1f}; wakman "
+                        f"{at[v, c]['regret_points']['wakman']:.1f}, "
+                        f"plus {at[v, c]['regret_points']['wakman-plus']:.1f}"
+                        + (" (saturated)" if at[v, c].get("saturated") else "")
+                        for c in capacities
+                    ],
+                ]
+                for v in values
+            ],
+        )
+        flips = [c for c in capacities if len({at[v, c]["winner"] for v in values}) > 1]
+        verdict = (
+            f"The winner changes along this axis at {', '.join(f'{c:,}' for c in flips)} blocks."
+            if flips
+            else "The winner is the same along this axis at every capacity."
+        )
+        by_cap = [c for c in values if len({at[c, cap]["winner"] for cap in capacities}) > 1]
+        if by_cap:
+            verdict += f" The cache size alone changes it at {', '.join(f'{v:g}' for v in by_cap)}."
+        parts.append(f"**{label}.** {verdict}\n\n{table}")
+    worst = {p: max(c["regret_points"][p] for c in cells) for p in ("wakman", "wakman-plus")}
+    mean = {p: statistics.mean(c["regret_points"][p] for c in cells) for p in ("wakman", "wakman-plus")}
+    lead = [abs(c["lead_points"]) for c in cells]
+    intro = (
+        "Each cell: the static winner and LRU's lead over S3-FIFO (points; negative: S3-FIFO ahead), "
+        "then each "
+        f"manager's regret (points behind the winner). Over the {len(cells)} cells the winner leads by "
+        f"{min(lead):.1f}-{max(lead):.1f} points; wakman's regret is {mean['wakman']:.2f} on average "
+        f"(worst {worst['wakman']:.2f}), wakman-plus's {mean['wakman-plus']:.2f} (worst "
+        f"{worst['wakman-plus']:.2f})."
+    )
+    return "\n\n".join([intro, *parts, _image("map.png", "map of the winner", figures)])
+
+
+def _decisions_note(payload: dict[str, Any]) -> str:
+    decisions = payload["decisions_example"]["decisions"]
+    switches = sum(d["switched"] for d in decisions)
+    if not decisions:
+        return "The manager took no decision in this run (the traces end before its first decision)."
+    return (
+        f"{len(decisions)} decisions, {switches} of them switches; the mix with the most switches is shown."
+    )
+
+
+def _real_section(payload: dict[str, Any]) -> str:
+    rows = payload["real_traces"]
+    table = _markdown_table(
+        ["trace", "mode", "capacity", "requests", *POLICIES, "kept up"],
         [
             [
                 r["trace"],
@@ -178,174 +442,57 @@ def render_markdown(payload: dict[str, Any], command: str = "wakman reproduce") 
                 f"{r['capacity']:,}",
                 f"{r['requests']:,}",
                 *[f"{r['hit_rate'][p]:.4f}" for p in POLICIES],
+                ("no" if any(r["saturated"].values()) else "yes") if "saturated" in r else "-",
             ]
-            for r in payload["real_traces"]
+            for r in rows
         ],
     )
-    differences = _differences(payload)
-    capacity_note = _capacity_note(payload)
-    return f"""# Reproduction of the WAKMan results
-
-Generated by `{command}` (duration {plan["duration_s"]:g} s per mix at 1.5 requests/s, seed {plan["seed"]},
-primary capacity {plan["capacity"]:,} blocks of 32 tokens; the simulator in serve mode with its default
-server model). Hit rates are vLLM's metric: cached prompt tokens / prompt tokens.
-
-## How the capacity was chosen
-
-{capacity_note}
-
-## Summary beside the paper
-
-{compare}
-
-## Why our figures differ from the paper's
-
-{differences}
-
-## Regret (against the better of LRU and S3-FIFO on each mix)
-
-{regret}
-
-### At other capacities
-
-{by_cap}
-
-## Table 1: hit rate per mix and policy
-
-{t1}
-
-![Figure 1](figure1.png)
-
-## Figure 3: ablations (primary capacity)
-
-{abl}
-
-![Figure 3](figure3.png)
-
-## WAKMan's decisions on one mix ({payload["decisions_example"]["mix"]})
-
-![decisions](decisions.png)
-
-## Real traces
-
-{real}
-
-The Mooncake chat trace (bundled, Apache-2.0) runs in serve mode; the Claude Code sessions
-(kv-cache-tester, Apache-2.0) run in cache mode over the first {plan["claude_window_s"]:g} s of their
-seeded timeline (their prompts average 122k tokens: serve mode would need a cluster, not one server).
-"""
-
-
-def _lead(row: dict[str, Any]) -> float:
-    """LRU's lead over S3-FIFO in points (negative: S3-FIFO ahead)."""
-    return 100 * (row["hit_rate"]["lru"] - row["hit_rate"]["s3fifo"])
-
-
-def _capacity_note(payload: dict[str, Any]) -> str:
-    """Why the primary capacity: every mix must be under pressure (LRU well below infinite)."""
-    plan, mixes = payload["plan"], payload["mixes"]
-    gaps = sorted(100 * (m["hit_rate"]["infinite"] - m["hit_rate"]["lru"]) for m in mixes)
-    others = ", ".join(f"{c:,}" for c in plan["other_capacities"]) or "none"
-    return (
-        "The policies only differ where the cache is under pressure, so the primary capacity, "
-        f"{plan['capacity']:,} blocks ({plan['capacity'] * 32:,} tokens), is the size at which every "
-        "mix loses hits to eviction: LRU is below the infinite cache by "
-        f"{gaps[0]:.1f} to {gaps[-1]:.1f} points (median {gaps[len(gaps) // 2]:.1f}) across the 20 mixes. "
-        "The regret figures are repeated at "
-        f"{others} blocks (stronger pressure, where S3-FIFO wins more mixes) below; "
-        "docs/adaptive.md adds 12,000 blocks and other seeds."
-    )
-
-
-def _differences(payload: dict[str, Any]) -> str:
-    """The explanations, with this run's numbers in them."""
-    mixes, s = payload["mixes"], payload["summary"]
-
-    def lru_wins(rows: list[dict[str, Any]]) -> int:
-        return sum(m["hit_rate"]["lru"] > m["hit_rate"]["s3fifo"] for m in rows)
-
-    agentic = [m for m in mixes if m["fractions"][2] > 0]
-    other = [m for m in mixes if m["fractions"][2] == 0]
-    single = [m for m in other if m["fractions"][0] >= 0.5]
-    plus = s["policies"]["wakman-plus"]
-    paper_mode = s["policies"]["wakman"]
-    statics = s["policies"]["lru"], s["policies"]["s3fifo"]
-    over = [(m["name"], regret_points(m["hit_rate"], "wakman-plus")) for m in mixes]
-    over = [(n, r) for n, r in over if r > 0.5]
-    flips = []
-    for group in dict.fromkeys(a["group"] for a in payload["ablations"]):
-        rows = [a for a in payload["ablations"] if a["group"] == group]
-        winners = [max(("lru", "s3fifo"), key=lambda p, a=a: a["hit_rate"][p]) for a in rows]
-        if len(set(winners)) > 1:
-            steps = ", ".join(f"{a['name'].split('-')[0]}: {w}" for a, w in zip(rows, winners, strict=True))
-            flips.append(f"{group.replace('ablation-', '')} ({steps})")
-    gaps = [a for a in payload["ablations"] if a["group"] == "ablation-gap-single-multi-50"]
-    gap_note = (
-        "the gap ablation at 50/50 single/multi shows the winner moving from LRU to S3-FIFO as the "
-        "median gap grows ("
-        + ", ".join(f"{a['name'].split('-')[0][3:]} s: LRU {_lead(a):+.1f}" for a in gaps)
-        + " points against S3-FIFO)."
-        if gaps
-        else "the generator's `multi_turn.gap_s` is the knob (`--set`)."
-    )
-    run = payload.get("run", {})
-    lines = [
-        f"- **Who wins.** LRU wins {lru_wins(agentic)} of the {len(agentic)} mixes that contain agentic "
-        f"sessions and {lru_wins(other)} of the {len(other)} without; S3-FIFO wins "
-        f"{len(single) - lru_wins(single)} of the {len(single)} where single-turn sessions are at least "
-        "half. A mix here is a fraction of new *sessions*; an agentic session has 12 turns at the "
-        "median (multi-turn 4, single-turn 1) and a growing context, so agentic steps carry most "
-        "requests and blocks in every mix that has agentic sessions at all, and agentic traffic "
-        "favours LRU (short reuse, growing prefixes). Our multi-turn profile (median 60 s human "
-        "gaps, 4 turns) also favours LRU at the primary capacity: its reuse distance fits in the "
-        "cache. The paper's multi-turn traffic, which favoured S3-FIFO, had longer human gaps: "
-        + gap_note
-        + " The paper's 8 / 12 split is a property of its workload, not of the policies.",
-        "- **Winner flips in the ablations.** "
-        + (
-            "At a fixed mix the winner changes along " + "; ".join(flips) + "."
-            if flips
-            else "No ablation sweep changes the winner at this capacity."
-        ),
-        f"- **WAKMan's gain over LRU** is {paper_mode['mean_gain_over_lru_points']:+.2f} points (paper "
-        "+5): where LRU already wins most mixes an adaptive manager can only gain on the few "
-        "single-turn ones. Paper mode has lower mean and worst-case regret than both static "
-        f"policies ({paper_mode['mean_regret_points']:.2f} / {paper_mode['max_regret_points']:.2f} "
-        f"points against LRU's {statics[0]['mean_regret_points']:.2f} / "
-        f"{statics[0]['max_regret_points']:.2f} and S3-FIFO's {statics[1]['mean_regret_points']:.2f} / "
-        f"{statics[1]['max_regret_points']:.2f}); its worst mix is pure single-turn traffic, where it "
-        "serves its first 15 minutes with LRU.",
-        "- **Paper mode's score.** Its shadows score vLLM's hit rate (prompt tokens hit under the "
-        "first-miss rule), the metric the paper reports. Counting hits per block instead (blocks "
-        "after a request's first miss count too, though vLLM never reuses them) makes the shadows "
-        "prefer S3-FIFO on agentic mixes that the live cache wins with LRU "
-        "(`benchmarks/tune_plus.py`, docs/adaptive.md).",
-        f"- **wakman-plus** has mean regret {plus['mean_regret_points']:.2f} and max "
-        f"{plus['max_regret_points']:.2f} points; "
-        + (
-            "it is within 0.5 point on every mix."
-            if not over
-            else "over 0.5 point on "
-            + ", ".join(f"{n} ({r:.2f})" for n, r in over)
-            + ": on pure single-turn traffic the policies only differ once the cache is full, and "
-            "where LRU and S3-FIFO are close over the hour, the better one changes from one quarter "
-            "hour to the next and every switch costs a little (S3-FIFO rebuilds its queues from LRU's order)."
-        ),
-        f"- **Run time.** This run took {run.get('wall_s', 0):.0f} s with {run.get('jobs', '?')} worker "
-        "processes (the goal: under 300 s on 2 cores; `benchmarks/bench_reproduce.py`).",
-    ]
-    return "\n".join(lines)
+    notes = [table]
+    serve = [r for r in rows if r["mode"] == "serve"]
+    for trace in dict.fromkeys(r["trace"] for r in serve):
+        mine = [r for r in serve if r["trace"] == trace]
+        server = mine[0]["server"]
+        util = max(u for r in mine for u in r["prefill_utilization"].values() if u is not None)
+        saturated = sum(sum(r["saturated"].values()) for r in mine)
+        runs = sum(len(r["saturated"]) for r in mine)
+        notes.append(
+            f"{trace} runs in serve mode on a server sized to keep up with it "
+            "(`ServerModel.keeping_up`: prefill "
+            f"{server['prefill_tokens_per_s']:,.0f} tokens/s, the next 10,000 above twice its prompt "
+            "tokens per "
+            f"second; decode {server['decode_tokens_per_s']:g} tokens/s per sequence, "
+            f"{server['max_running']} "
+            f"sequences at most). Its prefill lane is at most {util:.2f} busy, and {runs - saturated} "
+            f"of {runs} "
+            "runs kept up."
+        )
+    for trace in dict.fromkeys(r["trace"] for r in rows if r["mode"] == "cache"):
+        r = next(r for r in rows if r["trace"] == trace)
+        notes.append(
+            f"{trace} runs in cache mode over all {r['requests']:,} requests ({r['span_s'] / 3600:.1f} "
+            "h of its "
+            f"timeline; prompts average {r['mean_prompt_tokens']:,.0f} tokens, too long for one "
+            "modelled server)."
+        )
+    return "\n\n".join(notes)
 
 
 def _pct(value: float | None) -> str:
     return "n/a" if value is None else f"{value:.0f} %"
 
 
+def _capacity_table(mixes: list[dict[str, Any]], caps: list[int]) -> str:
+    return _markdown_table(
+        ["capacity (blocks)", "LRU wins", "S3-FIFO wins", *[f"{p} regret mean / max" for p in ONLINE]],
+        [[f"{c:,}", *_capacity_row(mixes, str(c))] for c in caps],
+    )
+
+
 def _capacity_row(mixes: list[dict[str, Any]], cap: str) -> list[str]:
     rows = [m["by_capacity"][cap] for m in mixes if cap in m["by_capacity"]]
     lru_wins = sum(r["lru"] > r["s3fifo"] for r in rows)
     out = [str(lru_wins), str(len(rows) - lru_wins)]
-    for p in ("lru", "s3fifo", "wakman", "wakman-plus"):
+    for p in ONLINE:
         regrets = [regret_points(r, p) for r in rows]
         out.append(f"{sum(regrets) / len(regrets):.2f} / {max(regrets):.2f}")
     return out

@@ -2,9 +2,11 @@
 
 Stages (each a progress bar): the 20 mixes (one hour at 1.5 requests/s; all policies at the
 primary capacity, the static and adaptive ones at half of it), the Figure 3 ablations (turns per
-session and input length, at 33/33/34 and 0/50/50), and the real traces (the bundled Mooncake chat
-trace; the Claude Code sessions when ``../shared/traces`` is there). Every task generates its own
-trace from (preset, seed), so results do not depend on the number of jobs.
+session and input length, at 33/33/34 and 0/50/50), the map of the winner (``workload_map``), and
+the real traces (the bundled Mooncake chat trace in serve mode on a server sized to keep up with it,
+``ServerModel.keeping_up``; the whole Claude Code archive in cache mode when ``../shared/traces`` is
+there). Every task generates its own trace from (preset, seed), so results do not depend on the
+number of jobs. Every serve-mode run records whether its modelled server kept up (``saturated``).
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ import multiprocessing as mp
 import os
 import statistics
 import time
+from collections import Counter
 from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
@@ -21,7 +24,10 @@ from pathlib import Path
 from typing import Any
 
 from wakman.adaptive import simulate
+from wakman.adaptive.config import ADAPTIVE_PRESETS
 from wakman.experiments.regret import regret_points
+from wakman.experiments.workload_map import AXES, MAP_POLICIES, cell
+from wakman.simulation import ServerModel
 from wakman.workload import ABLATIONS, MIXES, build_config, generate_requests
 
 STATIC = ("lru", "s3fifo")
@@ -45,24 +51,30 @@ class Plan:
     other_capacities: tuple[int, ...] = (3000,)  # half the primary: S3-FIFO's regime (5-min budget)
     seed: int = 0
     real_capacities: tuple[int, ...] = (5000, 19200)
-    claude_capacities: tuple[int, ...] = (20000, 60000)
-    claude_window_s: float = 1800.0
+    claude_capacities: tuple[int, ...] = (20000, 60000)  # the whole archive, cache mode
     shared: Path | None = None
     ablations: tuple[str, ...] = tuple(p.name for p in ABLATIONS)
+    map_duration_s: float = 3600.0
+    map_capacities: tuple[int, ...] = (3000, 6000, 12000)
+    map_values: tuple[tuple[str, tuple[float, ...]], ...] = tuple((a.name, a.values) for a in AXES.values())
 
     @staticmethod
     def quick(shared: Path | None = None) -> Plan:
-        """Ten-minute traces, one capacity, five ablations, Mooncake only: about a minute."""
+        """20-minute traces (the managers' first decision comes at 900 s), one capacity, five
+        ablations, a 2x2 map, Mooncake only: one to two minutes on 2 cores."""
         subset = ("turns2-thirds", "turns8-thirds", "turns32-thirds", "input128-thirds", "input2048-thirds")
         return Plan(
-            duration_s=600.0,
-            ablation_duration_s=600.0,
+            duration_s=1200.0,
+            ablation_duration_s=1200.0,
             capacity=4000,
             other_capacities=(),
             real_capacities=(19200,),
             claude_capacities=(),
             shared=shared,
             ablations=subset,
+            map_duration_s=1200.0,
+            map_capacities=(4000,),
+            map_values=tuple((a.name, (a.values[0], a.values[-1])) for a in AXES.values()),
         )
 
 
@@ -72,6 +84,7 @@ class Results:
     mixes: list[dict[str, Any]] = field(default_factory=list)
     ablations: list[dict[str, Any]] = field(default_factory=list)
     real: list[dict[str, Any]] = field(default_factory=list)
+    map: list[dict[str, Any]] = field(default_factory=list)
     decisions_example: dict[str, Any] = field(default_factory=dict)
     wall_s: float = 0.0
     jobs: int = 1
@@ -85,6 +98,8 @@ def _mix_task(args: tuple[str, Plan]) -> dict[str, Any]:
         "name": name,
         "fractions": list(preset.mix),
         "requests": len(reqs),
+        "requests_by_type": dict(Counter(r.label for r in reqs)),
+        "blocks_by_type": _blocks_by_type(reqs),
         "hit_rate": {},
         "by_capacity": {},
     }
@@ -93,51 +108,106 @@ def _mix_task(args: tuple[str, Plan]) -> dict[str, Any]:
         row["hit_rate"][policy] = res.hit_rate
         if policy == "wakman":
             row["wakman_decisions"] = res.extra["decisions"]
-        row.setdefault("ttft_p90_s", {})[policy] = res.as_flat_dict().get("ttft_s_p90")
+        _record_server(row, policy, res.as_flat_dict())
     for capacity in plan.other_capacities:
-        row["by_capacity"][str(capacity)] = {
-            p: simulate(reqs, p, capacity).hit_rate for p in (*STATIC, *ADAPTIVE)
-        }
+        rates = {}
+        for policy in (*STATIC, *ADAPTIVE):
+            res = simulate(reqs, policy, capacity)
+            rates[policy] = res.hit_rate
+            row["saturated"][policy] = row["saturated"][policy] or res.saturation.saturated
+        row["by_capacity"][str(capacity)] = rates
     row["by_capacity"][str(plan.capacity)] = {p: row["hit_rate"][p] for p in (*STATIC, *ADAPTIVE)}
     return row
+
+
+def _blocks_by_type(reqs: list) -> dict[str, int]:
+    """Prompt blocks looked up per session type (the request's ``label``)."""
+    out: Counter[str] = Counter()
+    for r in reqs:
+        out[r.label] += len(r.block_keys)
+    return dict(out)
+
+
+def _record_server(row: dict[str, Any], policy: str, flat: dict[str, Any]) -> None:
+    """A serve-mode run's TTFT p90 and whether its modelled server kept up, under ``policy``."""
+    row.setdefault("ttft_p90_s", {})[policy] = flat.get("ttft_s_p90")
+    row.setdefault("saturated", {})[policy] = bool(flat.get("saturated"))
+    row.setdefault("prefill_utilization", {})[policy] = flat.get("prefill_utilization")
 
 
 def _ablation_task(args: tuple[str, Plan]) -> dict[str, Any]:
     name, plan = args
     preset = next(p for p in ABLATIONS if p.name == name)
     reqs = generate_requests(build_config(preset=name, duration_s=plan.ablation_duration_s), seed=plan.seed)
-    return {
+    row: dict[str, Any] = {
         "name": name,
         "group": preset.group,
         "fractions": list(preset.mix),
         "overrides": preset.overrides,
-        "hit_rate": {p: simulate(reqs, p, plan.capacity).hit_rate for p in (*STATIC, *ADAPTIVE)},
+        "hit_rate": {},
     }
+    for policy in (*STATIC, *ADAPTIVE):
+        res = simulate(reqs, policy, plan.capacity)
+        row["hit_rate"][policy] = res.hit_rate
+        _record_server(row, policy, res.as_flat_dict())
+    return row
 
 
-def _real_task(args: tuple[str, Plan]) -> list[dict[str, Any]]:
-    name, plan = args
+def _map_task(args: tuple[tuple[str, float], Plan]) -> list[dict[str, Any]]:
+    (axis_name, value), plan = args
+    axis = AXES[axis_name]
+    config = build_config(mix=axis.mix, overrides=axis.overrides(value), duration_s=plan.map_duration_s)
+    reqs = generate_requests(config, seed=plan.seed)
+    cells = []
+    for capacity in plan.map_capacities:
+        results = {p: simulate(reqs, p, capacity) for p in MAP_POLICIES}
+        point = cell(axis_name, value, capacity, {p: r.hit_rate for p, r in results.items()})
+        point["saturated"] = any(r.saturation.saturated for r in results.values())
+        point["requests"] = len(reqs)
+        cells.append(point)
+    return cells
+
+
+CLAUDE_ARCHIVE = "weka_claude_code_traces.tar.xz"
+
+
+def _real_task(args: tuple[tuple[str, int], Plan]) -> list[dict[str, Any]]:
     from wakman.data import BUNDLED_MOONCAKE
     from wakman.traces import read_trace
 
+    (name, capacity), plan = args
+    server = None
     if name == "mooncake":
-        reqs, capacities, mode = list(read_trace(BUNDLED_MOONCAKE)), plan.real_capacities, "serve"
+        reqs, mode = list(read_trace(BUNDLED_MOONCAKE)), "serve"
+        server = ServerModel.keeping_up(reqs)
     else:
         assert plan.shared is not None
-        tarball = plan.shared / "traces" / "weka_claude_code_traces.tar.xz"
-        reqs = [r for r in read_trace(tarball) if r.arrival_s < plan.claude_window_s]
-        capacities, mode = plan.claude_capacities, "cache"
-    rows = []
-    for capacity in capacities:
-        rates = {p: simulate(reqs, p, capacity, mode=mode).hit_rate for p in ALL_POLICIES}
-        rows.append(
-            {"trace": name, "mode": mode, "capacity": capacity, "requests": len(reqs), "hit_rate": rates}
-        )
-    return rows
+        reqs, mode = list(read_trace(plan.shared / "traces" / CLAUDE_ARCHIVE)), "cache"
+    row: dict[str, Any] = {
+        "trace": name,
+        "mode": mode,
+        "capacity": capacity,
+        "requests": len(reqs),
+        "span_s": reqs[-1].arrival_s - reqs[0].arrival_s,
+        "mean_prompt_tokens": sum(r.prompt_tokens for r in reqs) / len(reqs),
+        "hit_rate": {},
+    }
+    if server is not None:
+        row["server"] = {k: getattr(server, k) for k in server.__dataclass_fields__}
+    for policy in ALL_POLICIES:
+        res = simulate(reqs, policy, capacity, mode=mode, server=server)
+        row["hit_rate"][policy] = res.hit_rate
+        if mode == "serve":
+            _record_server(row, policy, res.as_flat_dict())
+    return [row]
 
 
-def _expected_cost(stage: str, name: str) -> float:
+def _expected_cost(stage: str, name: Any) -> float:
     """Roughly the task's seconds on one core, only to order the tasks (measured once)."""
+    if stage == "real traces":
+        return 250.0 if name[0] == "claude-code" else 15.0
+    if stage == "map":
+        return 12.0
     if stage == "ablations":
         tokens = int("".join(c for c in name.split("-")[0] if c.isdigit()))
         if name.startswith("input"):
@@ -159,15 +229,14 @@ def run(
     stages: list[tuple[str, Callable, list]] = [
         ("mixes", _mix_task, [(p.name, plan) for p in MIXES]),
         ("ablations", _ablation_task, [(name, plan) for name in plan.ablations]),
+        ("map", _map_task, [((axis, v), plan) for axis, values in plan.map_values for v in values]),
         (
             "real traces",
             _real_task,
-            [("mooncake", plan)]
+            [(("mooncake", c), plan) for c in plan.real_capacities]
             + (
-                [("claude-code", plan)]
-                if plan.shared
-                and plan.claude_capacities
-                and (plan.shared / "traces" / "weka_claude_code_traces.tar.xz").exists()
+                [(("claude-code", c), plan) for c in plan.claude_capacities]
+                if plan.shared and (plan.shared / "traces" / CLAUDE_ARCHIVE).exists()
                 else []
             ),
         ),
@@ -191,6 +260,8 @@ def run(
                 results.mixes = out
             elif stage == "ablations":
                 results.ablations = out
+            elif stage == "map":
+                results.map = [point for points in out for point in points]
             else:
                 results.real = [row for rows in out for row in rows]
     example = max(results.mixes, key=lambda m: sum(d["switched"] for d in m["wakman_decisions"]))
@@ -237,8 +308,21 @@ def summarize(mixes: list[dict[str, Any]]) -> dict[str, Any]:
         ]
         summary[f"{policy}_median_recovered_pct"] = statistics.median(recovered) if recovered else None
         summary[f"{policy}_mixes_over_one_point"] = len(recovered)
+    summary["saturated_runs"] = sum(sum(m.get("saturated", {}).values()) for m in mixes)
+    summary["serve_runs"] = sum(len(m.get("saturated", {})) for m in mixes)
     summary["paper"] = PAPER
     return summary
+
+
+def _workload_defaults() -> dict[str, Any]:
+    """The generator's defaults the report's explanations quote (medians of the bundled config)."""
+    config = build_config()
+    multi, agentic = config.multi_turn, config.agentic
+    return {
+        "rate": config.rate,
+        "turns_median": {"multi_turn": multi.turns.median, "agentic": agentic.turns.median},
+        "gap_s_median": {"multi_turn": multi.gap_s.median, "agentic": agentic.gap_s.median},
+    }
 
 
 def write_outputs(results: Results, out: Path) -> dict[str, Any]:
@@ -251,7 +335,13 @@ def write_outputs(results: Results, out: Path) -> dict[str, Any]:
         "summary": summary,
         "ablations": results.ablations,
         "real_traces": results.real,
+        "map": results.map,
         "decisions_example": results.decisions_example,
+        "adaptive": {
+            name: {k: getattr(c, k) for k in ("first_decision_s", "interval_s", "start_policy")}
+            for name, c in ADAPTIVE_PRESETS.items()
+        },
+        "workload": _workload_defaults(),
         "run": {"wall_s": results.wall_s, "jobs": results.jobs, "cpus": os.cpu_count()},
     }
     (out / "results.json").write_text(json.dumps(payload, indent=1))

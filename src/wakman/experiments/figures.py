@@ -1,0 +1,147 @@
+"""The figures of ``wakman reproduce`` (matplotlib, the ``plot`` extra), drawn from results.json's
+payload: Figure 1 (regret per mix), Figure 3 (ablations), the map of the winner, the decisions."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from wakman.experiments.plots import _pyplot, plot_decisions, save_figure
+from wakman.experiments.regret import regret_points
+from wakman.experiments.workload_map import AXES
+
+FIGURES = ("figure1.png", "figure3.png", "map.png", "decisions.png")
+ONLINE = ("lru", "s3fifo", "wakman", "wakman-plus")
+MARKERS = {"lru": "o", "s3fifo": "s", "wakman": "^", "wakman-plus": "D"}
+
+
+def plots_available() -> bool:
+    """Whether matplotlib is installed (``pip install 'wakman[plot]'``)."""
+    try:
+        _pyplot()
+    except ValueError:
+        return False
+    return True
+
+
+def figure1(payload: dict[str, Any], path: Path) -> None:
+    """Regret per mix (points behind the better of LRU and S3-FIFO), one row per mix: 0 is the
+    better static policy, so a glance shows who wins where and what the managers lose."""
+    plt = _pyplot()
+    mixes = payload["mixes"]
+    fig, ax = plt.subplots(figsize=(8, 0.32 * len(mixes) + 1.4))
+    ys = range(len(mixes))
+    for policy in ONLINE:
+        ax.plot(
+            [regret_points(m["hit_rate"], policy) for m in mixes],
+            ys,
+            MARKERS[policy],
+            ms=5,
+            alpha=0.8,
+            linestyle="none",
+            label=policy,
+        )
+    ax.set_yticks(list(ys), [f"{m['name']} ({'/'.join(f'{x:g}' for x in m['fractions'])})" for m in mixes])
+    ax.tick_params(axis="y", labelsize=7)
+    ax.invert_yaxis()
+    ax.axvline(0, color="grey", lw=0.8)
+    ax.set_xlabel("regret: points of hit rate behind the better of LRU and S3-FIFO")
+    ax.set_title(f"Figure 1: regret per mix ({payload['plan']['capacity']:,} blocks)")
+    ax.grid(axis="x", alpha=0.3)
+    ax.legend(fontsize=8, loc="lower right")
+    save_figure(fig, path)
+
+
+def figure3(payload: dict[str, Any], path: Path) -> None:
+    plt = _pyplot()
+    groups = list(dict.fromkeys(a["group"] for a in payload["ablations"]))
+    fig, axes = plt.subplots(1, len(groups), figsize=(4 * len(groups), 3.6), squeeze=False)
+    for ax, group in zip(axes[0], groups, strict=True):
+        rows = [a for a in payload["ablations"] if a["group"] == group]
+        xs = [int("".join(c for c in a["name"].split("-")[0] if c.isdigit())) for a in rows]
+        for policy in ONLINE:
+            ax.plot(xs, [a["hit_rate"][policy] for a in rows], marker=MARKERS[policy], label=policy)
+        ax.set_xscale("log", base=2)
+        ax.set_title(group.replace("ablation-", ""), fontsize=9)
+        ax.set_xlabel(
+            "turns per session"
+            if "turns" in group
+            else "multi-turn gap (median s)"
+            if "gap" in group
+            else "input tokens per turn"
+        )
+        ax.grid(alpha=0.3)
+    axes[0][0].set_ylabel("hit rate")
+    axes[0][0].legend(fontsize=7)
+    fig.suptitle("Figure 3: ablations")
+    save_figure(fig, path)
+
+
+def figure_map(payload: dict[str, Any], path: Path) -> None:
+    """One row per map axis, capacities up, the axis across: LRU's lead over S3-FIFO (blue: LRU
+    wins, red: S3-FIFO wins) and each manager's regret, every cell annotated in points."""
+    plt = _pyplot()
+    cells = payload["map"]
+    axes_names = list(dict.fromkeys(c["axis"] for c in cells))
+    panels = ("lead", "wakman", "wakman-plus")
+    fig, grid = plt.subplots(len(axes_names), 3, figsize=(13, 2.2 + 1.9 * len(axes_names)), squeeze=False)
+    for row, name in zip(grid, axes_names, strict=True):
+        mine = [c for c in cells if c["axis"] == name]
+        values = sorted({c["value"] for c in mine})
+        capacities = sorted({c["capacity"] for c in mine})
+        at = {(c["value"], c["capacity"]): c for c in mine}
+        for ax, panel in zip(row, panels, strict=True):
+            data = [
+                [
+                    at[v, cap]["lead_points"] if panel == "lead" else at[v, cap]["regret_points"][panel]
+                    for v in values
+                ]
+                for cap in capacities
+            ]
+            bound = max(1.0, max(abs(x) for line in data for x in line))
+            image = ax.imshow(
+                data,
+                cmap="RdBu" if panel == "lead" else "Reds",
+                vmin=-bound if panel == "lead" else 0,
+                vmax=bound,
+                aspect="auto",
+                origin="lower",
+            )
+            for i, line in enumerate(data):
+                for j, x in enumerate(line):
+                    ax.text(
+                        j,
+                        i,
+                        f"{x:+.1f}" if panel == "lead" else f"{x:.1f}",
+                        ha="center",
+                        va="center",
+                        fontsize=8,
+                    )
+            ax.set_xticks(range(len(values)), [f"{v:g}" for v in values])
+            ax.set_yticks(range(len(capacities)), [f"{c:,}" for c in capacities])
+            ax.set_xlabel(AXES[name].label if name in AXES else name, fontsize=8)
+            ax.set_ylabel("cache (blocks)", fontsize=8)
+            mix = "/".join(f"{x:g}" for x in AXES[name].mix) if name in AXES else ""
+            ax.set_title(
+                f"LRU lead over S3-FIFO (points), {mix}"
+                if panel == "lead"
+                else f"{panel} regret (points), {mix}",
+                fontsize=9,
+            )
+            fig.colorbar(image, ax=ax, shrink=0.8)
+    fig.suptitle("Which static policy wins, and what the managers lose, across workloads and cache sizes")
+    save_figure(fig, path)
+
+
+def write_figures(payload: dict[str, Any], out: Path) -> list[Path]:
+    """Every figure of the report into ``out``; the paths written."""
+    written = [out / "figure1.png", out / "figure3.png"]
+    figure1(payload, written[0])
+    figure3(payload, written[1])
+    if payload.get("map"):
+        figure_map(payload, out / "map.png")
+        written.append(out / "map.png")
+    example = payload["decisions_example"]
+    plot_decisions(example["decisions"], out / "decisions.png", f"wakman decisions on {example['mix']}")
+    written.append(out / "decisions.png")
+    return written
