@@ -116,6 +116,7 @@ def figure_map(payload: dict[str, Any], path: Path) -> None:
                         ha="center",
                         va="center",
                         fontsize=8,
+                        color="white" if abs(x) > 0.6 * bound else "black",
                     )
             ax.set_xticks(range(len(values)), [f"{v:g}" for v in values])
             ax.set_yticks(range(len(capacities)), [f"{c:,}" for c in capacities])
