@@ -8,7 +8,7 @@ from pathlib import Path
 import typer
 from rich.table import Table
 
-from wakman.cli.common import console, progress_bars
+from wakman.cli.common import check_output, check_output_dir, cli_errors, console, interrupted, progress_bars
 
 
 def reproduce(
@@ -29,25 +29,34 @@ def reproduce(
 
     if shared is None and (Path.cwd().parent / "shared" / "traces").is_dir():
         shared = Path.cwd().parent / "shared"
+    with cli_errors():
+        check_output_dir(out, "--out")
+        check_output(docs, "--docs")
     plan = Plan.quick(shared) if quick else Plan(shared=shared)
     started = time.perf_counter()
-    with progress_bars("{task.description:<12}") as progress:
-        bars: dict[str, int] = {}
+    try:
+        with progress_bars("{task.description:<12}") as progress:
+            bars: dict[str, int] = {}
 
-        def advance(stage: str, done: int, total: int) -> None:
-            if stage not in bars:
-                bars[stage] = progress.add_task(stage, total=total)
-            progress.update(bars[stage], completed=done)
+            def advance(stage: str, done: int, total: int) -> None:
+                if stage not in bars:
+                    bars[stage] = progress.add_task(stage, total=total)
+                progress.update(bars[stage], completed=done)
 
-        results = run(plan, jobs, advance)
-    payload = write_outputs(results, out)
-    write_report(payload, out)
-    command = "wakman reproduce" + (" --quick" if quick else "") + (f" --docs {docs}" if docs else "")
-    if docs is not None:
-        docs.parent.mkdir(parents=True, exist_ok=True)
-        for figure in ("figure1.png", "figure3.png", "decisions.png"):
-            (docs.parent / figure).write_bytes((out / figure).read_bytes())
-        docs.write_text(render_markdown(payload, command))
+            results = run(plan, jobs, advance)
+    except KeyboardInterrupt:
+        interrupted(f"nothing was written to {out}")
+    try:
+        payload = write_outputs(results, out)
+        write_report(payload, out)
+        command = "wakman reproduce" + (" --quick" if quick else "") + (f" --docs {docs}" if docs else "")
+        if docs is not None:
+            docs.parent.mkdir(parents=True, exist_ok=True)
+            for figure in ("figure1.png", "figure3.png", "decisions.png"):
+                (docs.parent / figure).write_bytes((out / figure).read_bytes())
+            docs.write_text(render_markdown(payload, command))
+    except KeyboardInterrupt:
+        interrupted(f"while writing: the files in {out} (and --docs) may be incomplete")
     s = payload["summary"]
     table = Table(
         "policy", "mean regret", "max regret", "gain over LRU", title="regret (points) over the 20 mixes"
