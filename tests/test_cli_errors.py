@@ -403,3 +403,21 @@ def test_simulate_shows_progress_on_a_terminal_and_keeps_json_clean(trace, monke
     assert result.exit_code == 0, result.output
     assert "reading" in screen.getvalue()
     json.loads(result.stdout)
+
+
+# plots without matplotlib: --plot refused up front; sweep keeps its csv/json
+
+
+def test_plot_without_matplotlib_is_refused_before_the_work(trace, tmp_path, monkeypatch):
+    monkeypatch.setitem(sys.modules, "matplotlib", None)
+    monkeypatch.setattr("wakman.cli.traces.open_trace", work_started)
+    clean_error(invoke("stats", trace, "--plot", tmp_path / "p.png"), "--plot", "wakman[plot]")
+
+
+def test_sweep_without_matplotlib_writes_csv_and_json(trace, tmp_path, monkeypatch):
+    monkeypatch.setitem(sys.modules, "matplotlib", None)
+    out = tmp_path / "s"
+    result = invoke("sweep", trace, "--policies", "lru", "--capacities", "50", "--jobs", "1", "--out", out)
+    assert result.exit_code == 0, result.output
+    assert "wakman[plot]" in result.output
+    assert sorted(p.name for p in out.iterdir()) == ["sweep.csv", "sweep.json"]

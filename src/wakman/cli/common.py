@@ -4,8 +4,8 @@
   ``OSError``, ``TraceFormatError``) becomes one line on stderr and exit code 2; Ctrl-C says
   "interrupted: <what was lost or kept>" and exits 130 (``interrupted()`` does that by hand).
 - ``check_numbers`` and ``parse_ints``: validate numeric flags up front, naming the flag.
-- ``check_output`` / ``check_output_dir``: before the work starts, refuse an output path that
-  cannot be written, naming the flag.
+- ``check_output`` / ``check_output_dir`` / ``check_plot``: before the work starts, refuse an output
+  path that cannot be written (or a figure without matplotlib), naming the flag.
 - ``atomic_path`` / ``atomic_output`` (from ``wakman.traces.io``): every writer writes through one
   of them: all or nothing, the user's umask, partial files removed on Ctrl-C, devices written in place.
 - ``open_trace``: read a trace by the shared ``--format/--block-size/--rate/--seed`` options; a
@@ -50,9 +50,11 @@ SeedOption = typer.Option(None, "--seed", help="kv-cache-tester: seed of the con
 __all__ = [
     "atomic_output",
     "atomic_path",
+    "can_plot",
     "check_numbers",
     "check_output",
     "check_output_dir",
+    "check_plot",
     "cli_errors",
     "interrupted",
     "open_trace",
@@ -60,6 +62,7 @@ __all__ = [
     "progress_bars",
 ]
 
+PLOT_EXTRA = "pip install 'wakman[plot]'"
 _RULES = {">0": lambda v: v > 0, ">=0": lambda v: v >= 0, ">=1": lambda v: v >= 1, ">=2": lambda v: v >= 2}
 
 
@@ -115,6 +118,25 @@ def check_output(path: Path | None, flag: str) -> None:
             raise ValueError(f"{flag} {path}: not writable")
         return
     _writable_dir(path.parent, flag, path)
+
+
+def can_plot() -> bool:
+    """matplotlib (the ``plot`` extra) is installed: a spec look-up, nothing imported."""
+    import importlib.util
+
+    try:
+        return importlib.util.find_spec("matplotlib") is not None
+    except (ImportError, ValueError):
+        return False
+
+
+def check_plot(path: Path | None, flag: str = "--plot") -> None:
+    """Before the work: a figure can be drawn (matplotlib) and written to ``path`` (``check_output``)."""
+    if path is None:
+        return
+    if not can_plot():
+        raise ValueError(f"{flag} needs matplotlib: {PLOT_EXTRA}")
+    check_output(path, flag)
 
 
 def check_output_dir(path: Path | None, flag: str) -> None:

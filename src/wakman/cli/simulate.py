@@ -12,14 +12,16 @@ from rich.table import Table
 
 from wakman.adaptive import simulate as run_simulation
 from wakman.cli.common import (
+    PLOT_EXTRA,
     BlockSizeOption,
     FormatOption,
     RateOption,
     SeedOption,
     atomic_output,
+    can_plot,
     check_numbers,
-    check_output,
     check_output_dir,
+    check_plot,
     cli_errors,
     console,
     counted,
@@ -77,7 +79,7 @@ def simulate(
             raise ValueError(f"--mode must be one of {', '.join(MODES)}")
         check_numbers(("--capacity-blocks", capacity, ">=1"), ("--interval-s", interval_s, ">0"))
         server = _server(prefill_tps, decode_tps, max_running, warmup_s)
-        check_output(plot, "--plot")
+        check_plot(plot)
         # progress on stderr (stdout may be --json), only on a terminal, gone once done
         with progress_bars(to=err_console, transient=True, disable=not err_console.is_terminal) as bar:
             requests = list(counted(open_trace(trace, fmt, block_size, rate, seed), bar, "reading"))
@@ -174,9 +176,14 @@ def sweep(
                 f"{', '.join(map(str, written))} (no plot)"
             )
         written = _write_sweep(rows, out, trace, mode)
-        from wakman.experiments.plots import plot_sweep
+        if can_plot():
+            from wakman.experiments.plots import plot_sweep
 
-        written.append(plot_sweep(rows, out / "sweep.png", f"{trace.name} ({mode} mode)"))
+            written.append(plot_sweep(rows, out / "sweep.png", f"{trace.name} ({mode} mode)"))
+        else:
+            err_console.print(
+                f"no sweep.png: plots need matplotlib ({PLOT_EXTRA})", markup=False, highlight=False
+            )
     saturated = [f"{r['policy']} at {r['capacity_blocks']:,}" for r in rows if r.get("saturated")]
     if saturated:
         err_console.print(

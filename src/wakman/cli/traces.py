@@ -17,6 +17,7 @@ from wakman.cli.common import (
     SeedOption,
     check_numbers,
     check_output,
+    check_plot,
     cli_errors,
     console,
     counted,
@@ -45,7 +46,7 @@ def stats(
     # progress on stderr (stdout may be --json), gone once done; reading an archive takes seconds
     # before the first request arrives
     with cli_errors("nothing was written" if plot is None else f"{plot} was not written"):
-        check_output(plot, "--plot")
+        check_plot(plot)
         with progress_bars(to=err_console, transient=True, disable=not err_console.is_terminal) as progress:
             requests = counted(open_trace(trace, fmt, block_size, rate, seed), progress, "requests read")
             result = compute_stats(requests, lru_curve=curve or plot is not None)
