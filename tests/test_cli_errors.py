@@ -421,3 +421,20 @@ def test_sweep_without_matplotlib_writes_csv_and_json(trace, tmp_path, monkeypat
     assert result.exit_code == 0, result.output
     assert "wakman[plot]" in result.output
     assert sorted(p.name for p in out.iterdir()) == ["sweep.csv", "sweep.json"]
+
+
+def test_ctrl_c_while_the_cli_starts_is_clean(tmp_path):
+    """SIGINT while the entry point still imports (about a second): no traceback, exit 130."""
+    script = Path(sys.executable).parent / "wakman"
+    said = []
+    for delay in (0.15, 0.3, 0.5):
+        proc = subprocess.Popen(
+            [script, "policies"], cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        )
+        time.sleep(delay)
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=60)
+        assert "Traceback" not in err, (delay, err)
+        assert proc.returncode in (0, 130), (delay, proc.returncode, err)
+        said.append("interrupted" in err)
+    assert any(said)

@@ -26,13 +26,14 @@ from wakman.policies import POLICIES, make_policy
 
 def policies() -> None:
     """List the eviction policies and the adaptive presets, with the first line of their semantics."""
-    table = Table("name", "semantics")
-    for name, cls in POLICIES.items():
-        doc = ((cls.__module__ and __import__(cls.__module__, fromlist=["x"]).__doc__) or "").strip()
-        table.add_row(name, doc.splitlines()[0] if doc else "")
-    for name, preset in ADAPTIVE_PRESETS.items():
-        table.add_row(name, preset.describe())
-    console.print(table)
+    with cli_errors():
+        table = Table("name", "semantics")
+        for name, cls in POLICIES.items():
+            doc = ((cls.__module__ and __import__(cls.__module__, fromlist=["x"]).__doc__) or "").strip()
+            table.add_row(name, doc.splitlines()[0] if doc else "")
+        for name, preset in ADAPTIVE_PRESETS.items():
+            table.add_row(name, preset.describe())
+        console.print(table)
 
 
 def shadow(
