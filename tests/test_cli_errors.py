@@ -438,3 +438,12 @@ def test_ctrl_c_while_the_cli_starts_is_clean(tmp_path):
         assert proc.returncode in (0, 130), (delay, proc.returncode, err)
         said.append("interrupted" in err)
     assert any(said)
+
+
+def test_generate_to_mooncake_says_how_to_read_it_back(tmp_path):
+    out = tmp_path / "m.jsonl"
+    result = invoke("generate", "--duration", "60", "--format", "mooncake", "-o", out)
+    assert result.exit_code == 0, result.output
+    assert "--block-size 32" in result.stderr
+    back = json.loads(invoke("stats", out, "--block-size", "32", "--json", "--no-curve").stdout)
+    assert back["requests"] > 0

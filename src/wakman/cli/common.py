@@ -1,6 +1,6 @@
 """Shared CLI plumbing, for every command (new ones too):
 
-- ``cli_errors(interrupted=...)``: wrap a command's whole body in it. Bad input (``ValueError``,
+- ``cli_errors(interrupted_note)``: wrap a command's whole body in it. Bad input (``ValueError``,
   ``OSError``, ``TraceFormatError``) becomes one line on stderr and exit code 2; Ctrl-C says
   "interrupted: <what was lost or kept>" and exits 130 (``interrupted()`` does that by hand).
 - ``check_numbers`` and ``parse_ints``: validate numeric flags up front, naming the flag.

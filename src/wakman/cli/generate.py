@@ -8,6 +8,7 @@ import typer
 from rich.table import Table
 
 from wakman.cli.common import (
+    FORMATS_WITHOUT_BLOCK_SIZE,
     check_numbers,
     check_output,
     cli_errors,
@@ -17,6 +18,7 @@ from wakman.cli.common import (
     progress_bars,
 )
 from wakman.traces import FORMATS, write_trace
+from wakman.traces.mooncake import DEFAULT_BLOCK_SIZE
 
 
 def _fractions(mix: str) -> list[float]:
@@ -90,6 +92,12 @@ def generate(
                     "nothing written (make it longer)"
                 )
             count = write_trace(counted(requests, progress, "writing", len(requests)), out, fmt)
+    if fmt in FORMATS_WITHOUT_BLOCK_SIZE and cfg.block_size != DEFAULT_BLOCK_SIZE:
+        err_console.print(
+            f"note: {fmt} rows carry no block size and readers assume {DEFAULT_BLOCK_SIZE} tokens: "
+            f"read this trace back with --block-size {cfg.block_size}",
+            highlight=False,
+        )
     console.print(
         f"wrote {count:,} requests ({cfg.duration_s:g} s at {cfg.rate:g}/s, mix "
         f"{', '.join(f'{x:g}' for x in cfg.mix)}) to {out}"
