@@ -54,8 +54,7 @@ def _documented():
 
 def _reformatted():
     def f(x):
-        return [i for i in range(x)
-                if i % 2]
+        return [i for i in range(x) if i % 2]
 
     return f
 

@@ -13,6 +13,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 
+PAPER_NAME = "wakman"
+
 
 @dataclass(frozen=True)
 class AdaptiveConfig:
@@ -45,6 +47,22 @@ class AdaptiveConfig:
             raise ValueError(f"shadow_size must be 'free' or 'pool', got {self.shadow_size!r}")
         if self.start_policy not in self.candidates:
             raise ValueError("the start policy must be a candidate")
+
+    def describe(self) -> str:
+        """One line of what the preset does (``wakman policies``)."""
+
+        def span(s: float) -> str:
+            return f"{s:g} s" if s < 60 else f"{s / 60:g} min"
+
+        size = "the pool's size" if self.shadow_size == "pool" else "the mean free blocks"
+        weigh = f", {span(self.half_life_s)} half-life" if self.half_life_s else ""
+        margin = f", {self.hysteresis * 100:g}-point hysteresis" if self.hysteresis else ""
+        paper = " (the paper)" if self.name == PAPER_NAME else ""
+        return (
+            f"adaptive{paper}: every {span(self.interval_s)}, {self.shadows} "
+            f"{'/'.join(self.candidates)} shadows sized to {size} score the last "
+            f"{span(self.window_s)}{weigh}; switch to the best{margin}"
+        )
 
     def with_options(self, **changes: object) -> AdaptiveConfig:
         return replace(self, **changes)

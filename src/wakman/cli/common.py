@@ -1,19 +1,37 @@
-"""Shared CLI plumbing: trace options, clean errors (file, line, field; exit code 2), console."""
+"""Shared CLI plumbing, for every command (new ones too):
+
+- ``cli_errors(interrupted_note)``: wrap a command's whole body in it. Bad input (``ValueError``,
+  ``OSError``, ``TraceFormatError``) becomes one line on stderr and exit code 2; Ctrl-C says
+  "interrupted: <what was lost or kept>" and exits 130 (``interrupted()`` does that by hand).
+- ``check_numbers`` and ``parse_ints``: validate numeric flags up front, naming the flag.
+- ``check_output`` / ``check_output_dir`` / ``check_plot``: before the work starts, refuse an output
+  path that cannot be written (or a figure without matplotlib), naming the flag.
+- ``atomic_path`` / ``atomic_output`` (from ``wakman.traces.io``): every writer writes through one
+  of them: all or nothing, the user's umask, partial files removed on Ctrl-C, devices written in place.
+- ``open_trace``: read a trace by the shared ``--format/--block-size/--rate/--seed`` options; a
+  trace without requests is an error naming the file.
+- ``progress_bars`` and ``counted``: progress (on ``err_console`` when stdout is machine-read).
+"""
 
 from __future__ import annotations
 
 import ctypes
+import math
 import os
 import sys
+import tempfile
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager, suppress
 from pathlib import Path
+from typing import NoReturn
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from wakman.traces import TraceFormatError, detect_format, read_trace
+from wakman.traces.io import atomic_output, atomic_path
 from wakman.traces.model import Request
 
 console = Console()
@@ -29,6 +47,109 @@ RateOption = typer.Option(
 FORMATS_WITHOUT_BLOCK_SIZE = ("mooncake", "aiperf-sessions", "bailian")  # --block-size sets theirs
 SeedOption = typer.Option(None, "--seed", help="kv-cache-tester: seed of the conversation arrival process.")
 
+__all__ = [
+    "atomic_output",
+    "atomic_path",
+    "can_plot",
+    "check_numbers",
+    "check_output",
+    "check_output_dir",
+    "check_plot",
+    "cli_errors",
+    "interrupted",
+    "open_trace",
+    "parse_ints",
+    "progress_bars",
+]
+
+PLOT_EXTRA = "pip install 'wakman[plot]'"
+_RULES = {">0": lambda v: v > 0, ">=0": lambda v: v >= 0, ">=1": lambda v: v >= 1, ">=2": lambda v: v >= 2}
+
+
+def check_numbers(*checks: tuple[str, float | None, str]) -> None:
+    """Each ``(flag, value, rule)``, rule one of ``>0 >=0 >=1 >=2``: a value that breaks its rule
+    (or is not finite) is a ``ValueError`` naming the flag; ``None`` (flag not given) passes."""
+    for flag, value, rule in checks:
+        if value is not None and not (math.isfinite(value) and _RULES[rule](value)):
+            raise ValueError(f"{flag} must be {rule[:-1]} {rule[-1]}, got {value:g}")
+
+
+def parse_ints(text: str, flag: str, minimum: int = 1) -> list[int]:
+    """A comma-separated list of integers >= ``minimum`` (at least one), or a ``ValueError`` naming
+    the flag and the bad item."""
+    items = [x.strip() for x in text.split(",") if x.strip()]
+    if not items:
+        raise ValueError(f"{flag} needs at least one integer, got {text!r}")
+    values = []
+    for item in items:
+        try:
+            value = int(item.replace("_", ""))
+        except ValueError:
+            raise ValueError(f"{flag}: {item!r} is not an integer") from None
+        if value < minimum:
+            raise ValueError(f"{flag}: {value} must be >= {minimum}")
+        values.append(value)
+    return values
+
+
+def _writable_dir(path: Path, flag: str, shown: Path) -> None:
+    """``path`` (or its nearest existing parent, which will hold it) is a folder we can create in."""
+    probe = path
+    while not probe.exists() and probe != probe.parent:
+        probe = probe.parent
+    if not probe.is_dir():
+        raise ValueError(f"{flag} {shown}: {probe} is not a folder")
+    try:
+        with tempfile.TemporaryFile(dir=probe):
+            pass
+    except OSError as exc:
+        raise ValueError(f"{flag} {shown}: cannot write in {probe} ({exc.strerror})") from None
+
+
+def check_output(path: Path | None, flag: str) -> None:
+    """Before the work: ``path`` can be written as a file (``atomic_path`` will write it), else a
+    ``ValueError`` naming ``flag``. ``None`` (no output asked for) passes."""
+    if path is None:
+        return
+    if path.is_dir():
+        raise ValueError(f"{flag} {path}: is a folder, not a file")
+    if path.exists() and not path.is_file():  # a device or FIFO: written in place
+        if not os.access(path, os.W_OK):
+            raise ValueError(f"{flag} {path}: not writable")
+        return
+    _writable_dir(path.parent, flag, path)
+
+
+def can_plot() -> bool:
+    """matplotlib (the ``plot`` extra) is installed: a spec look-up, nothing imported."""
+    import importlib.util
+
+    try:
+        return importlib.util.find_spec("matplotlib") is not None
+    except (ImportError, ValueError):
+        return False
+
+
+def check_plot(path: Path | None, flag: str = "--plot") -> None:
+    """Before the work: a figure can be drawn (matplotlib) and written to ``path`` (``check_output``)."""
+    if path is None:
+        return
+    if not can_plot():
+        raise ValueError(f"{flag} needs matplotlib: {PLOT_EXTRA}")
+    check_output(path, flag)
+
+
+def check_output_dir(path: Path | None, flag: str) -> None:
+    """Before the work: ``path`` is, or can be made, a folder we can write files in."""
+    if path is not None:
+        _writable_dir(path, flag, path)
+
+
+def interrupted(what: str = "nothing was written") -> NoReturn:
+    """Ctrl-C: say so, and what was lost or kept, on stderr; exit 130 (the shell's code for it)."""
+    err_console.print(f"[yellow]interrupted:[/yellow] {escape(what)}", highlight=False)
+    sys.exit(130)
+
 
 def open_trace(
     path: Path,
@@ -37,6 +158,9 @@ def open_trace(
     rate: float | None = None,
     seed: int | None = None,
 ) -> Iterator[Request]:
+    """Stream ``path``'s requests (format detected when ``fmt`` is None); the shared options are
+    checked first, and a trace without requests is a ``ValueError`` naming the file."""
+    check_numbers(("--block-size", block_size, ">=1"), ("--rate", rate, ">0"), ("--seed", seed, ">=0"))
     name = fmt or detect_format(path)
     options: dict[str, object] = {}
     if block_size is not None:
@@ -50,7 +174,16 @@ def open_trace(
             options["rate"] = rate
         if seed is not None:
             options["seed"] = seed
-    return read_trace(path, name, **options)
+    return _not_empty(read_trace(path, name, **options), path)
+
+
+def _not_empty(requests: Iterator[Request], path: Path) -> Iterator[Request]:
+    empty = True
+    for req in requests:
+        empty = False
+        yield req
+    if empty:
+        raise ValueError(f"{path}: the trace has no requests")
 
 
 def progress_bars(label: str = "{task.description}", to: Console = console, **options: object) -> Progress:
@@ -61,9 +194,11 @@ def progress_bars(label: str = "{task.description}", to: Console = console, **op
     )
 
 
-def counted(requests: Iterable[Request], progress: Progress, description: str) -> Iterator[Request]:
-    """``requests`` unchanged, counted on a task of ``progress`` (total unknown: a stream)."""
-    task = progress.add_task(description, total=None)
+def counted(
+    requests: Iterable[Request], progress: Progress, description: str, total: int | None = None
+) -> Iterator[Request]:
+    """``requests`` unchanged, counted on a task of ``progress`` (``total`` None: a stream)."""
+    task = progress.add_task(description, total=total)
     n = 0
     for n, req in enumerate(requests, start=1):
         yield req
@@ -95,13 +230,14 @@ def stdout_to_stderr(active: bool = True) -> Iterator[None]:
 
 
 @contextmanager
-def cli_errors() -> Iterator[None]:
-    """Bad input becomes one clear line on stderr and exit code 2, never a traceback."""
+def cli_errors(interrupted_note: str = "nothing was written") -> Iterator[None]:
+    """Bad input becomes one clear line on stderr and exit code 2, never a traceback; Ctrl-C
+    becomes ``interrupted(interrupted_note)`` (exit 130; partial outputs are already removed by
+    ``atomic_path``)."""
     try:
         yield
-    except TraceFormatError as exc:
-        err_console.print(f"[red]error:[/red] {exc}", highlight=False)
-        sys.exit(2)
-    except (ValueError, OSError) as exc:
-        err_console.print(f"[red]error:[/red] {exc}", highlight=False)
+    except KeyboardInterrupt:
+        interrupted(interrupted_note)
+    except (TraceFormatError, ValueError, OSError) as exc:
+        err_console.print(f"[red]error:[/red] {escape(str(exc))}", highlight=False)
         sys.exit(2)

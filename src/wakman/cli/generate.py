@@ -7,8 +7,36 @@ from pathlib import Path
 import typer
 from rich.table import Table
 
-from wakman.cli.common import cli_errors, console
-from wakman.traces import write_trace
+from wakman.cli.common import (
+    FORMATS_WITHOUT_BLOCK_SIZE,
+    check_numbers,
+    check_output,
+    cli_errors,
+    console,
+    counted,
+    err_console,
+    progress_bars,
+)
+from wakman.traces import FORMATS, write_trace
+from wakman.traces.mooncake import DEFAULT_BLOCK_SIZE
+
+
+def _fractions(mix: str) -> list[float]:
+    """``--mix`` as three fractions summing to 1, or a ``ValueError`` that says the sum."""
+    from wakman.workload.config import MIX_TOLERANCE
+
+    try:
+        fractions = [float(x) for x in mix.split(",")]
+    except ValueError:
+        raise ValueError(f"--mix needs three comma-separated fractions, got {mix!r}") from None
+    if len(fractions) != 3 or min(fractions) < 0:
+        raise ValueError(f"--mix needs three fractions >= 0 (single,multi,agentic), got {mix!r}")
+    total = sum(fractions)
+    if abs(total - 1) > MIX_TOLERANCE:
+        raise ValueError(
+            f"--mix {mix} sums to {total:.6g}; the fractions must sum to 1 (within {MIX_TOLERANCE:g})"
+        )
+    return fractions
 
 
 def generate(
@@ -39,18 +67,37 @@ def generate(
             )
         console.print(table)
         return
-    with cli_errors():
+    with cli_errors(f"nothing was written to {out}"):
         if out is None:
             raise ValueError("-o/--out is required")
+        check_numbers(("--duration", duration, ">0"), ("--rate", rate, ">0"), ("--seed", seed, ">=0"))
+        writable = [n for n, f in FORMATS.items() if f.write]
+        if fmt not in writable:
+            raise ValueError(f"--format {fmt!r}: choose from {', '.join(writable)}")
+        check_output(out, "-o/--out")
         overrides = {}
         for item in settings:
             if "=" not in item:
                 raise ValueError(f"--set needs key=value, got {item!r}")
             key, value = item.split("=", 1)
             overrides[key.strip()] = value.strip()
-        fractions = [float(x) for x in mix.split(",")] if mix else None
+        fractions = _fractions(mix) if mix else None
         cfg = build_config(fractions, preset, config, overrides, duration, rate)
-        count = write_trace(generate_requests(cfg, seed), out, fmt)
+        with progress_bars(to=err_console, transient=True, disable=not err_console.is_terminal) as progress:
+            progress.add_task("generating", total=None)
+            requests = generate_requests(cfg, seed)
+            if not requests:
+                raise ValueError(
+                    f"--duration {cfg.duration_s:g} s at --rate {cfg.rate:g}/s yields no requests; "
+                    "nothing written (make it longer)"
+                )
+            count = write_trace(counted(requests, progress, "writing", len(requests)), out, fmt)
+    if fmt in FORMATS_WITHOUT_BLOCK_SIZE and cfg.block_size != DEFAULT_BLOCK_SIZE:
+        err_console.print(
+            f"note: {fmt} rows carry no block size and readers assume {DEFAULT_BLOCK_SIZE} tokens: "
+            f"read this trace back with --block-size {cfg.block_size}",
+            highlight=False,
+        )
     console.print(
         f"wrote {count:,} requests ({cfg.duration_s:g} s at {cfg.rate:g}/s, mix "
         f"{', '.join(f'{x:g}' for x in cfg.mix)}) to {out}"

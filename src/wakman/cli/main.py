@@ -13,6 +13,25 @@ app = typer.Typer(
     add_completion=False,
     pretty_exceptions_enable=False,
 )
+
+
+def _version(value: bool) -> None:
+    if value:
+        from importlib.metadata import version
+
+        print(f"wakman {version('wakman')}")
+        raise typer.Exit()
+
+
+@app.callback()
+def main(
+    _: bool = typer.Option(
+        False, "--version", callback=_version, is_eager=True, help="Print the installed version and exit."
+    ),
+) -> None:
+    """Workload-aware KV-cache manager: policies, traces, simulation and adaptive eviction."""
+
+
 app.command("reproduce")(reproduce.reproduce)
 app.command("policies")(policies.policies)
 app.command("shadow")(policies.shadow)

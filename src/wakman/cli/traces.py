@@ -3,16 +3,21 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from pathlib import Path
 
 import typer
 from rich.table import Table
 
 from wakman.cli.common import (
+    FORMATS_WITHOUT_BLOCK_SIZE,
     BlockSizeOption,
     FormatOption,
     RateOption,
     SeedOption,
+    check_numbers,
+    check_output,
+    check_plot,
     cli_errors,
     console,
     counted,
@@ -20,7 +25,9 @@ from wakman.cli.common import (
     open_trace,
     progress_bars,
 )
-from wakman.traces import FORMATS, write_trace
+from wakman.traces import FORMATS, detect_format, write_trace
+from wakman.traces.model import Request
+from wakman.traces.mooncake import DEFAULT_BLOCK_SIZE
 
 
 def stats(
@@ -38,26 +45,40 @@ def stats(
 
     # progress on stderr (stdout may be --json), gone once done; reading an archive takes seconds
     # before the first request arrives
-    with (
-        cli_errors(),
-        progress_bars(to=err_console, transient=True, disable=not err_console.is_terminal) as progress,
-    ):
-        requests = counted(open_trace(trace, fmt, block_size, rate, seed), progress, "requests read")
-        result = compute_stats(requests, lru_curve=curve or plot is not None)
-    flat = result.as_flat_dict()
-    if as_json:
-        print(json.dumps(flat))
-    else:
-        table = Table(title=f"{trace.name}", show_header=False)
-        for key, value in flat.items():
-            table.add_row(key, f"{value:,.4f}" if isinstance(value, float) else f"{value:,}")
-        console.print(table)
-    if plot is not None:
-        from wakman.experiments.plots import plot_lru_curve
+    with cli_errors("nothing was written" if plot is None else f"{plot} was not written"):
+        check_plot(plot)
+        with progress_bars(to=err_console, transient=True, disable=not err_console.is_terminal) as progress:
+            requests = counted(open_trace(trace, fmt, block_size, rate, seed), progress, "requests read")
+            result = compute_stats(requests, lru_curve=curve or plot is not None)
+        flat = result.as_flat_dict()
+        if as_json:
+            print(json.dumps(flat))
+        else:
+            table = Table(title=f"{trace.name}", show_header=False)
+            for key, value in flat.items():
+                table.add_row(key, f"{value:,.4f}" if isinstance(value, float) else f"{value:,}")
+            console.print(table)
+        if plot is not None:
+            from wakman.experiments.plots import plot_lru_curve
 
-        plot_lru_curve(result, plot, title=trace.name)
-        if not as_json:
-            console.print(f"LRU curve written to {plot}")
+            plot_lru_curve(result, plot, title=trace.name)
+            if not as_json:
+                console.print(f"LRU curve written to {plot}")
+
+
+def _block_size_kept(requests: Iterator[Request], to_fmt: str, confirmed: int | None) -> Iterator[Request]:
+    """``requests``, refused before the first is written when ``to_fmt`` has no block size field
+    (its readers assume 512 tokens) and the trace's blocks are another size not ``confirmed``."""
+    for index, req in enumerate(requests):
+        if index == 0 and req.block_size != DEFAULT_BLOCK_SIZE and req.block_size != confirmed:
+            raise ValueError(
+                f"{to_fmt} rows carry no block size and their readers assume {DEFAULT_BLOCK_SIZE} "
+                f"tokens, but this trace's blocks are {req.block_size} tokens: reading it back would "
+                f"misplace every block. Write --to native (it keeps the block size), or pass "
+                f"--block-size {req.block_size} to write it anyway and read it back with "
+                f"--block-size {req.block_size}"
+            )
+        yield req
 
 
 def convert(
@@ -69,7 +90,24 @@ def convert(
     rate: float | None = RateOption,
     seed: int | None = SeedOption,
 ) -> None:
-    """Convert a trace between formats; the output appears only once complete."""
-    with cli_errors():
-        count = write_trace(open_trace(source, from_fmt, block_size, rate, seed), target, to_fmt)
+    """Convert a trace between formats; the output appears only once complete.
+
+    Mooncake and AIPerf-session rows carry no block size (readers assume 512 tokens): a trace with
+    other blocks is written to them only with --block-size confirming its size."""
+    with cli_errors(f"nothing was written to {target}"):
+        writable = [n for n, f in FORMATS.items() if f.write]
+        if to_fmt not in writable:
+            raise ValueError(f"--to {to_fmt!r}: choose from {', '.join(writable)}")
+        check_numbers(("--block-size", block_size, ">=1"))
+        check_output(target, "target")
+        name = from_fmt or detect_format(source)
+        # --block-size is the input's block size where the input lacks one; otherwise it only
+        # confirms the block size of an output without one
+        reads_it = name in FORMATS_WITHOUT_BLOCK_SIZE
+        requests = open_trace(source, name, block_size if reads_it else None, rate, seed)
+        if to_fmt in FORMATS_WITHOUT_BLOCK_SIZE:
+            requests = _block_size_kept(requests, to_fmt, block_size)
+        elif block_size is not None and not reads_it:
+            raise ValueError(f"--block-size does not apply to {name} traces written --to {to_fmt}")
+        count = write_trace(requests, target, to_fmt)
     console.print(f"wrote {count:,} requests to {target} ({to_fmt})")

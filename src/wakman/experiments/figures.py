@@ -15,15 +15,6 @@ ONLINE = ("lru", "s3fifo", "wakman", "wakman-plus")
 MARKERS = {"lru": "o", "s3fifo": "s", "wakman": "^", "wakman-plus": "D"}
 
 
-def plots_available() -> bool:
-    """Whether matplotlib is installed (``pip install 'wakman[plot]'``)."""
-    try:
-        _pyplot()
-    except ValueError:
-        return False
-    return True
-
-
 def figure1(payload: dict[str, Any], path: Path) -> None:
     """Regret per mix (points behind the better of LRU and S3-FIFO), one row per mix: 0 is the
     better static policy, so a glance shows who wins where and what the managers lose."""

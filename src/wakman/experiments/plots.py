@@ -5,6 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from wakman.traces.io import atomic_path
+
 if TYPE_CHECKING:
     from wakman.traces.stats import TraceStats
 
@@ -21,13 +23,15 @@ def _pyplot():
 
 
 def save_figure(fig, path: Path) -> Path:
-    """Lay out, write as PNG (120 dpi, parent folders made) and release ``fig``."""
+    """Lay out, write as PNG (120 dpi, parent folders made, all or nothing) and release ``fig``."""
     import matplotlib.pyplot as plt
 
     fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    try:
+        with atomic_path(path) as target:
+            fig.savefig(target, dpi=120, format="png")
+    finally:
+        plt.close(fig)
     return path
 
 

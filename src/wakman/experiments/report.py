@@ -11,6 +11,7 @@ from typing import Any
 
 from wakman.experiments.regret import regret_points
 from wakman.experiments.workload_map import AXES
+from wakman.traces.io import atomic_path
 
 POLICIES = ("lru", "s3fifo", "wakman", "wakman-plus", "belady", "infinite")
 ONLINE = ("lru", "s3fifo", "wakman", "wakman-plus")
@@ -33,7 +34,7 @@ def table1_rows(payload: dict[str, Any]) -> list[dict[str, Any]]:
 
 def write_table1(payload: dict[str, Any], path: Path) -> None:
     rows = table1_rows(payload)
-    with open(path, "w", newline="") as f:
+    with atomic_path(path) as target, open(target, "w", newline="") as f:
         writer = csv.DictWriter(f, fieldnames=list(rows[0]))
         writer.writeheader()
         writer.writerows(rows)

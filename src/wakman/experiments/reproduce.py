@@ -28,6 +28,7 @@ from wakman.adaptive.config import ADAPTIVE_PRESETS
 from wakman.experiments.regret import regret_points
 from wakman.experiments.workload_map import AXES, MAP_POLICIES, cell
 from wakman.simulation import ServerModel
+from wakman.traces.io import atomic_path
 from wakman.workload import ABLATIONS, MIXES, build_config, generate_requests
 
 STATIC = ("lru", "s3fifo")
@@ -344,5 +345,6 @@ def write_outputs(results: Results, out: Path) -> dict[str, Any]:
         "workload": _workload_defaults(),
         "run": {"wall_s": results.wall_s, "jobs": results.jobs, "cpus": os.cpu_count()},
     }
-    (out / "results.json").write_text(json.dumps(payload, indent=1))
+    with atomic_path(out / "results.json") as target:
+        target.write_text(json.dumps(payload, indent=1))
     return payload

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import multiprocessing as mp
 import os
+import signal
 from collections.abc import Callable, Sequence
-from concurrent.futures import ProcessPoolExecutor, as_completed
 from typing import Any
 
 from wakman.adaptive import simulate
@@ -13,6 +13,19 @@ from wakman.simulation import ServerModel
 from wakman.traces.model import Request
 
 _REQUESTS: list[Request] = []  # set before forking: workers inherit it instead of unpickling it
+
+
+class GridInterrupted(KeyboardInterrupt):
+    """Ctrl-C during ``run_grid``: ``rows`` are the runs that finished (in grid order), of ``total``."""
+
+    def __init__(self, rows: list[dict[str, Any]], total: int) -> None:
+        super().__init__(f"{len(rows)} of {total} runs finished")
+        self.rows, self.total = rows, total
+
+
+def _ignore_sigint() -> None:
+    """Workers leave Ctrl-C to the parent, which stops them (no traceback from each worker)."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
 def _run(task: tuple[str, int, str, ServerModel, float, int]) -> dict[str, Any]:
@@ -29,6 +42,10 @@ def _run(task: tuple[str, int, str, ServerModel, float, int]) -> dict[str, Any]:
     return result.as_flat_dict()
 
 
+def _run_indexed(item: tuple[int, tuple[str, int, str, ServerModel, float, int]]) -> tuple[int, dict]:
+    return item[0], _run(item[1])
+
+
 def run_grid(
     requests: Sequence[Request],
     policies: Sequence[str],
@@ -40,7 +57,11 @@ def run_grid(
     jobs: int | None = None,
     on_done: Callable[[dict[str, Any]], None] | None = None,
 ) -> list[dict[str, Any]]:
-    """One flat result per (policy, capacity), in grid order whatever the number of jobs."""
+    """One flat result per (policy, capacity), in grid order whatever the number of jobs.
+
+    Ctrl-C (``KeyboardInterrupt``, also from ``on_done``) stops the workers and raises
+    ``GridInterrupted`` with the runs finished so far.
+    """
     global _REQUESTS
     server = server or ServerModel()
     tasks = [(p, c, mode, server, warmup_s, warmup_requests) for p in policies for c in capacities]
@@ -54,12 +75,18 @@ def run_grid(
                 if on_done:
                     on_done(results[i])
         else:
-            with ProcessPoolExecutor(jobs, mp_context=mp.get_context("fork")) as pool:
-                futures = {pool.submit(_run, task): i for i, task in enumerate(tasks)}
-                for future in as_completed(futures):
-                    results[futures[future]] = future.result()
+            pool = mp.get_context("fork").Pool(jobs, initializer=_ignore_sigint)
+            try:
+                for i, row in pool.imap_unordered(_run_indexed, enumerate(tasks)):
+                    results[i] = row
                     if on_done:
-                        on_done(results[futures[future]])
+                        on_done(row)
+                pool.close()
+            finally:
+                pool.terminate()
+                pool.join()
+    except KeyboardInterrupt as exc:
+        raise GridInterrupted([results[i] for i in sorted(results)], len(tasks)) from exc
     finally:
         _REQUESTS = []
     return [results[i] for i in range(len(tasks))]

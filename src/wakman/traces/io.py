@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import errno
 import gzip
 import os
-import tempfile
+import secrets
 import zlib
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -88,27 +89,58 @@ def read_rows(
         yield req
 
 
-@contextmanager
-def atomic_output(path: str | Path) -> Iterator[IO[bytes]]:
-    """Write to a temporary file beside ``path`` and move it into place only on success.
+def _new_temp(path: Path) -> Path:
+    """Create an empty hidden ``.part`` file beside ``path``, mode 0666 less the umask (what any new
+    file gets; ``tempfile`` would make it 0600)."""
+    while True:
+        tmp = path.parent / f".{path.name}.{secrets.token_hex(4)}.part"
+        try:
+            os.close(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666))
+        except FileExistsError:
+            continue
+        return tmp
 
-    A ``.gz`` suffix compresses. On any exception the temporary file is removed and ``path`` is
-    left as it was: never a half-written output.
+
+@contextmanager
+def atomic_path(path: str | Path) -> Iterator[Path]:
+    """A path to write ``path``'s content to, moved onto ``path`` only once the block succeeds.
+
+    The file is a hidden ``.part`` beside ``path``, created with the user's umask; on any exception
+    (Ctrl-C included) it is removed and ``path`` is left as it was: never a half-written output. An
+    existing ``path`` that is not a regular file (``/dev/stdout``, a FIFO) is written in place, never
+    renamed over; a folder is refused. OS errors name ``path``.
     """
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".part", dir=path.parent)
+    if path.is_dir():
+        raise IsADirectoryError(errno.EISDIR, "is a folder, not a file", str(path))
     try:
-        with os.fdopen(fd, "wb") as raw:
-            if path.suffix == ".gz":
-                with gzip.GzipFile(fileobj=raw, mode="wb", mtime=0) as gz:
-                    yield gz
-            else:
-                yield raw
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
+        if path.exists() and not path.is_file():
+            yield path
+            return
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = _new_temp(path)
+        try:
+            yield tmp
+            os.replace(tmp, path)
+        except BaseException:
+            tmp.unlink(missing_ok=True)
+            raise
+    except OSError as exc:
+        if exc.filename is None:
+            raise OSError(exc.errno, exc.strerror, str(path)) from exc
         raise
+
+
+@contextmanager
+def atomic_output(path: str | Path) -> Iterator[IO[bytes]]:
+    """A binary stream that becomes ``path`` only on success (``atomic_path``); ``.gz`` compresses."""
+    path = Path(path)
+    with atomic_path(path) as target, open(target, "wb") as raw:
+        if path.suffix == ".gz":
+            with gzip.GzipFile(fileobj=raw, mode="wb", mtime=0) as gz:
+                yield gz
+        else:
+            yield raw
 
 
 def _enc_hook(obj: object) -> object:

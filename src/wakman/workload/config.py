@@ -16,6 +16,7 @@ import msgspec
 CONFIG_VERSION = 1
 DEFAULT_CONFIG = Path(str(files("wakman.workload") / "default.toml"))
 PROFILES = ("single-turn", "multi-turn", "agentic")
+MIX_TOLERANCE = 1e-6  # how far the mix's fractions may sum from 1
 
 
 class LogNormal(msgspec.Struct, forbid_unknown_fields=True):
@@ -85,8 +86,11 @@ class WorkloadConfig(msgspec.Struct, forbid_unknown_fields=True):
             raise ValueError(f"workload config version {self.version} is not {CONFIG_VERSION}")
         if self.rate <= 0 or self.duration_s <= 0 or self.warmup_s < 0:
             raise ValueError("rate and duration_s must be > 0, warmup_s >= 0")
-        if len(self.mix) != 3 or min(self.mix) < 0 or abs(sum(self.mix) - 1) > 1e-6:
-            raise ValueError(f"mix needs three fractions >= 0 summing to 1, got {self.mix}")
+        if len(self.mix) != 3 or min(self.mix) < 0 or abs(sum(self.mix) - 1) > MIX_TOLERANCE:
+            raise ValueError(
+                f"mix needs three fractions >= 0 summing to 1 (within {MIX_TOLERANCE:g}), "
+                f"got {self.mix} (sum {sum(self.mix):.6g})"
+            )
         if self.block_size < 1 or self.vocab_size < 2:
             raise ValueError("block_size must be >= 1 and vocab_size >= 2")
         if self.hash not in ("fast", "sha256"):
@@ -134,9 +138,15 @@ def load_config(path: str | Path | None = None, overrides: dict[str, str] | None
         tree = tomllib.loads(source.read_text())
     except (OSError, tomllib.TOMLDecodeError) as exc:
         raise ValueError(f"{source}: cannot read workload config ({exc})") from exc
-    for key, value in (overrides or {}).items():
+    overrides = overrides or {}
+    for key, value in overrides.items():
         _set_dotted(tree, key, value)
     try:
         return msgspec.convert(tree, WorkloadConfig, strict=False).validate()
     except msgspec.ValidationError as exc:
+        # a value that came from an override is blamed on it, not on the file
+        where = str(exc).split("at `$.", 1)[1].rstrip("`") if "at `$." in str(exc) else ""
+        for key, value in overrides.items():
+            if where == key or where.startswith((f"{key}.", f"{key}[")):
+                raise ValueError(f"--set {key}={value}: {exc}") from exc
         raise ValueError(f"{source}: {exc}") from exc

