@@ -95,7 +95,14 @@ def test_regret_summary_matches_the_table(quick_run):
         assert s["policies"][policy]["max_regret_points"] == pytest.approx(max(regrets))
     assert s["lru_wins"] == sum(r["hit_rate"]["lru"] > r["hit_rate"]["s3fifo"] for r in table)
     assert s["lru_wins"] + s["s3fifo_wins"] == 20
-    assert s["serve_runs"] == sum(len(m["saturated"]) for m in payload["mixes"])
+    runs = [
+        flag
+        for m in payload["mixes"]
+        for flags in (m["saturated"], *m.get("saturated_by_capacity", {}).values())
+        for flag in flags.values()
+    ]
+    assert (s["saturated_runs"], s["serve_runs"]) == (sum(runs), len(runs))
+    assert s["serve_runs"] == 20 * (6 + 4 * len(payload["plan"]["other_capacities"]))
 
 
 def test_quick_makes_decisions(quick_run):

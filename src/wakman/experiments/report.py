@@ -145,14 +145,29 @@ def _header(payload: dict[str, Any], command: str) -> str:
     if s.get("serve_runs"):
         text += (
             f" The modelled server kept up in {kept} of the {s['serve_runs']} serve-mode runs of the mixes"
-            + (
-                "."
-                if kept == s["serve_runs"]
-                else f"; {s['saturated_runs']} saturated (`saturated` in results.json): their hit rates are "
-                "those of an overloaded queue."
-            )
         )
+        if kept == s["serve_runs"]:
+            text += "."
+        else:
+            which = _saturated_list(payload["mixes"], plan["capacity"])
+            text += (
+                f"; {s['saturated_runs']} saturated (`saturated` in results.json; docs/simulator.md), so "
+                f"their hit rates are those of an overloaded queue: {which}."
+            )
     return text
+
+
+def _saturated_list(mixes: list[dict[str, Any]], primary: int) -> str:
+    """``mix at N blocks (policies)`` for every saturated run of the mixes."""
+    out = []
+    for m in mixes:
+        runs = {str(primary): m.get("saturated", {}), **m.get("saturated_by_capacity", {})}
+        for capacity, flags in runs.items():
+            hit = [p for p, flag in flags.items() if flag]
+            if hit:
+                which = "every policy" if len(hit) == len(flags) else ", ".join(hit)
+                out.append(f"{m['name']} at {int(capacity):,} blocks ({which})")
+    return "; ".join(out)
 
 
 def _capacity_note(payload: dict[str, Any]) -> str:
@@ -359,17 +374,28 @@ def _ablation_flips(ablations: list[dict[str, Any]]) -> list[str]:
 
 def _ablation_table(ablations: list[dict[str, Any]]) -> str:
     return _markdown_table(
-        ["ablation", "single/multi/agentic", *ONLINE, "winner"],
+        ["ablation", "single/multi/agentic", *ONLINE, "winner", "kept up"],
         [
             [
                 a["name"],
                 _mix(a["fractions"]),
                 *[f"{a['hit_rate'][p]:.4f}" for p in ONLINE],
                 _winner(a["hit_rate"]),
+                _kept_up(a),
             ]
             for a in ablations
         ],
     )
+
+
+def _kept_up(row: dict[str, Any]) -> str:
+    """``yes``, or ``no`` with the highest prefill utilization of the row's saturated runs."""
+    if "saturated" not in row:
+        return "-"
+    if not any(row["saturated"].values()):
+        return "yes"
+    util = max(u for p, u in row["prefill_utilization"].items() if row["saturated"][p] and u is not None)
+    return f"no (prefill utilization {util:.2f})"
 
 
 def _map_section(payload: dict[str, Any], figures: set[str]) -> str:
@@ -389,8 +415,8 @@ def _map_section(payload: dict[str, Any], figures: set[str]) -> str:
                     f"{v:g}",
                     *[
                         f"{at[v, c]['winner']} {at[v, c]['lead_points']:+.1f}; wakman "
-                        f"{at[v, c]['regret_points']['wakman']:.1f}, "
-                        f"plus {at[v, c]['regret_points']['wakman-plus']:.1f}"
+                        f"{_points(at[v, c]['regret_points']['wakman'])}, "
+                        f"plus {_points(at[v, c]['regret_points']['wakman-plus'])}"
                         + (" (saturated)" if at[v, c].get("saturated") else "")
                         for c in capacities
                     ],
@@ -406,7 +432,9 @@ def _map_section(payload: dict[str, Any], figures: set[str]) -> str:
         )
         by_cap = [c for c in values if len({at[c, cap]["winner"] for cap in capacities}) > 1]
         if by_cap:
-            verdict += f" The cache size alone changes it at {', '.join(f'{v:g}' for v in by_cap)}."
+            short = label.split(" (")[0]
+            at_values = ", ".join(f"{v:g}" for v in by_cap)
+            verdict += f" At a {short} of {at_values}, the cache size alone changes the winner."
         parts.append(f"**{label}.** {verdict}\n\n{table}")
     worst = {p: max(c["regret_points"][p] for c in cells) for p in ("wakman", "wakman-plus")}
     mean = {p: statistics.mean(c["regret_points"][p] for c in cells) for p in ("wakman", "wakman-plus")}
@@ -443,7 +471,7 @@ def _real_section(payload: dict[str, Any]) -> str:
                 f"{r['capacity']:,}",
                 f"{r['requests']:,}",
                 *[f"{r['hit_rate'][p]:.4f}" for p in POLICIES],
-                ("no" if any(r["saturated"].values()) else "yes") if "saturated" in r else "-",
+                _kept_up(r),
             ]
             for r in rows
         ],
@@ -476,6 +504,12 @@ def _real_section(payload: dict[str, Any]) -> str:
             "modelled server)."
         )
     return "\n\n".join(notes)
+
+
+def _points(value: float) -> str:
+    """One decimal, without a minus sign on what rounds to zero."""
+    text = f"{value:.1f}"
+    return "0.0" if text == "-0.0" else text
 
 
 def _pct(value: float | None) -> str:

@@ -111,12 +111,12 @@ def _mix_task(args: tuple[str, Plan]) -> dict[str, Any]:
             row["wakman_decisions"] = res.extra["decisions"]
         _record_server(row, policy, res.as_flat_dict())
     for capacity in plan.other_capacities:
-        rates = {}
+        rates, saturated = {}, {}
         for policy in (*STATIC, *ADAPTIVE):
             res = simulate(reqs, policy, capacity)
-            rates[policy] = res.hit_rate
-            row["saturated"][policy] = row["saturated"][policy] or res.saturation.saturated
+            rates[policy], saturated[policy] = res.hit_rate, res.saturation.saturated
         row["by_capacity"][str(capacity)] = rates
+        row.setdefault("saturated_by_capacity", {})[str(capacity)] = saturated
     row["by_capacity"][str(plan.capacity)] = {p: row["hit_rate"][p] for p in (*STATIC, *ADAPTIVE)}
     return row
 
@@ -309,8 +309,13 @@ def summarize(mixes: list[dict[str, Any]]) -> dict[str, Any]:
         ]
         summary[f"{policy}_median_recovered_pct"] = statistics.median(recovered) if recovered else None
         summary[f"{policy}_mixes_over_one_point"] = len(recovered)
-    summary["saturated_runs"] = sum(sum(m.get("saturated", {}).values()) for m in mixes)
-    summary["serve_runs"] = sum(len(m.get("saturated", {})) for m in mixes)
+    runs = [
+        flag
+        for m in mixes
+        for flags in (m.get("saturated", {}), *m.get("saturated_by_capacity", {}).values())
+        for flag in flags.values()
+    ]
+    summary["saturated_runs"], summary["serve_runs"] = sum(runs), len(runs)
     summary["paper"] = PAPER
     return summary
 
