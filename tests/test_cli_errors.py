@@ -427,7 +427,7 @@ def test_ctrl_c_while_the_cli_starts_is_clean(tmp_path):
     """SIGINT while the entry point still imports (about a second): no traceback, exit 130."""
     script = Path(sys.executable).parent / "wakman"
     said = []
-    for delay in (0.15, 0.3, 0.5):
+    for delay in (0.15, 0.3, 0.5, 0.8):
         proc = subprocess.Popen(
             [script, "policies"], cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
         )
@@ -435,7 +435,8 @@ def test_ctrl_c_while_the_cli_starts_is_clean(tmp_path):
         proc.send_signal(signal.SIGINT)
         _, err = proc.communicate(timeout=60)
         assert "Traceback" not in err, (delay, err)
-        assert proc.returncode in (0, 130), (delay, proc.returncode, err)
+        # -SIGINT: the signal came before the interpreter set up its handler (nothing printed at all)
+        assert proc.returncode in (0, 130, -signal.SIGINT), (delay, proc.returncode, err)
         said.append("interrupted" in err)
     assert any(said)
 
