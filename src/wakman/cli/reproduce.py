@@ -25,7 +25,11 @@ def reproduce(
     quick: bool = typer.Option(False, "--quick", help="Shorter traces and one capacity (about a minute)."),
     out: Path = typer.Option(Path("results"), "--out", help="Folder for results.json, tables and figures."),
     jobs: int | None = typer.Option(None, "--jobs", help="Worker processes (default: all cores)."),
-    docs: Path | None = typer.Option(None, "--docs", help="Also write the markdown report here."),
+    docs: Path | None = typer.Option(
+        None,
+        "--docs",
+        help="Also write the markdown report here, with its figures and results.json beside it.",
+    ),
     shared: Path | None = typer.Option(
         None,
         "--shared",
@@ -74,9 +78,9 @@ def reproduce(
             )
         if docs is not None:
             command = "wakman reproduce" + (" --quick" if quick else "") + f" --docs {docs}"
-            for figure in sorted(figures):
-                with atomic_path(docs.parent / figure) as target:
-                    target.write_bytes((out / figure).read_bytes())
+            for name in (*sorted(figures), "results.json"):  # the figures and the data beside the report
+                with atomic_path(docs.parent / name) as target:
+                    target.write_bytes((out / name).read_bytes())
             with atomic_path(docs) as target:
                 target.write_text(render_markdown(payload, command, figures))
     except KeyboardInterrupt:
