@@ -251,7 +251,9 @@ def find_model(name: str) -> dict[str, Any]:
     also works). An unknown name lists the close ones."""
     lowered = {k.lower(): k for k in MODEL_CONFIGS}
     short = {k.split("/", 1)[1].lower(): k for k in MODEL_CONFIGS}
-    key = lowered.get(name.lower()) or short.get(name.lower())
+    key = None
+    for suffix in ("", "-instruct", "-it"):  # a base model has its instruct model's architecture
+        key = key or lowered.get(name.lower() + suffix) or short.get(name.lower() + suffix)
     if key is not None:
         return MODEL_CONFIGS[key]
     close = difflib.get_close_matches(name.lower(), [*lowered, *short], n=4, cutoff=0.4)
