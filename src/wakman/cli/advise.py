@@ -343,7 +343,7 @@ def _print(result: dict[str, Any]) -> None:
         f"[bold]{Path(result['trace']).name}[/bold]: {result['requests']:,} requests, "
         f"{adv.human_tokens(result['prompt_tokens'])} prompt tokens "
         f"(mean {result['mean_prompt_tokens']:,.0f}), block {result['block_size']} tokens, "
-        f"{result['distinct_blocks']:,} distinct blocks; {result['mode']} mode",
+        f"{result['distinct_blocks']:,} distinct cacheable blocks; {result['mode']} mode",
         highlight=False,
     )
     if kv:
