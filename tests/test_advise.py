@@ -215,3 +215,18 @@ def test_config_missing_field_exits_2(tmp_path):
     result = CliRunner().invoke(app, ["advise", "--model-config", str(path)])
     assert result.exit_code == 2
     assert "--model-config" in result.output and "num_key_value_heads" in result.output
+
+
+def test_prefix_histogram_survives_compaction(reqs, curve):
+    """Tiny position ranges force the Fenwick tree to renumber often; the lookups must not notice."""
+    import numpy as np
+
+    from wakman import _core
+
+    scan = _core.TraceScan(stack_distances=True, min_positions=4)
+    for r in reqs:
+        scan.replay_request(
+            r.block_keys, r.max_hit_blocks, r.full_blocks, r.output_keys, r.arrival_s, r.block_size
+        )
+    assert scan.compactions > 10
+    assert np.array_equal(np.concatenate(([0], np.cumsum(scan.prefix_histogram()))), curve.hit_tokens)
