@@ -54,6 +54,33 @@ void bind_trace_scan(nb::module_& m) {
           "int64 array, [d] = reuses with stack distance d, d < distinct: LRU with C blocks hits the sum "
           "over d < C.")
       .def(
+          "replay_request",
+          [](TraceScan& s, nb::handle keys, size_t limit, size_t full, nb::handle outputs, double time_s,
+             int64_t weight) {
+            KeyBatch batch(keys), out(outputs);
+            const size_t n = batch.size();
+            const size_t hit = s.lookup(batch.data(), std::min(limit, n), weight);
+            full = std::min(full, n);
+            std::vector<wakman::Key> order;  // vLLM's release order: outputs, then the prompt, deepest first
+            order.reserve(out.size() + full);
+            for (size_t i = out.size(); i-- > 0;) order.push_back(out.data()[i]);
+            for (size_t i = full; i-- > 0;) order.push_back(batch.data()[i]);
+            s.scan(order.data(), order.size(), time_s, -1);
+            return hit;
+          },
+          "keys"_a, "limit"_a, "full"_a, "outputs"_a, "time_s"_a, "weight"_a = 1,
+          "One request as cache mode replays it (wakman.drivers.replay_request): the lookup of keys[:limit] "
+          "filed in prefix_histogram() with weight per block, then outputs and keys[:full] accessed deepest "
+          "first. Returns the blocks an infinite cache would hit.")
+      .def(
+          "prefix_histogram",
+          [](const TraceScan& s) {
+            if (!s.has_distances()) throw std::logic_error("TraceScan built with stack_distances=False");
+            return to_numpy(s.prefix_histogram());
+          },
+          "int64 array, [d] = lookup weight (tokens) of blocks whose prefix's largest stack distance is d: "
+          "LRU with C blocks hits the sum over d < C, vLLM's first-miss rule included.")
+      .def(
           "reuse_count", [](const TraceScan& s, int32_t label) { return s.reuse_times(label).count(); },
           "label"_a = -1, "Reuse times recorded (all accesses for label -1).")
       .def(

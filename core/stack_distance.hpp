@@ -199,6 +199,36 @@ class TraceScan {
     return reuses;
   }
 
+  // vLLM's prefix lookup under LRU at every capacity at once, changing nothing: keys[0..n) in prefix
+  // order, each key's stack distance now (the distinct other keys touched since its last access),
+  // stopping at the first key never seen. LRU with C blocks holds a key iff its distance is < C, so
+  // the first-miss rule hits block j iff the running max of blocks 0..j's distances is < C; that max
+  // is filed in prefix_histogram() with `weight` (a block's tokens, say). Returns the blocks looked at
+  // before the first unseen key (what an infinite cache of every accessed key would hit).
+  size_t lookup(const Key* keys, size_t n, int64_t weight) {
+    if (!distances_) throw std::logic_error("TraceScan.lookup needs stack_distances=True");
+    const size_t known = keys_.size();
+    size_t worst = 0;
+    int32_t guess = -1;
+    for (size_t i = 0; i < n; ++i) {
+      const size_t g = static_cast<size_t>(guess) + 1;
+      guess = guess >= 0 && g < known && keys_[g] == keys[i] ? static_cast<int32_t>(g) : index_.find(keys[i]);
+      if (guess < 0) return i;
+      const size_t d = known - static_cast<size_t>(prefix(last_pos_[guess]));
+      if (d > worst) worst = d;
+      if (worst >= prefix_hist_.size()) prefix_hist_.resize(std::max(worst + 1, 2 * prefix_hist_.size()), 0);
+      prefix_hist_[worst] += weight;
+    }
+    return n;
+  }
+
+  // [d] = the weight of looked-up blocks whose running max distance is d, d = 0 .. distinct() - 1.
+  std::vector<int64_t> prefix_histogram() const {
+    std::vector<int64_t> out(distinct(), 0);
+    std::copy(prefix_hist_.begin(), prefix_hist_.begin() + std::min(prefix_hist_.size(), out.size()), out.begin());
+    return out;
+  }
+
   size_t distinct() const { return last_t_.size(); }
   int64_t accesses() const { return accesses_; }
   int64_t reuses() const { return reuses_; }
@@ -223,7 +253,7 @@ class TraceScan {
   size_t bytes() const {
     size_t b = index_.bytes() + keys_.capacity() * sizeof(Key) + last_t_.capacity() * sizeof(double) + last_pos_.capacity() * sizeof(uint32_t) +
                tree_.capacity() * sizeof(int32_t) + at_.capacity() * sizeof(int32_t) +
-               hist_.capacity() * sizeof(int64_t) + all_.bytes();
+               hist_.capacity() * sizeof(int64_t) + prefix_hist_.capacity() * sizeof(int64_t) + all_.bytes();
     for (const auto& h : labels_)
       if (h) b += h->bytes();
     return b;
@@ -313,6 +343,7 @@ class TraceScan {
   uint32_t run_pos_ = 0;            // the previous reuse's old position (0: none) ...
   int32_t run_prefix_ = 0;          // ... and its prefix count before it moved
   std::vector<int64_t> hist_;       // [d] reuses with stack distance d
+  std::vector<int64_t> prefix_hist_;  // [d] lookup weight whose running max distance is d
   ReuseHistogram all_;
   std::vector<std::unique_ptr<ReuseHistogram>> labels_;
   int64_t accesses_ = 0;

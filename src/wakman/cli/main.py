@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import typer
 
-from wakman.cli import generate, policies, replay, reproduce, simulate, traces
+from wakman.cli import advise, generate, policies, replay, reproduce, simulate, traces
 
 app = typer.Typer(
     name="wakman",
@@ -41,6 +41,7 @@ app.command("generate")(generate.generate)
 app.command("simulate")(simulate.simulate)
 app.command("sweep")(simulate.sweep)
 app.command("replay")(replay.replay)
+app.command("advise")(advise.advise)
 
 if __name__ == "__main__":  # pragma: no cover
     app()

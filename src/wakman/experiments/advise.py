@@ -1,0 +1,149 @@
+"""Sizing a prefix cache for a trace: LRU's hit rate at every cache size in one pass, the other
+policies by a sweep, the infinite-cache ceiling, and the smallest cache within a fraction of it.
+
+The metric throughout is vLLM's: cached prompt tokens / prompt tokens, a request hitting its longest
+cached prefix of full blocks, at most ``prompt - 1`` tokens. The LRU curve is exact for cache mode
+(``wakman.simulation.cache_mode``: no time, no pinning) at every size: LRU's contents with C blocks
+are the C most recently used keys of a capacity-independent access sequence, so a block hits iff
+the largest stack distance over its prefix is < C (``_core.TraceScan.replay_request``).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+import numpy as np
+
+from wakman import _core
+from wakman.traces.model import Request
+
+ORACLES = ("belady", "infinite")  # references, not policies a server can run
+
+
+@dataclass
+class LruCurve:
+    """``hit_tokens[c]`` = LRU's hit tokens with ``c`` blocks (cache mode), c = 0 .. distinct."""
+
+    hit_tokens: np.ndarray
+    prompt_tokens: int
+    requests: int
+    block_size: int
+    duration_s: float = 0.0  # first arrival to last
+
+    @property
+    def distinct_blocks(self) -> int:
+        return len(self.hit_tokens) - 1
+
+    @property
+    def ceiling_tokens(self) -> int:
+        """What an infinite cache hits: every full prompt and output block ever seen stays."""
+        return int(self.hit_tokens[-1])
+
+    @property
+    def ceiling(self) -> float:
+        return self.ceiling_tokens / self.prompt_tokens if self.prompt_tokens else 0.0
+
+    def tokens_at(self, capacity: int) -> int:
+        return int(self.hit_tokens[min(max(capacity, 0), self.distinct_blocks)])
+
+    def hit_rate(self, capacity: int) -> float:
+        return self.tokens_at(capacity) / self.prompt_tokens if self.prompt_tokens else 0.0
+
+    def smallest_within(self, fraction: float) -> int:
+        """The fewest blocks with which LRU hits at least ``fraction`` of the ceiling's tokens."""
+        threshold = fraction * self.ceiling_tokens
+        return int(np.searchsorted(self.hit_tokens, threshold, side="left"))
+
+
+def lru_curve(requests: Iterable[Request]) -> LruCurve:
+    """One pass over ``requests`` (a stream; memory O(distinct blocks))."""
+    scan = _core.TraceScan(stack_distances=True)
+    prompt = n = 0
+    block_size = None
+    first = last = 0.0
+    for req in requests:
+        if n == 0:
+            first = req.arrival_s
+        last = req.arrival_s
+        if block_size is None:
+            block_size = req.block_size
+        elif req.block_size != block_size:
+            raise ValueError(f"the trace mixes block sizes ({block_size} and {req.block_size})")
+        n += 1
+        prompt += req.prompt_tokens
+        scan.replay_request(
+            req.block_keys,
+            req.max_hit_blocks,
+            req.full_blocks,
+            req.output_keys,
+            req.arrival_s,
+            req.block_size,
+        )
+    hist = scan.prefix_histogram()
+    hits = np.concatenate((np.zeros(1, dtype=np.int64), np.cumsum(hist, dtype=np.int64)))
+    return LruCurve(
+        hit_tokens=hits, prompt_tokens=prompt, requests=n, block_size=block_size or 0, duration_s=last - first
+    )
+
+
+def sweep_capacities(
+    curve: LruCurve, points: int, extra: Iterable[int] = (), band: float | None = None
+) -> list[int]:
+    """``points`` log-spaced sizes from where LRU reaches 10 % of the ceiling to where it reaches the
+    ceiling, with ``extra`` sizes (the user's) added, and with ``band`` (a target fraction) the sizes
+    1/2, 1/sqrt 2, 1, sqrt 2 and 2 times LRU's smallest size within it, where the other policies'
+    answers usually lie; sorted, distinct, each >= 1."""
+    lo = max(1, curve.smallest_within(0.10))
+    hi = max(lo, curve.smallest_within(1.0))
+    grid = {round(x) for x in np.geomspace(lo, hi, points)} if points > 1 else {hi}
+    grid.update(int(c) for c in extra)
+    if band is not None:
+        at = curve.smallest_within(band)
+        grid.update(round(at * f) for f in (0.5, 2**-0.5, 1.0, 2**0.5, 2.0))
+    return sorted(c for c in grid if c >= 1)
+
+
+def smallest_sampled(rows: list[dict], policy: str, threshold_rate: float) -> tuple[int | None, int | None]:
+    """From a sweep: the smallest sampled size at which ``policy``'s hit rate reaches
+    ``threshold_rate``, and the sampled size below it (the answer lies in between); (None, largest
+    sampled) when no sample reaches it."""
+    points = sorted((r["capacity_blocks"], r["hit_rate"]) for r in rows if r["policy"] == policy)
+    below = None
+    for capacity, rate in points:
+        if rate >= threshold_rate:
+            return capacity, below
+        below = capacity
+    return None, below
+
+
+def best_at(rows: list[dict], capacity: int) -> dict | None:
+    """The online policy with the highest hit rate at ``capacity`` (first listed wins a tie)."""
+    best = None
+    for row in rows:
+        if row["capacity_blocks"] != capacity or row["policy"] in ORACLES:
+            continue
+        if best is None or row["hit_rate"] > best["hit_rate"]:
+            best = row
+    return best
+
+
+def log_points(curve: LruCurve, n: int = 400) -> list[int]:
+    """Sizes to draw the exact curve at: log-spaced from 1 block to every distinct block."""
+    top = max(curve.distinct_blocks, 1)
+    return sorted({round(x) for x in np.geomspace(1, top, n)})
+
+
+def human_tokens(tokens: float) -> str:
+    if tokens >= 1e9:
+        return f"{tokens / 1e9:.2f} G"
+    if tokens >= 1e6:
+        return f"{tokens / 1e6:.2f} M"
+    if tokens >= 1e3:
+        return f"{tokens / 1e3:.1f} k"
+    return f"{tokens:.0f}"
+
+
+def finite(value: float | None) -> float | None:
+    return None if value is None or (isinstance(value, float) and math.isnan(value)) else value

@@ -1,0 +1,280 @@
+"""KV-cache memory per token of a model, from its architecture as its Hugging Face ``config.json``
+states it: a few well-known models by name, or any ``config.json`` the user has (never downloaded).
+
+Standard attention (MHA / GQA / MQA) caches a key and a value vector per KV head per layer:
+``2 * num_hidden_layers * num_key_value_heads * head_dim * dtype_bytes`` bytes per token, with
+``head_dim`` from the config or ``hidden_size // num_attention_heads``. Multi-head latent attention
+(DeepSeek-V2/V3, ``kv_lora_rank`` in the config) caches one compressed latent plus the rotary key
+per layer, as vLLM does: ``num_hidden_layers * (kv_lora_rank + qk_rope_head_dim) * dtype_bytes``.
+Sliding-window layers (Gemma 2) are counted at full size, as a pool without a hybrid allocator
+holds them. A vLLM block of ``block_size`` tokens takes ``block_size`` times the per-token bytes.
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+GIB = 1024**3
+
+DTYPE_BYTES = {
+    "float32": 4,
+    "fp32": 4,
+    "float": 4,
+    "bfloat16": 2,
+    "bf16": 2,
+    "float16": 2,
+    "fp16": 2,
+    "half": 2,
+    "fp8": 1,
+    "fp8_e4m3": 1,
+    "fp8_e5m2": 1,
+    "float8_e4m3fn": 1,
+    "int8": 1,
+}
+
+# Architecture fields as each model's config.json on the Hugging Face Hub writes them (only those the
+# KV size depends on). Keys absent from a config (head_dim in Llama 3.1's) are absent here too.
+MODEL_CONFIGS: dict[str, dict[str, Any]] = {
+    "meta-llama/Llama-3.1-8B-Instruct": {
+        "num_hidden_layers": 32,
+        "num_attention_heads": 32,
+        "num_key_value_heads": 8,
+        "hidden_size": 4096,
+        "torch_dtype": "bfloat16",
+    },
+    "meta-llama/Llama-3.1-70B-Instruct": {
+        "num_hidden_layers": 80,
+        "num_attention_heads": 64,
+        "num_key_value_heads": 8,
+        "hidden_size": 8192,
+        "torch_dtype": "bfloat16",
+    },
+    "meta-llama/Llama-3.2-1B-Instruct": {
+        "num_hidden_layers": 16,
+        "num_attention_heads": 32,
+        "num_key_value_heads": 8,
+        "hidden_size": 2048,
+        "head_dim": 64,
+        "torch_dtype": "bfloat16",
+    },
+    "meta-llama/Llama-3.2-3B-Instruct": {
+        "num_hidden_layers": 28,
+        "num_attention_heads": 24,
+        "num_key_value_heads": 8,
+        "hidden_size": 3072,
+        "head_dim": 128,
+        "torch_dtype": "bfloat16",
+    },
+    "Qwen/Qwen2.5-7B-Instruct": {
+        "num_hidden_layers": 28,
+        "num_attention_heads": 28,
+        "num_key_value_heads": 4,
+        "hidden_size": 3584,
+        "torch_dtype": "bfloat16",
+    },
+    "Qwen/Qwen2.5-14B-Instruct": {
+        "num_hidden_layers": 48,
+        "num_attention_heads": 40,
+        "num_key_value_heads": 8,
+        "hidden_size": 5120,
+        "torch_dtype": "bfloat16",
+    },
+    "Qwen/Qwen2.5-32B-Instruct": {
+        "num_hidden_layers": 64,
+        "num_attention_heads": 40,
+        "num_key_value_heads": 8,
+        "hidden_size": 5120,
+        "torch_dtype": "bfloat16",
+    },
+    "Qwen/Qwen2.5-72B-Instruct": {
+        "num_hidden_layers": 80,
+        "num_attention_heads": 64,
+        "num_key_value_heads": 8,
+        "hidden_size": 8192,
+        "torch_dtype": "bfloat16",
+    },
+    "Qwen/Qwen3-8B": {
+        "num_hidden_layers": 36,
+        "num_attention_heads": 32,
+        "num_key_value_heads": 8,
+        "hidden_size": 4096,
+        "head_dim": 128,
+        "torch_dtype": "bfloat16",
+    },
+    "Qwen/Qwen3-32B": {
+        "num_hidden_layers": 64,
+        "num_attention_heads": 64,
+        "num_key_value_heads": 8,
+        "hidden_size": 5120,
+        "head_dim": 128,
+        "torch_dtype": "bfloat16",
+    },
+    "mistralai/Mistral-7B-Instruct-v0.3": {
+        "num_hidden_layers": 32,
+        "num_attention_heads": 32,
+        "num_key_value_heads": 8,
+        "hidden_size": 4096,
+        "head_dim": 128,
+        "torch_dtype": "bfloat16",
+    },
+    "mistralai/Mixtral-8x7B-Instruct-v0.1": {
+        "num_hidden_layers": 32,
+        "num_attention_heads": 32,
+        "num_key_value_heads": 8,
+        "hidden_size": 4096,
+        "torch_dtype": "bfloat16",
+    },
+    "google/gemma-2-9b-it": {
+        "num_hidden_layers": 42,
+        "num_attention_heads": 16,
+        "num_key_value_heads": 8,
+        "hidden_size": 3584,
+        "head_dim": 256,
+        "torch_dtype": "bfloat16",
+    },
+    "deepseek-ai/DeepSeek-V3": {
+        "num_hidden_layers": 61,
+        "num_attention_heads": 128,
+        "num_key_value_heads": 128,
+        "hidden_size": 7168,
+        "kv_lora_rank": 512,
+        "qk_rope_head_dim": 64,
+        "qk_nope_head_dim": 128,
+        "v_head_dim": 128,
+        "torch_dtype": "bfloat16",
+    },
+}
+
+
+@dataclass(frozen=True)
+class KVLayout:
+    """What one token's KV cache takes: ``bytes_per_token`` and how it was derived."""
+
+    name: str
+    bytes_per_token: int
+    formula: str  # the product written out, e.g. "2 * 32 layers * 8 kv heads * 128 head_dim * 2 B"
+    attention: str  # "mha/gqa" or "mla"
+    dtype: str
+
+    def block_bytes(self, block_size: int) -> int:
+        return self.bytes_per_token * block_size
+
+    def blocks_in(self, gib: float, block_size: int) -> int:
+        """Whole blocks of ``block_size`` tokens in ``gib`` GiB of KV cache."""
+        return int(gib * GIB // self.block_bytes(block_size))
+
+    def gib(self, blocks: int, block_size: int) -> float:
+        return blocks * self.block_bytes(block_size) / GIB
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "bytes_per_token": self.bytes_per_token,
+            "formula": self.formula,
+            "attention": self.attention,
+            "dtype": self.dtype,
+        }
+
+
+def dtype_bytes(dtype: str) -> int:
+    key = str(dtype).lower().removeprefix("torch.")
+    if key not in DTYPE_BYTES:
+        raise ValueError(f"unknown KV dtype {dtype!r}; choose from {', '.join(sorted(DTYPE_BYTES))}")
+    return DTYPE_BYTES[key]
+
+
+def _positive_int(config: dict[str, Any], field: str, source: str) -> int:
+    value = config[field]
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(f"{source}: {field} must be a positive integer, got {value!r}")
+    return value
+
+
+def kv_layout(config: dict[str, Any], name: str = "model", kv_dtype: str | None = None) -> KVLayout:
+    """The KV bytes per token of an architecture given as config.json's fields. ``kv_dtype``
+    overrides ``torch_dtype`` (vLLM's ``--kv-cache-dtype fp8`` is 1 byte). A config that nests the
+    text model (``text_config``) is read there."""
+    if "num_hidden_layers" not in config and isinstance(config.get("text_config"), dict):
+        config = {**config, **config["text_config"]}
+    mla = config.get("kv_lora_rank") is not None
+    need = ["num_hidden_layers"]
+    need += ["kv_lora_rank", "qk_rope_head_dim"] if mla else ["num_key_value_heads"]
+    if not mla and config.get("head_dim") is None:
+        need += ["hidden_size", "num_attention_heads"]
+    if kv_dtype is None:
+        need.append("torch_dtype")
+    missing = [f for f in need if config.get(f) is None]
+    if not mla and "num_key_value_heads" in missing and config.get("num_attention_heads") is not None:
+        missing.remove("num_key_value_heads")  # no GQA field: one KV head per attention head (MHA)
+        config = {**config, "num_key_value_heads": config["num_attention_heads"]}
+    if missing:
+        raise ValueError(f"{name}: config is missing {', '.join(missing)} (needed for the KV-cache size)")
+    dtype = kv_dtype or str(config["torch_dtype"])
+    width = dtype_bytes(dtype)
+    layers = _positive_int(config, "num_hidden_layers", name)
+    if mla:
+        rank = _positive_int(config, "kv_lora_rank", name)
+        rope = _positive_int(config, "qk_rope_head_dim", name)
+        return KVLayout(
+            name,
+            layers * (rank + rope) * width,
+            f"{layers} layers * ({rank} kv_lora_rank + {rope} qk_rope_head_dim) * {width} B (MLA latent)",
+            "mla",
+            dtype,
+        )
+    heads = _positive_int(config, "num_key_value_heads", name)
+    if config.get("head_dim") is not None:
+        head_dim = _positive_int(config, "head_dim", name)
+    else:
+        hidden = _positive_int(config, "hidden_size", name)
+        n_heads = _positive_int(config, "num_attention_heads", name)
+        if hidden % n_heads:
+            raise ValueError(
+                f"{name}: hidden_size {hidden} is not a multiple of num_attention_heads {n_heads}"
+            )
+        head_dim = hidden // n_heads
+    return KVLayout(
+        name,
+        2 * layers * heads * head_dim * width,
+        f"2 (K, V) * {layers} layers * {heads} kv heads * {head_dim} head_dim * {width} B",
+        "mha/gqa",
+        dtype,
+    )
+
+
+def find_model(name: str) -> dict[str, Any]:
+    """A known model's config fields by its Hub name (case-insensitive; the part after the owner
+    also works). An unknown name lists the close ones."""
+    lowered = {k.lower(): k for k in MODEL_CONFIGS}
+    short = {k.split("/", 1)[1].lower(): k for k in MODEL_CONFIGS}
+    key = None
+    for suffix in ("", "-instruct", "-it"):  # a base model has its instruct model's architecture
+        key = key or lowered.get(name.lower() + suffix) or short.get(name.lower() + suffix)
+    if key is not None:
+        return MODEL_CONFIGS[key]
+    close = difflib.get_close_matches(name.lower(), [*lowered, *short], n=4, cutoff=0.4)
+    names = list(dict.fromkeys(lowered.get(c) or short[c] for c in close))
+    hint = f"; close: {', '.join(names)}" if names else ""
+    raise ValueError(
+        f"--model: unknown model {name!r}{hint}. Known: {', '.join(MODEL_CONFIGS)}; "
+        "or pass --model-config config.json or --kv-bytes-per-token N"
+    )
+
+
+def model_layout(name: str, kv_dtype: str | None = None) -> KVLayout:
+    key = next((k for k in MODEL_CONFIGS if MODEL_CONFIGS[k] is find_model(name)), name)
+    return kv_layout(find_model(name), key, kv_dtype)
+
+
+def config_layout(path: Path, kv_dtype: str | None = None) -> KVLayout:
+    try:
+        config = json.loads(Path(path).read_text())
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"--model-config {path}: not JSON ({exc})") from exc
+    if not isinstance(config, dict):
+        raise ValueError(f"--model-config {path}: expected a JSON object")
+    return kv_layout(config, f"--model-config {path}", kv_dtype)

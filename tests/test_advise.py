@@ -1,0 +1,232 @@
+"""`wakman advise`: KV bytes per token, the exact LRU token curve, the smallest cache within the
+target, the JSON output and the errors."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+from typer.testing import CliRunner
+
+from wakman.adaptive import simulate
+from wakman.cli.main import app
+from wakman.experiments import advise as adv
+from wakman.experiments.kv_memory import MODEL_CONFIGS, config_layout, kv_layout, model_layout
+from wakman.traces import write_trace
+from wakman.workload import build_config, generate_requests
+
+
+@pytest.fixture(scope="module")
+def reqs():
+    return generate_requests(build_config(preset="mix19-thirds", duration_s=300), seed=3)
+
+
+@pytest.fixture(scope="module")
+def curve(reqs):
+    return adv.lru_curve(reqs)
+
+
+# --- KV bytes per token ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("model", "expected"),
+    [
+        # 2 (K, V) * layers * KV heads * head_dim * bytes
+        ("meta-llama/Llama-3.1-8B-Instruct", 2 * 32 * 8 * 128 * 2),  # 131072 = 128 KiB
+        ("Qwen/Qwen2.5-7B-Instruct", 2 * 28 * 4 * (3584 // 28) * 2),  # 57344
+        ("google/gemma-2-9b-it", 2 * 42 * 8 * 256 * 2),  # head_dim 256 != 3584 / 16
+        ("meta-llama/Llama-3.1-70B-Instruct", 2 * 80 * 8 * 128 * 2),
+        # MLA: one latent (kv_lora_rank) plus the rotary key per layer, no separate V
+        ("deepseek-ai/DeepSeek-V3", 61 * (512 + 64) * 2),  # 70272
+    ],
+)
+def test_kv_bytes_per_token_closed_forms(model, expected):
+    assert model_layout(model).bytes_per_token == expected
+
+
+def test_kv_bytes_known_values_and_overrides():
+    assert model_layout("meta-llama/Llama-3.1-8B-Instruct").bytes_per_token == 128 * 1024
+    assert model_layout("meta-llama/Llama-3.1-8B-Instruct", kv_dtype="fp8").bytes_per_token == 64 * 1024
+    assert model_layout("Llama-3.1-8B").bytes_per_token == 128 * 1024  # base name, owner left out
+    layout = model_layout("meta-llama/Llama-3.1-8B-Instruct")
+    assert layout.block_bytes(16) == 2 * 1024**2
+    assert layout.blocks_in(40, 16) == 40 * 1024 // 2  # 40 GiB of 2 MiB blocks
+    assert layout.gib(20480, 16) == pytest.approx(40.0)
+
+
+@pytest.mark.parametrize(
+    "model", ["meta-llama/Llama-3.2-1B-Instruct", "Qwen/Qwen3-32B", "deepseek-ai/DeepSeek-V3"]
+)
+def test_config_json_path_equals_name_path(tmp_path, model):
+    config = {"architectures": ["X"], "vocab_size": 1000, **MODEL_CONFIGS[model]}
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(config))
+    assert config_layout(path).bytes_per_token == model_layout(model).bytes_per_token
+
+
+def test_config_json_hand_written_llama_8b(tmp_path):
+    path = tmp_path / "config.json"
+    path.write_text(
+        json.dumps(
+            {
+                "hidden_size": 4096,
+                "num_attention_heads": 32,
+                "num_hidden_layers": 32,
+                "num_key_value_heads": 8,
+                "torch_dtype": "bfloat16",
+            }
+        )
+    )
+    assert config_layout(path).bytes_per_token == 131072
+
+
+def test_config_missing_fields_are_named():
+    with pytest.raises(ValueError, match="num_key_value_heads") as info:
+        kv_layout({"num_hidden_layers": 4, "torch_dtype": "bfloat16"}, "cfg")
+    assert "hidden_size" in str(info.value) and "num_attention_heads" in str(info.value)
+    with pytest.raises(ValueError, match="qk_rope_head_dim"):
+        kv_layout({"num_hidden_layers": 4, "kv_lora_rank": 512, "torch_dtype": "bfloat16"}, "cfg")
+    with pytest.raises(ValueError, match="torch_dtype"):
+        kv_layout({"num_hidden_layers": 4, "num_key_value_heads": 2, "head_dim": 64}, "cfg")
+
+
+# --- the LRU curve --------------------------------------------------------------------------------
+
+
+def test_lru_curve_equals_cache_mode_lru(reqs, curve):
+    sizes = adv.sweep_capacities(curve, 5, [1, 7], band=0.95)
+    assert len(sizes) >= 8
+    for c in sizes:
+        sim = simulate(reqs, "lru", c, mode="cache")
+        assert curve.tokens_at(c) == sim.hit_tokens, c
+        assert curve.hit_rate(c) == sim.hit_rate, c
+    assert curve.prompt_tokens == sum(r.prompt_tokens for r in reqs)
+    assert curve.ceiling == simulate(reqs, "infinite", 1, mode="cache").hit_rate
+    assert 0.5 < curve.ceiling < 1
+
+
+def test_smallest_within_target_brute_force(reqs, curve):
+    values = [curve.tokens_at(c) for c in range(curve.distinct_blocks + 1)]
+    for fraction in (0.1, 0.5, 0.9, 0.95, 0.99, 1.0):
+        brute = next(c for c, v in enumerate(values) if v >= fraction * curve.ceiling_tokens)
+        assert curve.smallest_within(fraction) == brute, fraction
+    c = curve.smallest_within(0.95)
+    threshold = 0.95 * curve.ceiling
+    assert simulate(reqs, "lru", c, mode="cache").hit_rate >= threshold
+    assert simulate(reqs, "lru", c - 1, mode="cache").hit_rate < threshold
+
+
+def test_sweep_helpers():
+    rows = [
+        {"policy": p, "capacity_blocks": c, "hit_rate": r}
+        for p, c, r in [("a", 10, 0.1), ("a", 20, 0.5), ("a", 40, 0.6), ("b", 10, 0.2), ("b", 20, 0.4)]
+    ]
+    assert adv.smallest_sampled(rows, "a", 0.45) == (20, 10)
+    assert adv.smallest_sampled(rows, "a", 0.05) == (10, None)
+    assert adv.smallest_sampled(rows, "b", 0.45) == (None, 20)
+    assert adv.best_at(rows, 10)["policy"] == "b"
+    assert adv.best_at(rows, 20)["policy"] == "a"
+    rows.append({"policy": "belady", "capacity_blocks": 20, "hit_rate": 0.9})
+    assert adv.best_at(rows, 20)["policy"] == "a"  # an oracle is no advice
+
+
+# --- the command ----------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def trace_file(tmp_path_factory, reqs):
+    path = tmp_path_factory.mktemp("advise") / "t.jsonl"
+    write_trace(reqs, path, "native")
+    return path
+
+
+def test_json_alone_on_stdout(trace_file, reqs, curve):
+    cmd = [sys.executable, "-m", "wakman.cli.main", "advise", str(trace_file), "--json"]
+    cmd += ["--capacity-blocks", "1500", "--policies", "lru,s3fifo,wakman", "--points", "3", "--jobs", "1"]
+    cmd += ["--model", "meta-llama/Llama-3.1-8B-Instruct"]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.count("\n") == 1 and proc.stdout.startswith("{")
+    out = json.loads(proc.stdout)
+    assert out["block_size"] == reqs[0].block_size
+    assert out["kv"]["bytes_per_token"] == 131072
+    assert out["ceiling"]["hit_rate"] == curve.ceiling
+    at = out["at_capacity"]
+    assert at["capacity_blocks"] == 1500 and at["tokens"] == 1500 * reqs[0].block_size
+    assert at["gib"] == pytest.approx(1500 * reqs[0].block_size * 131072 / 2**30)
+    by = {r["policy"]: r for r in at["rows"]}
+    assert set(by) == {"lru", "s3fifo", "wakman"}
+    assert by["lru"]["hit_rate"] == simulate(reqs, "lru", 1500, mode="cache").hit_rate
+    assert by["s3fifo"]["hit_rate"] == simulate(reqs, "s3fifo", 1500, mode="cache").hit_rate
+    best = max(by.values(), key=lambda r: r["hit_rate"])
+    assert at["best"] == best["policy"]
+    assert at["gain_points_vs_lru"] == pytest.approx(100 * (best["hit_rate"] - by["lru"]["hit_rate"]))
+    assert at["prefill_tokens_saved_vs_lru"] == best["hit_tokens"] - by["lru"]["hit_tokens"]
+    lru = out["smallest_within_target"]["lru"]
+    assert lru["exact"] and lru["capacity_blocks"] == curve.smallest_within(0.95)
+    assert 1500 in out["sweep_capacities_blocks"]
+
+
+def test_serve_mode_reports_ttft(trace_file):
+    args = ["advise", str(trace_file), "--mode", "serve", "--capacity-blocks", "2000"]
+    result = CliRunner().invoke(
+        app, [*args, "--policies", "lru,s3fifo", "--points", "2", "--jobs", "1", "--json"]
+    )
+    assert result.exit_code == 0, result.output
+    out = json.loads(result.stdout)
+    assert out["mode"] == "serve"
+    for row in out["at_capacity"]["rows"]:
+        assert row["ttft_s_p50"] <= row["ttft_s_p99"]
+        assert "prefill_load" in row
+
+
+@pytest.mark.parametrize(
+    ("args", "flag"),
+    [
+        (["--target", "0"], "--target"),
+        (["--target", "1.5"], "--target"),
+        (["--capacity-blocks", "0"], "--capacity-blocks"),
+        (["--model", "llama-9000"], "--model"),
+        (["--gpu-memory", "10"], "--gpu-memory"),
+        (["--policies", "lru,nope"], "--policies"),
+        (["--mode", "fast"], "--mode"),
+        (["--model", "Qwen/Qwen3-8B", "--kv-bytes-per-token", "10"], "--model"),
+        (["--model", "Qwen/Qwen3-8B", "--kv-dtype", "int3"], "int3"),
+    ],
+)
+def test_bad_input_exits_2(args, flag):
+    result = CliRunner().invoke(app, ["advise", *args])
+    assert result.exit_code == 2, result.output
+    assert flag in result.output
+
+
+def test_unknown_model_lists_close_names():
+    result = CliRunner().invoke(app, ["advise", "--model", "Qwen2.5-7B-Instrukt"])
+    assert result.exit_code == 2
+    assert "Qwen/Qwen2.5-7B-Instruct" in result.output
+
+
+def test_config_missing_field_exits_2(tmp_path):
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps({"num_hidden_layers": 32, "torch_dtype": "bfloat16", "hidden_size": 4096}))
+    result = CliRunner().invoke(app, ["advise", "--model-config", str(path)])
+    assert result.exit_code == 2
+    assert "--model-config" in result.output and "num_key_value_heads" in result.output
+
+
+def test_prefix_histogram_survives_compaction(reqs, curve):
+    """Tiny position ranges force the Fenwick tree to renumber often; the lookups must not notice."""
+    import numpy as np
+
+    from wakman import _core
+
+    scan = _core.TraceScan(stack_distances=True, min_positions=4)
+    for r in reqs:
+        scan.replay_request(
+            r.block_keys, r.max_hit_blocks, r.full_blocks, r.output_keys, r.arrival_s, r.block_size
+        )
+    assert scan.compactions > 10
+    assert np.array_equal(np.concatenate(([0], np.cumsum(scan.prefix_histogram()))), curve.hit_tokens)
