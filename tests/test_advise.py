@@ -180,7 +180,7 @@ def test_serve_mode_reports_ttft(trace_file):
     assert out["mode"] == "serve"
     for row in out["at_capacity"]["rows"]:
         assert row["ttft_s_p50"] <= row["ttft_s_p99"]
-        assert "prefill_load" in row
+        assert {"saturated", "prefill_utilization"} <= set(row)  # the simulator's one saturation rule
 
 
 @pytest.mark.parametrize(
@@ -230,3 +230,14 @@ def test_prefix_histogram_survives_compaction(reqs, curve):
         )
     assert scan.compactions > 10
     assert np.array_equal(np.concatenate(([0], np.cumsum(scan.prefix_histogram()))), curve.hit_tokens)
+
+
+def test_a_size_that_rejects_requests_is_not_an_answer():
+    """Serve mode leaves rejected requests out of the hit rate: a cache too small for some prompts
+    can look good over the rest, so it never counts as reaching the target."""
+    rows = [
+        {"policy": "lru", "capacity_blocks": 5, "hit_rate": 0.9, "rejected": 40},
+        {"policy": "lru", "capacity_blocks": 50, "hit_rate": 0.2, "rejected": 0},
+        {"policy": "lru", "capacity_blocks": 500, "hit_rate": 0.8, "rejected": 0},
+    ]
+    assert adv.smallest_sampled(rows, "lru", 0.7) == (500, 50)

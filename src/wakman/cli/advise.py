@@ -15,6 +15,7 @@ from wakman.adaptive.run import POLICY_NAMES
 from wakman.cli.common import (
     BlockSizeOption,
     FormatOption,
+    check_plot,
     cli_errors,
     console,
     counted,
@@ -27,11 +28,10 @@ from wakman.cli.simulate import DECODE, PREFILL, RUNNING, _server
 from wakman.data import BUNDLED_MOONCAKE
 from wakman.experiments import advise as adv
 from wakman.experiments.kv_memory import KVLayout, config_layout, dtype_bytes, model_layout
+from wakman.experiments.plots import plot_advice
 from wakman.experiments.sweep import run_grid
-from wakman.simulation import ServerModel
 
 DEFAULT_POLICIES = "lru,fifo,s3fifo,sieve,arc,wakman,wakman-plus"
-METRIC = "vLLM prefix-cache hit rate: cached prompt tokens / prompt tokens (first-miss rule, <= prompt-1)"
 # serve mode simulates every request's prefill and decode in time; past these the run takes too long
 SERVE_MAX_MEAN_PROMPT = 32_768
 SERVE_MAX_PROMPT_TOKENS = 200_000_000
@@ -64,16 +64,6 @@ def _layout(
             raise ValueError("--kv-dtype applies to --model or --model-config, not --kv-bytes-per-token")
         return KVLayout("--kv-bytes-per-token", kv_bytes, f"{kv_bytes} B given", "given", "given")
     return None
-
-
-def _size(blocks: int | None, curve: adv.LruCurve, layout: KVLayout | None) -> dict[str, Any] | None:
-    if blocks is None:
-        return None
-    return {
-        "capacity_blocks": blocks,
-        "tokens": blocks * curve.block_size,
-        "gib": layout.gib(blocks, curve.block_size) if layout else None,
-    }
 
 
 def _size_text(size: dict[str, Any] | None) -> str:
@@ -139,6 +129,7 @@ def advise(
                 )
         if not names:
             raise ValueError("--policies: none given")
+        check_plot(plot)
         layout = _layout(model, kv_bytes, model_config, kv_dtype)
         if gpu_memory is not None and layout is None:
             raise ValueError("--gpu-memory needs --model, --model-config or --kv-bytes-per-token")
@@ -173,7 +164,7 @@ def advise(
             # cache-mode LRU is the curve itself, exactly; serve mode simulates it like the others
             simulated = [n for n in names if not (chosen == "cache" and n == "lru")]
             task = progress.add_task(f"{chosen} sweep", total=len(simulated) * len(sizes))
-            server = _server(prefill_tps, decode_tps, max_running)
+            server = _server(prefill_tps, decode_tps, max_running, 0.0)
             rows = run_grid(
                 requests,
                 simulated,
@@ -185,149 +176,15 @@ def advise(
             )
         del requests
         if "lru" in names and chosen == "cache":
-            rows = [_curve_row(curve, c) for c in sizes] + rows
-        result = _report(path, curve, layout, chosen, target, names, sizes, rows, capacity, warnings, server)
+            rows = [adv.curve_row(curve, c) for c in sizes] + rows
+        result = adv.build_report(path, curve, layout, chosen, target, names, sizes, rows, capacity, warnings)
         result["wall_s"] = time.perf_counter() - started
         if plot is not None:
-            result["plot"] = str(_plot(result, curve, layout, plot))
+            result["plot"] = str(plot_advice(result, curve, layout, plot))
     if as_json:
         print(json.dumps(result))
         return
     _print(result)
-
-
-def _curve_row(curve: adv.LruCurve, capacity: int) -> dict[str, Any]:
-    return {
-        "policy": "lru",
-        "mode": "cache",
-        "capacity_blocks": capacity,
-        "hit_rate": curve.hit_rate(capacity),
-        "hit_tokens": curve.tokens_at(capacity),
-        "prompt_tokens": curve.prompt_tokens,
-        "source": "curve",
-    }
-
-
-ROW_KEYS = (
-    "policy",
-    "mode",
-    "capacity_blocks",
-    "hit_rate",
-    "hit_tokens",
-    "prompt_tokens",
-    "block_hit_rate",
-    "ttft_s_p50",
-    "ttft_s_p99",
-    "queueing_delay_s_p99",
-    "preemptions",
-    "rejected",
-    "saturated",
-    "source",
-)
-
-
-def _report(
-    path: Path,
-    curve: adv.LruCurve,
-    layout: KVLayout | None,
-    mode: str,
-    target: float,
-    names: list[str],
-    sizes: list[int],
-    rows: list[dict[str, Any]],
-    capacity: int | None,
-    warnings: list[str],
-    server: ServerModel,
-) -> dict[str, Any]:
-    rows = [{k: row[k] for k in ROW_KEYS if k in row} for row in rows]
-    threshold = target * curve.ceiling
-    smallest: dict[str, Any] = {}
-    for name in names:
-        if name == "lru" and mode == "cache":
-            entry = _size(curve.smallest_within(target), curve, layout)
-            assert entry is not None
-            entry["exact"] = True
-        else:
-            found, below = adv.smallest_sampled(rows, name, threshold)
-            entry = _size(found, curve, layout) or {"capacity_blocks": None, "tokens": None, "gib": None}
-            entry["exact"] = False
-            entry["above_blocks"] = below  # the next smaller sampled size missed the target
-        smallest[name] = entry
-    at: dict[str, Any] | None = None
-    if capacity is not None:
-        here = [r for r in rows if r["capacity_blocks"] == capacity]
-        lru = next((r for r in here if r["policy"] == "lru"), None)
-        for row in here:
-            row["prefill_tokens_saved"] = row["hit_tokens"]
-            if lru is not None:
-                row["prefill_tokens_saved_vs_lru"] = row["hit_tokens"] - lru["hit_tokens"]
-                row["points_vs_lru"] = 100 * (row["hit_rate"] - lru["hit_rate"])
-        best = adv.best_at(rows, capacity)
-        at = {
-            **(_size(capacity, curve, layout) or {}),
-            "rows": here,
-            "lru_curve_hit_rate": curve.hit_rate(capacity),
-        }
-        if best is not None:
-            at["best"] = best["policy"]
-            at["best_hit_rate"] = best["hit_rate"]
-            if lru is not None:
-                at["gain_points_vs_lru"] = 100 * (best["hit_rate"] - lru["hit_rate"])
-                at["prefill_tokens_saved_vs_lru"] = best["hit_tokens"] - lru["hit_tokens"]
-        if mode == "serve" and curve.duration_s > 0:
-            for row in here:  # the prefill work the misses need / what the server does in the trace's span
-                row["prefill_load"] = (row["prompt_tokens"] - row["hit_tokens"]) / (
-                    curve.duration_s * server.prefill_tokens_per_s
-                )
-            heavy = [r["policy"] for r in here if r["prefill_load"] > 1]
-            if heavy:
-                warnings.append(
-                    "serve mode: the misses need more prefill than "
-                    f"--prefill-tps {server.prefill_tokens_per_s:g} "
-                    f"gives over the trace ({', '.join(heavy)}): TTFT grows with the queue, not the cache"
-                )
-        if any(r.get("saturated") for r in here):
-            warnings.append(
-                "serve mode: the server is saturated at your size for "
-                + ", ".join(r["policy"] for r in here if r.get("saturated"))
-                + " (queues grow without bound; TTFT figures are not steady-state)"
-            )
-    if capacity is not None and capacity > curve.distinct_blocks:
-        warnings.append(
-            f"your cache ({capacity:,} blocks) holds every distinct block of the trace: "
-            "any policy hits the ceiling"
-        )
-    return {
-        "trace": str(path),
-        "mode": mode,
-        "metric": METRIC,
-        "requests": curve.requests,
-        "prompt_tokens": curve.prompt_tokens,
-        "mean_prompt_tokens": curve.prompt_tokens / curve.requests,
-        "block_size": curve.block_size,
-        "distinct_blocks": curve.distinct_blocks,
-        "kv": None
-        if layout is None
-        else {**layout.as_dict(), "block_bytes": layout.block_bytes(curve.block_size)},
-        "ceiling": {
-            "hit_rate": curve.ceiling,
-            "hit_tokens": curve.ceiling_tokens,
-            "lru_reaches_it": _size(curve.smallest_within(1.0), curve, layout),
-            "source": "infinite cache, cache mode (every full prompt and output block kept)",
-        },
-        "target": target,
-        "target_hit_rate": threshold,
-        "smallest_within_target": smallest,
-        "sweep_capacities_blocks": sizes,
-        "lru_curve": {
-            "source": "exact at every size, one pass (stack distances, cache mode)",
-            "capacity_blocks": (caps := adv.log_points(curve, 60)),
-            "hit_rate": [curve.hit_rate(c) for c in caps],
-        },
-        "sweep": rows,
-        "at_capacity": at,
-        "warnings": warnings,
-    }
 
 
 def _gib_text(gib: float) -> str:
@@ -451,43 +308,3 @@ def _print(result: dict[str, Any]) -> None:
             )
         console.print(line, highlight=False)
     console.print(f"[dim]{result['wall_s']:.1f} s[/dim]")
-
-
-def _plot(result: dict[str, Any], curve: adv.LruCurve, layout: KVLayout | None, path: Path) -> Path:
-    from wakman.experiments.plots import _pyplot, save_figure
-
-    plt = _pyplot()
-    scale = (lambda c: layout.gib(c, curve.block_size)) if layout else (lambda c: c)
-    fig, ax = plt.subplots(figsize=(8, 4.8))
-    caps = adv.log_points(curve)
-    ax.plot(
-        [scale(c) for c in caps],
-        [curve.hit_rate(c) for c in caps],
-        color="black",
-        lw=1.5,
-        label="lru (exact curve, cache mode)",
-    )
-    for name in dict.fromkeys(r["policy"] for r in result["sweep"]):
-        points = sorted((r["capacity_blocks"], r["hit_rate"]) for r in result["sweep"] if r["policy"] == name)
-        if name == "lru" and result["mode"] == "cache":
-            continue
-        ax.plot([scale(p[0]) for p in points], [p[1] for p in points], marker="o", ms=3, label=name)
-    ax.axhline(curve.ceiling, color="grey", linestyle="--", label=f"infinite cache {curve.ceiling:.3f}")
-    ax.axhline(
-        result["target_hit_rate"], color="grey", linestyle=":", label=f"{result['target']:g} of ceiling"
-    )
-    if result["at_capacity"]:
-        ax.axvline(
-            scale(result["at_capacity"]["capacity_blocks"]),
-            color="black",
-            linestyle="-.",
-            lw=1,
-            label="your cache",
-        )
-    ax.set_xscale("log")
-    ax.set_xlabel("KV cache (GiB)" if layout else "cache size (blocks)")
-    ax.set_ylabel("prefix-cache hit rate (tokens)")
-    ax.set_title(f"{Path(result['trace']).name}: hit rate against cache size ({result['mode']} mode)")
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=8)
-    return save_figure(fig, path)

@@ -13,13 +13,17 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable
 from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
 
 import numpy as np
 
 from wakman import _core
+from wakman.experiments.kv_memory import KVLayout
 from wakman.traces.model import Request
 
 ORACLES = ("belady", "infinite")  # references, not policies a server can run
+METRIC = "vLLM prefix-cache hit rate: cached prompt tokens / prompt tokens (first-miss rule, <= prompt-1)"
 
 
 @dataclass
@@ -108,8 +112,13 @@ def sweep_capacities(
 def smallest_sampled(rows: list[dict], policy: str, threshold_rate: float) -> tuple[int | None, int | None]:
     """From a sweep: the smallest sampled size at which ``policy``'s hit rate reaches
     ``threshold_rate``, and the sampled size below it (the answer lies in between); (None, largest
-    sampled) when no sample reaches it."""
-    points = sorted((r["capacity_blocks"], r["hit_rate"]) for r in rows if r["policy"] == policy)
+    sampled) when no sample reaches it. A size that rejects requests (serve mode: too long for the
+    whole cache) does not qualify: its hit rate leaves them out."""
+    points = sorted(
+        (r["capacity_blocks"], r["hit_rate"] if not r.get("rejected") else -1.0)
+        for r in rows
+        if r["policy"] == policy
+    )
     below = None
     for capacity, rate in points:
         if rate >= threshold_rate:
@@ -147,3 +156,141 @@ def human_tokens(tokens: float) -> str:
 
 def finite(value: float | None) -> float | None:
     return None if value is None or (isinstance(value, float) and math.isnan(value)) else value
+
+
+def size_entry(blocks: int | None, curve: LruCurve, layout: KVLayout | None) -> dict[str, Any] | None:
+    if blocks is None:
+        return None
+    return {
+        "capacity_blocks": blocks,
+        "tokens": blocks * curve.block_size,
+        "gib": layout.gib(blocks, curve.block_size) if layout else None,
+    }
+
+
+def curve_row(curve: LruCurve, capacity: int) -> dict[str, Any]:
+    return {
+        "policy": "lru",
+        "mode": "cache",
+        "capacity_blocks": capacity,
+        "hit_rate": curve.hit_rate(capacity),
+        "hit_tokens": curve.tokens_at(capacity),
+        "prompt_tokens": curve.prompt_tokens,
+        "source": "curve",
+    }
+
+
+ROW_KEYS = (
+    "policy",
+    "mode",
+    "capacity_blocks",
+    "hit_rate",
+    "hit_tokens",
+    "prompt_tokens",
+    "block_hit_rate",
+    "ttft_s_p50",
+    "ttft_s_p99",
+    "queueing_delay_s_p99",
+    "preemptions",
+    "rejected",
+    "saturated",
+    "prefill_utilization",
+    "source",
+)
+
+
+def build_report(
+    path: Path,
+    curve: LruCurve,
+    layout: KVLayout | None,
+    mode: str,
+    target: float,
+    names: list[str],
+    sizes: list[int],
+    rows: list[dict[str, Any]],
+    capacity: int | None,
+    warnings: list[str],
+) -> dict[str, Any]:
+    rows = [{k: row[k] for k in ROW_KEYS if k in row} for row in rows]
+    threshold = target * curve.ceiling
+    smallest: dict[str, Any] = {}
+    for name in names:
+        if name == "lru" and mode == "cache":
+            entry = size_entry(curve.smallest_within(target), curve, layout)
+            assert entry is not None
+            entry["exact"] = True
+        else:
+            found, below = smallest_sampled(rows, name, threshold)
+            entry = size_entry(found, curve, layout) or {"capacity_blocks": None, "tokens": None, "gib": None}
+            entry["exact"] = False
+            entry["above_blocks"] = below  # the next smaller sampled size missed the target
+        smallest[name] = entry
+    at: dict[str, Any] | None = None
+    if capacity is not None:
+        here = [r for r in rows if r["capacity_blocks"] == capacity]
+        lru = next((r for r in here if r["policy"] == "lru"), None)
+        for row in here:
+            row["prefill_tokens_saved"] = row["hit_tokens"]
+            if lru is not None:
+                row["prefill_tokens_saved_vs_lru"] = row["hit_tokens"] - lru["hit_tokens"]
+                row["points_vs_lru"] = 100 * (row["hit_rate"] - lru["hit_rate"])
+        best = best_at(rows, capacity)
+        at = {
+            **(size_entry(capacity, curve, layout) or {}),
+            "rows": here,
+            "lru_curve_hit_rate": curve.hit_rate(capacity),
+        }
+        if best is not None:
+            at["best"] = best["policy"]
+            at["best_hit_rate"] = best["hit_rate"]
+            if lru is not None:
+                at["gain_points_vs_lru"] = 100 * (best["hit_rate"] - lru["hit_rate"])
+                at["prefill_tokens_saved_vs_lru"] = best["hit_tokens"] - lru["hit_tokens"]
+        rejected = [f"{r['policy']} ({r['rejected']:,})" for r in here if r.get("rejected")]
+        if rejected:
+            warnings.append(
+                "serve mode: requests too long for your cache are rejected and left out of the hit rate "
+                f"at your size ({', '.join(rejected)}): it is measured over the others only"
+            )
+        if any(r.get("saturated") for r in here):
+            warnings.append(
+                "serve mode: the modelled server is saturated at your size for "
+                + ", ".join(r["policy"] for r in here if r.get("saturated"))
+                + " (TTFT grows with the queue, not the cache; raise --prefill-tps or --max-running)"
+            )
+    if capacity is not None and capacity > curve.distinct_blocks:
+        warnings.append(
+            f"your cache ({capacity:,} blocks) holds every distinct block of the trace: "
+            "any policy hits the ceiling"
+        )
+    return {
+        "trace": str(path),
+        "mode": mode,
+        "metric": METRIC,
+        "requests": curve.requests,
+        "prompt_tokens": curve.prompt_tokens,
+        "mean_prompt_tokens": curve.prompt_tokens / curve.requests,
+        "block_size": curve.block_size,
+        "distinct_blocks": curve.distinct_blocks,
+        "kv": None
+        if layout is None
+        else {**layout.as_dict(), "block_bytes": layout.block_bytes(curve.block_size)},
+        "ceiling": {
+            "hit_rate": curve.ceiling,
+            "hit_tokens": curve.ceiling_tokens,
+            "lru_reaches_it": size_entry(curve.smallest_within(1.0), curve, layout),
+            "source": "infinite cache, cache mode (every full prompt and output block kept)",
+        },
+        "target": target,
+        "target_hit_rate": threshold,
+        "smallest_within_target": smallest,
+        "sweep_capacities_blocks": sizes,
+        "lru_curve": {
+            "source": "exact at every size, one pass (stack distances, cache mode)",
+            "capacity_blocks": (caps := log_points(curve, 60)),
+            "hit_rate": [curve.hit_rate(c) for c in caps],
+        },
+        "sweep": rows,
+        "at_capacity": at,
+        "warnings": warnings,
+    }

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from wakman.traces.io import atomic_path
 
 if TYPE_CHECKING:
+    from wakman.experiments.advise import LruCurve
+    from wakman.experiments.kv_memory import KVLayout
     from wakman.traces.stats import TraceStats
 
 
@@ -113,4 +115,46 @@ def plot_decisions(decisions: list[dict], path: Path, title: str = "") -> Path:
     bottom.set_ylabel("live")
     bottom.set_xlabel("time (min)")
     bottom.grid(alpha=0.3)
+    return save_figure(fig, path)
+
+
+def plot_advice(result: dict[str, Any], curve: LruCurve, layout: KVLayout | None, path: Path) -> Path:
+    """`wakman advise`'s figure: hit rate against cache size (GiB when the model is known), the
+    exact LRU curve, each swept policy, the ceiling, the target and the user's size."""
+    from wakman.experiments.advise import log_points
+
+    plt = _pyplot()
+    scale = (lambda c: layout.gib(c, curve.block_size)) if layout else (lambda c: c)
+    fig, ax = plt.subplots(figsize=(8, 4.8))
+    caps = log_points(curve)
+    ax.plot(
+        [scale(c) for c in caps],
+        [curve.hit_rate(c) for c in caps],
+        color="black",
+        lw=1.5,
+        label="lru (exact curve, cache mode)",
+    )
+    for name in dict.fromkeys(r["policy"] for r in result["sweep"]):
+        points = sorted((r["capacity_blocks"], r["hit_rate"]) for r in result["sweep"] if r["policy"] == name)
+        if name == "lru" and result["mode"] == "cache":
+            continue
+        ax.plot([scale(p[0]) for p in points], [p[1] for p in points], marker="o", ms=3, label=name)
+    ax.axhline(curve.ceiling, color="grey", linestyle="--", label=f"infinite cache {curve.ceiling:.3f}")
+    ax.axhline(
+        result["target_hit_rate"], color="grey", linestyle=":", label=f"{result['target']:g} of ceiling"
+    )
+    if result["at_capacity"]:
+        ax.axvline(
+            scale(result["at_capacity"]["capacity_blocks"]),
+            color="black",
+            linestyle="-.",
+            lw=1,
+            label="your cache",
+        )
+    ax.set_xscale("log")
+    ax.set_xlabel("KV cache (GiB)" if layout else "cache size (blocks)")
+    ax.set_ylabel("prefix-cache hit rate (tokens)")
+    ax.set_title(f"{Path(result['trace']).name}: hit rate against cache size ({result['mode']} mode)")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
     return save_figure(fig, path)
