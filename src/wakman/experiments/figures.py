@@ -103,7 +103,7 @@ def figure_map(payload: dict[str, Any], path: Path) -> None:
                     ax.text(
                         j,
                         i,
-                        f"{x:+.1f}" if panel == "lead" else f"{x:.1f}",
+                        f"{x:+.1f}" if panel == "lead" else f"{x:.1f}".replace("-0.0", "0.0"),
                         ha="center",
                         va="center",
                         fontsize=8,
