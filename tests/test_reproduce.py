@@ -151,6 +151,12 @@ def test_the_report_states_only_what_the_run_holds(quick_run):
     line = next(x for x in better.splitlines() if x.startswith("- **WAKMan (paper mode)**"))
     assert "is lower than LRU's" in line and "higher than" not in line
     # wakman-plus behind by more than half a point on every mix: every mix is named
+    # an ablation whose server did not keep up is marked where its winner is quoted
+    flagged = copy.deepcopy(payload)
+    flagged["ablations"][0]["saturated"] = dict.fromkeys(flagged["ablations"][0]["saturated"], True)
+    flagged["ablations"][0]["hit_rate"]["s3fifo"] = 1.0  # its winner flips: the flip is quoted
+    line = next(x for x in render_markdown(flagged).splitlines() if "Winner flips" in x)
+    assert "(saturated server)" in line
     behind = render_markdown(_with(payload, **{"wakman-plus": 0.0}), figures=set())
     line = next(x for x in behind.splitlines() if x.startswith("- **wakman-plus**"))
     assert all(m["name"] in line for m in payload["mixes"])

@@ -367,7 +367,11 @@ def _ablation_flips(ablations: list[dict[str, Any]]) -> list[str]:
         rows = [a for a in ablations if a["group"] == group]
         winners = [_winner(a["hit_rate"]) for a in rows]
         if len(set(winners)) > 1:
-            steps = ", ".join(f"{a['name'].split('-')[0]}: {w}" for a, w in zip(rows, winners, strict=True))
+            steps = ", ".join(
+                f"{a['name'].split('-')[0]}: {w}"
+                + (" (saturated server)" if any(a.get("saturated", {}).values()) else "")
+                for a, w in zip(rows, winners, strict=True)
+            )
             flips.append(f"{group.replace('ablation-', '')} ({steps})")
     return flips
 
