@@ -26,7 +26,7 @@ from wakman.adaptive.config import AdaptiveConfig
 from wakman.adaptive.estimator import Estimator, LoggedRequest
 from wakman.drivers import replay_request
 from wakman.policies import EvictionPolicy, handover, make_policy
-from wakman.traces.model import Request
+from wakman.traces.model import Request, joined_keys
 
 if TYPE_CHECKING:
     from wakman.simulation.pool import BlockPool
@@ -201,8 +201,8 @@ class AdaptiveManager:
         for name in self.config.candidates:
             shadow = self.make_policy(name, capacity)
             if self.config.shadow_metric == "block":
-                keys = [k for r in window for k in r.block_keys]
-                rates[name] = shadow.replay(keys) / len(keys) if keys else 0.0
+                keys = joined_keys(r.block_keys for r in window)
+                rates[name] = shadow.replay(keys) / len(keys) if len(keys) else 0.0
             else:
                 rates[name] = _first_miss_rate(window, shadow)
         return rates

@@ -22,6 +22,7 @@ from wakman.cli.common import (
 )
 from wakman.data import BUNDLED_MOONCAKE, BUNDLED_MOONCAKE_ATTRIBUTION
 from wakman.policies import POLICIES, make_policy
+from wakman.traces.model import joined_keys
 
 
 def policies() -> None:
@@ -58,7 +59,7 @@ def shadow(
         # progress on stderr (stdout may be --json), only on a terminal, gone once done
         with progress_bars(to=err_console, transient=True, disable=not err_console.is_terminal) as progress:
             requests = counted(open_trace(path, fmt, block_size), progress, "reading")
-            keys = [k for req in requests for k in req.block_keys]
+            keys = joined_keys(req.block_keys for req in requests)
             task = progress.add_task("replaying", total=len(names) * len(sizes))
             for name in names:
                 for size in sizes:

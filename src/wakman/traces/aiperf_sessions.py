@@ -3,12 +3,13 @@
     {"session_id": "s1", "timestamp": 0, "input_length": 900, "output_length": 40, "hash_ids": [1, 2]}
     {"session_id": "s1", "delay": 2500, "input_length": 300, "output_length": 30, "hash_ids": [3]}
 
-``hash_ids`` and ``input_length`` cover the new tokens of the turn; the turn's full prompt is the
-concatenation of its session's earlier ``hash_ids`` (and the sum of their lengths). ``timestamp`` (ms)
-is on a session's first turn, ``delay`` (ms, after the previous turn's arrival) on later ones; wakman
-places turn k at ``timestamp + sum(delays)``. Rows of different sessions may come in any order, so
-reading buffers the whole trace to sort it by arrival (memory grows with the trace, unlike the other
-readers). Writing needs each turn's keys to extend its session's previous turn's keys.
+``hash_ids`` (ids in [0, 2**64); the keys are uint64 arrays) and ``input_length`` cover the new tokens
+of the turn; the turn's full prompt is the concatenation of its session's earlier ``hash_ids`` (and the
+sum of their lengths). ``timestamp`` (ms) is on a session's first turn, ``delay`` (ms, after the
+previous turn's arrival) on later ones; wakman places turn k at ``timestamp + sum(delays)``. Rows of
+different sessions may come in any order, so reading buffers the whole trace to sort it by arrival
+(memory grows with the trace, unlike the other readers). Writing needs each turn's keys to extend its
+session's previous turn's keys.
 """
 
 from __future__ import annotations
@@ -17,9 +18,18 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 import msgspec
+import numpy as np
 
 from wakman.traces.io import JSON_ENCODER, atomic_output, decode_rows, seconds_to_ms
-from wakman.traces.model import Request, TraceFormatError, key_list, validate_request
+from wakman.traces.model import (
+    KeyRangeError,
+    Request,
+    TraceFormatError,
+    key_array,
+    key_list,
+    no_keys,
+    validate_request,
+)
 
 DEFAULT_BLOCK_SIZE = 512
 
@@ -39,21 +49,25 @@ _row = msgspec.json.Decoder(SessionRow)
 
 def read(path: str | Path, block_size: int = DEFAULT_BLOCK_SIZE) -> Iterator[Request]:
     path = Path(path)
-    sessions: dict[str, tuple[float, list[int], int]] = {}  # id -> (last arrival s, keys, tokens)
+    sessions: dict[str, tuple[float, np.ndarray, int]] = {}  # id -> (last arrival s, keys, tokens)
     turns: list[tuple[float, int, Request]] = []
     for number, row in decode_rows(path, _row):
         state = sessions.get(row.session_id)
         if state is None:
             if row.timestamp is None:
                 raise TraceFormatError(path, number, "timestamp", "a session's first turn needs a timestamp")
-            arrival, keys, tokens = row.timestamp / 1000.0, [], 0
+            arrival, keys, tokens = row.timestamp / 1000.0, no_keys(), 0
         else:
             if row.delay is None:
                 raise TraceFormatError(path, number, "delay", "a session's later turn needs a delay")
             if row.delay < 0:
                 raise TraceFormatError(path, number, "delay", f"must be >= 0 ms, got {row.delay}")
             arrival, keys, tokens = state[0] + row.delay / 1000.0, state[1], state[2]
-        keys = keys + row.hash_ids
+        try:
+            new = key_array(row.hash_ids)
+        except KeyRangeError as exc:
+            raise TraceFormatError(path, number, exc.field, exc.message) from None
+        keys = np.concatenate((keys, new)) if len(keys) else new
         tokens += row.input_length
         sessions[row.session_id] = (arrival, keys, tokens)
         req = Request(

@@ -4,6 +4,7 @@
      "type": "text", "turn": 1, "hash_ids": [1, 2, ...]}
 
 ``timestamp`` in seconds; ``hash_ids`` are 16-token blocks covering the request's whole context;
+``hash_ids`` become a uint64 array (an id outside [0, 2**64) is an error);
 ``parent_chat_id`` is -1 on a first turn. A request's session is the ``chat_id`` of its first turn
 (followed through ``parent_chat_id``; an unknown parent starts a new session); ``type`` becomes the
 label. Streaming: memory grows with the number of chats, not their blocks.
@@ -17,7 +18,7 @@ from pathlib import Path
 import msgspec
 
 from wakman.traces.io import read_rows
-from wakman.traces.model import Request
+from wakman.traces.model import Request, key_array
 
 DEFAULT_BLOCK_SIZE = 16
 
@@ -44,7 +45,7 @@ def read(path: str | Path, block_size: int = DEFAULT_BLOCK_SIZE) -> Iterator[Req
         root_of[row.chat_id] = root
         return Request(
             arrival_s=float(row.timestamp),
-            block_keys=row.hash_ids,
+            block_keys=key_array(row.hash_ids),
             prompt_tokens=row.input_length,
             output_tokens=row.output_length,
             block_size=block_size,

@@ -14,7 +14,7 @@ from typing import IO
 
 import msgspec
 
-from wakman.traces.model import Request, TraceFormatError, validate_request
+from wakman.traces.model import KeyRangeError, Request, TraceFormatError, validate_request
 
 GZIP_MAGIC = b"\x1f\x8b"
 
@@ -80,10 +80,14 @@ def read_rows(
     to_request: Callable[[object], Request],
     lines: Iterator[tuple[int, bytes]] | None = None,
 ) -> Iterator[Request]:
-    """Decode, convert and check every row by the reader rules (file order is arrival order)."""
+    """Decode, convert and check every row by the reader rules (file order is arrival order); a key
+    ``to_request`` cannot hold (``KeyRangeError``) is reported with the file and line."""
     previous = 0.0
     for number, row in decode_rows(path, decoder, lines):
-        req = to_request(row)
+        try:
+            req = to_request(row)
+        except KeyRangeError as exc:
+            raise TraceFormatError(path, number, exc.field, exc.message) from None
         validate_request(req, path, number, previous)
         previous = req.arrival_s
         yield req

@@ -6,20 +6,25 @@ prefix-chained: equal key means equal whole prefix), in prefix order. Block ``i`
 ``[i * block_size, (i + 1) * block_size)``; the last key may cover a partial block (Mooncake rows do
 this), and only the ``prompt_tokens // block_size`` full blocks are cacheable in a vLLM-like pool.
 ``output_keys`` are the keys of blocks that decoding completes (vLLM hashes generated tokens too),
-chained after ``block_keys``; traces that do not know them leave the list empty.
+chained after ``block_keys``; traces that do not know them leave them empty.
 ``label`` (single-turn, multi-turn, agentic, ...) is for analysis only: no policy ever reads it.
 
-Keys are uint64 values. ``block_keys`` / ``output_keys`` may be lists of ints or ``np.ndarray[uint64]``
-(the kv-cache-tester reader yields arrays: 8 bytes a key); the core reads such arrays in place. Use
-``len()`` rather than truth tests on them, and ``key_list()`` to get plain ints; requests holding
-arrays pickle and validate like any other, but do not compare with ``==``.
+Keys are uint64 values, held as C-contiguous ``np.ndarray[uint64]`` (8 bytes a key, rather than a
+Python int in a list): every reader and the workload generator give ``block_keys`` / ``output_keys``
+as such arrays (an empty array when there are none), and the core reads them in place. ``key_array()``
+makes one from any sequence of ints (a trace id outside [0, 2**64) is an error, never wrapped);
+``key_list()`` gives plain ints back where Python ints are truly needed (JSON writers, vLLM hashes).
+Code handling requests uses ``len()`` rather than truth tests, and ``np.concatenate`` rather than
+``+``; requests built by hand may still hold lists (the drivers accept both). Requests holding arrays
+pickle and validate like any other, but do not compare with ``==``.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 
 import msgspec
+import numpy as np
 
 
 def full_blocks(num_keys: int, prompt_tokens: int, block_size: int) -> int:
@@ -33,6 +38,16 @@ def hit_limit(num_keys: int, prompt_tokens: int, block_size: int) -> int:
     return min(num_keys, (prompt_tokens - 1) // block_size)
 
 
+_NO_KEYS = np.zeros(0, dtype=np.uint64)
+_NO_KEYS.flags.writeable = False
+
+
+def no_keys() -> np.ndarray:
+    """The empty key array (the default ``output_keys``): one shared read-only array, so a request
+    without output keys costs no array of its own."""
+    return _NO_KEYS
+
+
 class Request(msgspec.Struct, kw_only=True, omit_defaults=True):
     arrival_s: float
     block_keys: Sequence[int]
@@ -41,7 +56,7 @@ class Request(msgspec.Struct, kw_only=True, omit_defaults=True):
     block_size: int
     session_id: str | None = None
     label: str | None = None
-    output_keys: Sequence[int] = msgspec.field(default_factory=list)
+    output_keys: Sequence[int] = msgspec.field(default_factory=no_keys)
 
     @property
     def full_blocks(self) -> int:
@@ -52,6 +67,42 @@ class Request(msgspec.Struct, kw_only=True, omit_defaults=True):
     def max_hit_blocks(self) -> int:
         """vLLM lets at most ``prompt_tokens - 1`` tokens hit, in whole blocks."""
         return hit_limit(len(self.block_keys), self.prompt_tokens, self.block_size)
+
+
+KEY_MAX = (1 << 64) - 1
+
+
+class KeyRangeError(ValueError):
+    """A key that is not an integer in [0, 2**64); readers turn it into a ``TraceFormatError``."""
+
+    def __init__(self, field: str, message: str) -> None:
+        self.field, self.message = field, message
+        super().__init__(f"field '{field}': {message}")
+
+
+def key_array(keys: Sequence[int], field: str = "hash_ids") -> np.ndarray:
+    """``keys`` as a C-contiguous ``np.ndarray[uint64]`` (returned as is when it already is one).
+
+    Python ints must lie in [0, 2**64) and integer arrays must hold no negative value: anything else
+    raises ``KeyRangeError`` naming ``field`` instead of wrapping modulo 2**64.
+    """
+    if isinstance(keys, np.ndarray):
+        if keys.dtype == np.uint64:
+            return np.ascontiguousarray(keys)
+        if keys.dtype.kind not in "iu" or (keys.dtype.kind == "i" and len(keys) and keys.min() < 0):
+            raise KeyRangeError(field, f"keys must be integers in [0, 2**64), got a {keys.dtype} array")
+        return np.ascontiguousarray(keys, dtype=np.uint64)
+    try:
+        return np.array(keys, dtype=np.uint64)
+    except (OverflowError, TypeError, ValueError):
+        bad = next((k for k in keys if not isinstance(k, int) or not 0 <= k <= KEY_MAX), None)
+        raise KeyRangeError(field, f"ids must be integers in [0, 2**64), got {bad!r}") from None
+
+
+def joined_keys(runs: Iterable[Sequence[int]]) -> np.ndarray:
+    """The key sequences of ``runs`` one after another, as one uint64 array (empty when none)."""
+    arrays = [key_array(keys, "block_keys") for keys in runs]
+    return np.concatenate(arrays) if arrays else no_keys()
 
 
 def key_list(keys: Sequence[int]) -> list[int]:

@@ -3,7 +3,8 @@
     {"timestamp": 0, "input_length": 6758, "output_length": 500, "hash_ids": [0, 1, 2]}
 
 ``timestamp`` is the arrival in milliseconds from the start; ``hash_ids`` are prefix-chained ids of
-the prompt's blocks (512 tokens by default, the last usually partial). Rows may carry AIPerf's
+the prompt's blocks (512 tokens by default, the last usually partial), read as a uint64 array (an id
+outside [0, 2**64) is an error). Rows may carry AIPerf's
 optional ``session_id``. Written rows use only fields AIPerf's ``MooncakeTrace`` model accepts.
 """
 
@@ -15,7 +16,7 @@ from pathlib import Path
 import msgspec
 
 from wakman.traces.io import JSON_ENCODER, atomic_output, read_rows, seconds_to_ms
-from wakman.traces.model import Request, key_list
+from wakman.traces.model import Request, key_array, key_list
 
 DEFAULT_BLOCK_SIZE = 512
 
@@ -37,7 +38,7 @@ def read(
     def to_request(row: MooncakeRow) -> Request:
         return Request(
             arrival_s=row.timestamp / 1000.0,
-            block_keys=row.hash_ids,
+            block_keys=key_array(row.hash_ids),
             prompt_tokens=row.input_length,
             output_tokens=row.output_length,
             block_size=block_size,

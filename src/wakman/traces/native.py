@@ -3,7 +3,8 @@
     {"format": "wakman-trace", "version": 1}
     {"arrival_s": 0.0, "block_keys": [1, 2], "prompt_tokens": 1000, "output_tokens": 20, "block_size": 512}
 
-Fields and units are those of ``wakman.traces.model.Request``.
+Fields and units are those of ``wakman.traces.model.Request``; keys are read into uint64 arrays (a
+key outside [0, 2**64) is an error) and written as JSON ints.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from pathlib import Path
 import msgspec
 
 from wakman.traces.io import JSON_ENCODER, atomic_output, iter_lines, read_rows
-from wakman.traces.model import Request, TraceFormatError, key_list
+from wakman.traces.model import Request, TraceFormatError, key_array, key_list
 
 FORMAT_NAME = "wakman-trace"
 VERSION = 1
@@ -25,7 +26,7 @@ class Header(msgspec.Struct):
     version: int
 
 
-class NativeRow(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+class NativeRow(msgspec.Struct, kw_only=True, forbid_unknown_fields=True, omit_defaults=True):
     arrival_s: float
     block_keys: list[int]
     prompt_tokens: int
@@ -61,13 +62,13 @@ def read(path: str | Path) -> Iterator[Request]:
 def _to_request(row: NativeRow) -> Request:
     return Request(
         arrival_s=row.arrival_s,
-        block_keys=row.block_keys,
+        block_keys=key_array(row.block_keys, "block_keys"),
         prompt_tokens=row.prompt_tokens,
         output_tokens=row.output_tokens,
         block_size=row.block_size,
         session_id=row.session_id,
         label=row.label,
-        output_keys=row.output_keys,
+        output_keys=key_array(row.output_keys, "output_keys"),
     )
 
 
@@ -77,8 +78,15 @@ def write(requests: Iterable[Request], path: str | Path) -> int:
         out.write(JSON_ENCODER.encode(Header(FORMAT_NAME, VERSION)) + b"\n")
         for req in requests:
             # plain lists, so arrays and lists write the same bytes (an empty output_keys is omitted)
-            row = msgspec.structs.replace(
-                req, block_keys=key_list(req.block_keys), output_keys=key_list(req.output_keys)
+            row = NativeRow(
+                arrival_s=req.arrival_s,
+                block_keys=key_list(req.block_keys),
+                prompt_tokens=req.prompt_tokens,
+                output_tokens=req.output_tokens,
+                block_size=req.block_size,
+                session_id=req.session_id,
+                label=req.label,
+                output_keys=key_list(req.output_keys),
             )
             out.write(JSON_ENCODER.encode(row) + b"\n")
             count += 1

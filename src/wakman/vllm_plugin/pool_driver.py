@@ -17,12 +17,14 @@ from vllm.v1.core.block_pool import BlockPool
 from vllm.v1.core.kv_cache_utils import get_block_hash, make_block_hash_with_group_id
 
 from wakman.policies import make_policy
+from wakman.traces.model import key_list
 from wakman.vllm_plugin import install
 
 
 def vllm_keys(keys: Iterable[int]) -> list[bytes]:
-    """vLLM hash keys (group 0) for integer block keys."""
-    return [make_block_hash_with_group_id((k & (2**256 - 1)).to_bytes(32, "big"), 0) for k in keys]
+    """vLLM hash keys (group 0) for integer block keys (Python ints, or a uint64 array: converted,
+    since ``int.to_bytes`` needs Python ints)."""
+    return [make_block_hash_with_group_id((k & (2**256 - 1)).to_bytes(32, "big"), 0) for k in key_list(keys)]
 
 
 class Prompt(NamedTuple):

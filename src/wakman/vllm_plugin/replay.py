@@ -23,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from wakman.traces.model import Request
+from wakman.traces.model import Request, key_list
 from wakman.vllm_plugin.engine import TINY_VOCAB, build_llm, engine_core, prefix_cache_counters
 
 FIRST_TOKEN = 3  # ids 0-2 are left to special tokens
@@ -46,13 +46,14 @@ class TokenBuilder:
 
     def prompt(self, req: Request, index: int) -> list[int]:
         bs, full = req.block_size, req.full_blocks
+        keys = key_list(req.block_keys)  # Python ints: the seeds and the memo's keys
         ids: list[int] = []
-        for key in req.block_keys[:full]:
+        for key in keys[:full]:
             ids.extend(self.block(key, bs))
         rest = req.prompt_tokens - full * bs
         if rest > 0:
-            if len(req.block_keys) > full:
-                ids.extend(self.block(req.block_keys[full], bs)[:rest])
+            if len(keys) > full:
+                ids.extend(self.block(keys[full], bs)[:rest])
             else:
                 rng = np.random.default_rng((1 << 62) + index)
                 ids.extend(rng.integers(FIRST_TOKEN, self.vocab, rest).tolist())
@@ -198,7 +199,7 @@ def replay(
         steps=steps,
         virtual_s=clock["t"] - requests[0].arrival_s,
         wall_s=wall,
-        output_keys_ignored=any(r.output_keys for r in requests),
+        output_keys_ignored=any(len(r.output_keys) for r in requests),
         adaptive=adaptive,
     )
 

@@ -194,11 +194,11 @@ class _Chain:
         self._extend(cacheable, n_all)
         return Request(
             arrival_s=float(t),
-            block_keys=self.keys[:n_prompt],
+            block_keys=np.array(self.keys[:n_prompt], dtype=np.uint64),
             prompt_tokens=len(prompt),
             output_tokens=len(answer),
             block_size=bs,
             session_id=sid,
             label=label,
-            output_keys=self.keys[n_prompt:n_all],
+            output_keys=np.array(self.keys[n_prompt:n_all], dtype=np.uint64),
         )
