@@ -6,8 +6,9 @@ requests arrive at ``rate``); each session's profile is drawn from ``mix``. A se
 whole from its own random stream (``SeedSequence([seed, session index])``), so it does not depend on
 the others. Turn ``k+1`` arrives ``gap`` seconds after turn ``k``; its prompt is turn k's prompt, the
 answer (output tokens) and the new message or tool result, so its block keys extend turn k's.
-Requests outside ``[0, duration_s)`` are dropped. Keys come from ``BlockHasher`` over the token ids;
-``output_keys`` are the blocks decoding fills (vLLM caches them; the last sampled token has no KV).
+Requests outside ``[0, duration_s)`` are dropped. Keys come from ``BlockHasher`` over the token ids,
+as uint64 arrays (8 bytes a key); ``output_keys`` are the blocks decoding fills (vLLM caches them;
+the last sampled token has no KV).
 """
 
 from __future__ import annotations
