@@ -177,3 +177,16 @@ def test_key_array_and_joined_keys():
         key_array([1, -1])
     assert joined_keys([]).dtype == np.uint64 and len(joined_keys([])) == 0
     assert joined_keys([[1, 2], keys, []]).tolist() == [1, 2, 1, 2, 3]
+
+
+def test_a_gzip_trace_is_the_same_bytes_every_time(tmp_path):
+    """The gzip header carries the output's name and no time, never the hidden temporary file's."""
+    from wakman.traces import write_trace
+    from wakman.traces.model import Request
+
+    reqs = [Request(arrival_s=0.0, block_keys=[1, 2], prompt_tokens=32, output_tokens=1, block_size=16)]
+    first, second = tmp_path / "a" / "t.jsonl.gz", tmp_path / "b" / "t.jsonl.gz"
+    write_trace(reqs, first, "native")
+    write_trace(reqs, second, "native")
+    assert first.read_bytes() == second.read_bytes()
+    assert b".part" not in first.read_bytes()[:64]

@@ -141,7 +141,9 @@ def atomic_output(path: str | Path) -> Iterator[IO[bytes]]:
     path = Path(path)
     with atomic_path(path) as target, open(target, "wb") as raw:
         if path.suffix == ".gz":
-            with gzip.GzipFile(fileobj=raw, mode="wb", mtime=0) as gz:
+            # the header names the output, not the hidden .part file: the same requests give the same bytes
+            name = path.name[: -len(".gz")]
+            with gzip.GzipFile(filename=name, fileobj=raw, mode="wb", mtime=0) as gz:
                 yield gz
         else:
             yield raw
