@@ -75,7 +75,8 @@ def test_mirror_writes_exact_counters_and_gauges(tmp_path):
     states.mkdir()
     env = {**os.environ, "PROMETHEUS_MULTIPROC_DIR": str(prom), "WAKMAN_METRICS_DIR": str(states)}
     published = {
-        str(states / f"engine-{1000 + engine}-{engine}.json"): _state(engine, live)
+        # published under this (live) process's pid: states of exited engines are not read
+        str(states / f"engine-{os.getpid()}-{engine}.json"): _state(engine, live)
         for engine, live in ((0, "s3fifo"), (1, "lru"))
     }
     args = [sys.executable, "-c", WRITER, json.dumps(published)]
@@ -92,3 +93,21 @@ def test_mirror_writes_exact_counters_and_gauges(tmp_path):
         assert _value(text, f'wakman:last_replay_seconds{{engine="{engine}"}}') == 0.25
         assert _value(text, f'wakman:shadow_hit_rate{{engine="{engine}",policy="s3fifo"}}') == 0.5
     assert "# TYPE wakman:decisions_total counter" in text or "# TYPE wakman:decisions counter" in text
+
+
+def test_a_state_left_by_an_exited_engine_is_not_reported(tmp_path, monkeypatch):
+    """An engine process that exited (a restart, an earlier run in the same directory) leaves its
+    state file: its counters must not be read as the live engine's, whatever the file order."""
+    from wakman.vllm_plugin import metrics
+
+    monkeypatch.setenv(metrics.ENV_DIR, str(tmp_path))
+    gone = subprocess.run(
+        [sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True
+    )
+    dead_pid = int(gone.stdout)
+    stale = tmp_path / f"engine-{dead_pid}-0.json"
+    stale.write_text(json.dumps({"engine": "0", "replay_errors": 0, "who": "dead"}))
+    live = tmp_path / f"engine-{os.getpid()}-0.json"
+    live.write_text(json.dumps({"engine": "0", "replay_errors": 3, "who": "live"}))
+    assert [s["who"] for s in metrics.read_states()] == ["live"]
+    assert not stale.exists()

@@ -6,10 +6,13 @@ import sys
 
 
 def main() -> None:
-    """Run the CLI; Ctrl-C while it starts (imports take about a second) is a clean exit 130 too."""
+    """Run the CLI; Ctrl-C while it starts (imports take about a second, then typer reads the
+    command's signature) is a clean exit 130 too. Each command says itself what an interrupt cost
+    once its body runs (``cli_errors``); one reaching here was not caught there."""
     try:
         from wakman.cli.main import app
+
+        app()
     except KeyboardInterrupt:
         print("interrupted: before the command started; nothing was done", file=sys.stderr)
         sys.exit(130)
-    app()

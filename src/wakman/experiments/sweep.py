@@ -6,6 +6,7 @@ import multiprocessing as mp
 import os
 import signal
 from collections.abc import Callable, Sequence
+from concurrent.futures import ProcessPoolExecutor, as_completed
 from typing import Any
 
 from wakman.adaptive import simulate
@@ -42,8 +43,31 @@ def _run(task: tuple[str, int, str, ServerModel, float, int]) -> dict[str, Any]:
     return result.as_flat_dict()
 
 
-def _run_indexed(item: tuple[int, tuple[str, int, str, ServerModel, float, int]]) -> tuple[int, dict]:
-    return item[0], _run(item[1])
+def _run_in_workers(
+    tasks: list[tuple[str, int, str, ServerModel, float, int]],
+    jobs: int,
+    results: dict[int, dict[str, Any]],
+    on_done: Callable[[dict[str, Any]], None] | None,
+) -> None:
+    """``tasks`` on ``jobs`` forked workers, each result into ``results`` by index as it finishes.
+    On Ctrl-C the workers this call started are terminated at once (no waiting for their runs),
+    and the interrupt goes on to the caller."""
+    context = mp.get_context("fork")
+    before = set(mp.active_children())
+    pool = ProcessPoolExecutor(jobs, mp_context=context, initializer=_ignore_sigint)
+    try:
+        futures = {pool.submit(_run, task): i for i, task in enumerate(tasks)}
+        for future in as_completed(futures):
+            results[futures[future]] = future.result()
+            if on_done:
+                on_done(results[futures[future]])
+    except BaseException:
+        pool.shutdown(wait=False, cancel_futures=True)
+        for worker in set(mp.active_children()) - before:
+            worker.terminate()
+        raise
+    finally:
+        pool.shutdown(wait=True, cancel_futures=True)
 
 
 def run_grid(
@@ -75,16 +99,7 @@ def run_grid(
                 if on_done:
                     on_done(results[i])
         else:
-            pool = mp.get_context("fork").Pool(jobs, initializer=_ignore_sigint)
-            try:
-                for i, row in pool.imap_unordered(_run_indexed, enumerate(tasks)):
-                    results[i] = row
-                    if on_done:
-                        on_done(row)
-                pool.close()
-            finally:
-                pool.terminate()
-                pool.join()
+            _run_in_workers(tasks, jobs, results, on_done)
     except KeyboardInterrupt as exc:
         raise GridInterrupted([results[i] for i in sorted(results)], len(tasks)) from exc
     finally:

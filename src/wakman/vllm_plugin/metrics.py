@@ -60,9 +60,29 @@ def publish_state(runtime: Any) -> None:
         pass
 
 
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # alive, another user's
+        return True
+    return True
+
+
 def read_states() -> list[dict[str, Any]]:
+    """The states of the engines alive now. A file left by an engine process that has exited (a
+    restarted engine, an earlier run sharing the directory) is removed, never reported: its
+    counters would be read as the live engine's."""
     states = []
     for path in sorted(metrics_dir().glob("engine-*.json")):
+        try:
+            pid = int(path.name.split("-")[1])
+        except (IndexError, ValueError):
+            continue
+        if not _alive(pid):
+            path.unlink(missing_ok=True)
+            continue
         try:
             states.append(json.loads(path.read_text()))
         except (OSError, ValueError):
