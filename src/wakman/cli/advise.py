@@ -15,6 +15,7 @@ from wakman.adaptive.run import POLICY_NAMES
 from wakman.cli.common import (
     BlockSizeOption,
     FormatOption,
+    check_numbers,
     check_plot,
     cli_errors,
     console,
@@ -113,14 +114,13 @@ def advise(
             raise ValueError(f"--target must lie in (0, 1], got {target}")
         if mode not in ("cache", "serve"):
             raise ValueError(f"--mode must be cache or serve, got {mode!r}")
-        if capacity is not None and capacity < 1:
-            raise ValueError(f"--capacity-blocks must be >= 1, got {capacity}")
-        if gpu_memory is not None and not gpu_memory > 0:
-            raise ValueError(f"--gpu-memory must be > 0 GiB, got {gpu_memory}")
+        check_numbers(
+            ("--capacity-blocks", capacity, ">=1"),
+            ("--gpu-memory", gpu_memory, ">0"),
+            ("--points", points, ">=1"),
+        )
         if capacity is not None and gpu_memory is not None:
             raise ValueError("--capacity-blocks and --gpu-memory: give one of them")
-        if points < 1:
-            raise ValueError(f"--points must be >= 1, got {points}")
         names = list(dict.fromkeys(n.strip() for n in policy_names.split(",") if n.strip()))
         for name in names:
             if name not in POLICY_NAMES:
@@ -136,8 +136,6 @@ def advise(
         progress = progress_bars(to=err_console, transient=True)
         with progress:
             requests = list(counted(open_trace(path, fmt, block_size), progress, f"reading {path.name}"))
-            if not requests:
-                raise ValueError(f"{path}: no requests")
             curve = adv.lru_curve(requests)
             if gpu_memory is not None:
                 assert layout is not None

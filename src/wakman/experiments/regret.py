@@ -1,4 +1,5 @@
-"""The regret formula, written once for the summary, the tables and the report."""
+"""The regret formula and the static winner it is measured against, written once for the summary,
+the tables, the map and the report."""
 
 from __future__ import annotations
 
@@ -6,3 +7,8 @@ from __future__ import annotations
 def regret_points(hit_rate: dict[str, float], policy: str) -> float:
     """How far ``policy`` is behind the better of static LRU and S3-FIFO, in points of hit rate."""
     return 100 * (max(hit_rate["lru"], hit_rate["s3fifo"]) - hit_rate[policy])
+
+
+def static_winner(hit_rate: dict[str, float]) -> str:
+    """The better of static LRU and S3-FIFO (``lru`` only when strictly ahead)."""
+    return "lru" if hit_rate["lru"] > hit_rate["s3fifo"] else "s3fifo"

@@ -9,7 +9,7 @@ import statistics
 from pathlib import Path
 from typing import Any
 
-from wakman.experiments.regret import regret_points
+from wakman.experiments.regret import regret_points, static_winner
 from wakman.experiments.workload_map import AXES
 from wakman.traces.io import atomic_path
 
@@ -48,10 +48,6 @@ def _markdown_table(header: list[str], rows: list[list[str]]) -> str:
 
 def _mix(fractions: list[float]) -> str:
     return "/".join(f"{x:g}" for x in fractions)
-
-
-def _winner(rates: dict[str, float]) -> str:
-    return "lru" if rates["lru"] > rates["s3fifo"] else "s3fifo"
 
 
 def _display(policy: str) -> str:
@@ -246,9 +242,9 @@ def _findings(payload: dict[str, Any]) -> str:
     adaptive = payload.get("adaptive", {}).get("wakman")
     worst_regret = regret_points(worst["hit_rate"], "wakman")
     worst_note = f"its worst mix is {worst['name']} ({_mix(worst['fractions'])}, {worst_regret:.2f} points)"
-    if adaptive and _winner(worst["hit_rate"]) != adaptive["start_policy"]:
+    if adaptive and static_winner(worst["hit_rate"]) != adaptive["start_policy"]:
         worst_note += (
-            f", where {_display(_winner(worst['hit_rate']))} wins and the manager serves its first "
+            f", where {_display(static_winner(worst['hit_rate']))} wins and the manager serves its first "
             f"{adaptive['first_decision_s']:g} s with {_display(adaptive['start_policy'])}"
         )
     lines.append(
@@ -296,7 +292,7 @@ def _who_wins(payload: dict[str, Any]) -> str:
     single = [m for m in other if m["fractions"][0] >= 0.5]
 
     def lru_wins(rows: list[dict[str, Any]]) -> int:
-        return sum(_winner(m["hit_rate"]) == "lru" for m in rows)
+        return sum(static_winner(m["hit_rate"]) == "lru" for m in rows)
 
     text = (
         f"- **Who wins.** LRU wins {lru_wins(agentic)} of the {len(agentic)} mixes that contain agentic "
@@ -312,7 +308,7 @@ def _who_wins(payload: dict[str, Any]) -> str:
         text += (
             f" The generator's multi-turn sessions (median {defaults['turns_median']['multi_turn']:g} turns, "
             f"{defaults['gap_s_median']['multi_turn']:g} s human gaps) favour "
-            f"{_display(_winner(pure_multi['hit_rate']))} at "
+            f"{_display(static_winner(pure_multi['hit_rate']))} at "
             f"the primary capacity: on {pure_multi['name']} LRU leads S3-FIFO by {lead:+.2f} points."
         )
     return text
@@ -349,7 +345,7 @@ def _gap_sentence(payload: dict[str, Any]) -> str | None:
         f"{a['name'].split('-')[0][3:]} s: LRU {100 * (a['hit_rate']['lru'] - a['hit_rate']['s3fifo']):+.1f}"
         for a in rows
     )
-    winners = [_winner(a["hit_rate"]) for a in rows]
+    winners = [static_winner(a["hit_rate"]) for a in rows]
     verdict = (
         f"moves the winner from {_display(winners[0])} to {_display(winners[-1])} as the median gap grows"
         if winners[0] != winners[-1]
@@ -365,7 +361,7 @@ def _ablation_flips(ablations: list[dict[str, Any]]) -> list[str]:
     flips = []
     for group in dict.fromkeys(a["group"] for a in ablations):
         rows = [a for a in ablations if a["group"] == group]
-        winners = [_winner(a["hit_rate"]) for a in rows]
+        winners = [static_winner(a["hit_rate"]) for a in rows]
         if len(set(winners)) > 1:
             steps = ", ".join(
                 f"{a['name'].split('-')[0]}: {w}"
@@ -384,7 +380,7 @@ def _ablation_table(ablations: list[dict[str, Any]]) -> str:
                 a["name"],
                 _mix(a["fractions"]),
                 *[f"{a['hit_rate'][p]:.4f}" for p in ONLINE],
-                _winner(a["hit_rate"]),
+                static_winner(a["hit_rate"]),
                 _kept_up(a),
             ]
             for a in ablations
@@ -529,7 +525,7 @@ def _capacity_table(mixes: list[dict[str, Any]], caps: list[int]) -> str:
 
 def _capacity_row(mixes: list[dict[str, Any]], cap: str) -> list[str]:
     rows = [m["by_capacity"][cap] for m in mixes if cap in m["by_capacity"]]
-    lru_wins = sum(r["lru"] > r["s3fifo"] for r in rows)
+    lru_wins = sum(static_winner(r) == "lru" for r in rows)
     out = [str(lru_wins), str(len(rows) - lru_wins)]
     for p in ONLINE:
         regrets = [regret_points(r, p) for r in rows]

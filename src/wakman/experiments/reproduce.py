@@ -25,7 +25,7 @@ from typing import Any
 
 from wakman.adaptive import simulate
 from wakman.adaptive.config import ADAPTIVE_PRESETS
-from wakman.experiments.regret import regret_points
+from wakman.experiments.regret import regret_points, static_winner
 from wakman.experiments.workload_map import AXES, MAP_POLICIES, cell
 from wakman.simulation import ServerModel
 from wakman.traces.io import atomic_path
@@ -290,7 +290,7 @@ def summarize(mixes: list[dict[str, Any]]) -> dict[str, Any]:
                 100 * (rate(m, "belady") - rate(m, policy)) for m in mixes
             ),
         }
-    lru_wins = sum(rate(m, "lru") > rate(m, "s3fifo") for m in mixes)
+    lru_wins = sum(static_winner(m["hit_rate"]) == "lru" for m in mixes)
     summary["lru_wins"] = lru_wins
     summary["s3fifo_wins"] = len(mixes) - lru_wins
     summary["lru_worst_loss_pct"] = max(

@@ -16,7 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from wakman.experiments.regret import regret_points
+from wakman.experiments.regret import regret_points, static_winner
 
 MAP_POLICIES = ("lru", "s3fifo", "wakman", "wakman-plus")
 
@@ -50,7 +50,7 @@ def cell(axis: str, value: float, capacity: int, hit_rate: dict[str, float]) -> 
         "value": value,
         "capacity": capacity,
         "hit_rate": hit_rate,
-        "winner": "lru" if hit_rate["lru"] > hit_rate["s3fifo"] else "s3fifo",
+        "winner": static_winner(hit_rate),
         "lead_points": 100 * (hit_rate["lru"] - hit_rate["s3fifo"]),
         "regret_points": {p: regret_points(hit_rate, p) for p in ("wakman", "wakman-plus")},
     }
