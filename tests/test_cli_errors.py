@@ -448,3 +448,24 @@ def test_generate_to_mooncake_says_how_to_read_it_back(tmp_path):
     assert "--block-size 32" in result.stderr
     back = json.loads(invoke("stats", out, "--block-size", "32", "--json", "--no-curve").stdout)
     assert back["requests"] > 0
+
+
+def test_vllm_server_model_by_flags_or_file(trace, tmp_path):
+    """`--server-model` reads `wakman replay --json`'s `server_model` (or the object alone); the
+    flags by vLLM's names give the same model; mixing them with the throughput flags is an error."""
+    settings = {"max_num_batched_tokens": 2048, "max_num_seqs": 16, "step_s": 0.05}
+    replay_json = tmp_path / "replay.json"
+    replay_json.write_text(json.dumps({"hit_rate": 0.5, "server_model": settings}))
+    base = ("simulate", trace, "--policy", "lru", "--capacity-blocks", 500, "--json")
+    by_file = invoke(*base, "--server-model", replay_json)
+    by_flags = invoke(*base, "--max-num-batched-tokens", 2048, "--max-num-seqs", 16, "--step-s", 0.05)
+    default = invoke(*base)
+    assert by_file.exit_code == by_flags.exit_code == default.exit_code == 0, by_file.output
+    last = [json.loads(r.stdout.strip().splitlines()[-1]) for r in (by_file, by_flags, default)]
+    assert last[0]["ttft_s_mean"] == last[1]["ttft_s_mean"] != last[2]["ttft_s_mean"]
+    clean_error(invoke(*base, "--step-s", 0.05, "--prefill-tps", 1000), "--prefill-tps", "not both")
+    clean_error(
+        invoke(*base, "--server-model", tmp_path / "missing.json"), "--server-model", "does not exist"
+    )
+    (tmp_path / "bad.json").write_text('{"hit_rate": 1}')
+    clean_error(invoke(*base, "--server-model", tmp_path / "bad.json"), "--server-model", "max_num_seqs")

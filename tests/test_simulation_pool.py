@@ -111,6 +111,30 @@ def test_output_blocks_are_cached_and_hit_by_the_next_turn():
     assert result.block_hits == 4  # turn 2 hits p1, p2 and both output blocks of turn 1
 
 
+@pytest.mark.parametrize("cache_outputs", [True, False])
+def test_blocks_filled_by_generated_tokens_are_cached_with_keys_of_their_own(cache_outputs):
+    """vLLM hashes every block that fills up, the prompt's partial block and the generated tokens'
+    included (prompt + output - 1 tokens have KV at the end): without output keys in the trace each
+    gets a key no other request has, so the same request twice caches its outputs twice."""
+    one = req(0.0, ["p1", "p2", "tail"], prompt=2 * BS + 5, out=3 * BS)  # KV tokens: 5 * BS + 4
+    server = ServerModel(
+        prefill_tokens_per_s=1e6,
+        prefill_overhead_s=0.0,
+        decode_tokens_per_s=1e3,
+        max_running=8,
+        cache_outputs=cache_outputs,
+    )
+    outputs_per_request = 3 if cache_outputs else 0  # blocks 2, 3, 4 of 5 full ones
+    policy = make_policy("lru", 100)
+    result = simulate([one], policy, 100, server=server)
+    assert len(policy) == 2 + outputs_per_request and result.hit_tokens == 0
+    policy = make_policy("lru", 100)
+    again = msgspec.structs.replace(one, arrival_s=100.0)
+    result = simulate([one, again], policy, 100, server=server)
+    assert len(policy) == 2 + 2 * outputs_per_request
+    assert result.block_hits == 2  # the prompt's full blocks, never a generated block
+
+
 def test_oversized_request_is_rejected_not_stuck():
     trace = [req(0.0, list("abcdefghij")), req(1.0, ["a"])]
     result = simulate(trace, "lru", 5, server=FAST)

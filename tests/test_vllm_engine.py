@@ -18,13 +18,14 @@ import pytest
 
 from vllm_support import need_vllm, phased_trace, small_trace, wakman_cli, write_small_trace, write_trace_file
 from wakman.adaptive import simulate
-from wakman.simulation import ServerModel
+from wakman.simulation import ServerModel, VllmServer
 
 pytestmark = pytest.mark.vllm
 need_vllm()
 
 ROOT = Path(__file__).resolve().parents[1]
 CAPACITY = 600
+SIMULATED = ("lru", "s3fifo", "sieve", "arc")  # the fidelity suite's CI subset (benchmarks/vllm_fidelity.py)
 REPLAY = ["replay", "--engine", "vllm", "--capacity-blocks", str(CAPACITY)]
 
 
@@ -37,7 +38,7 @@ def trace(tmp_path_factory) -> Path:
 def runs(trace) -> dict:
     """One engine process per policy on the same trace."""
     out = {}
-    for policy in ("stock", "lru", "s3fifo"):
+    for policy in ("stock", *SIMULATED):
         out[policy] = wakman_cli(*REPLAY, str(trace), "--policy", policy)
     out["wakman"] = wakman_cli(
         *REPLAY, str(trace), "--policy", "wakman", env={"WAKMAN_INTERVAL_S": "5", "WAKMAN_REPLAY": "inline"}
@@ -61,14 +62,33 @@ def test_s3fifo_and_wakman_run_and_differ_from_lru(runs):
     assert runs["wakman"]["switches"] >= 2
 
 
-@pytest.mark.parametrize("policy", ["lru", "s3fifo"])
+def test_replay_reports_the_server_model_it_ran(runs):
+    assert runs["lru"]["server_model"] == {
+        "max_num_batched_tokens": 4096,
+        "max_num_seqs": 64,
+        "step_s": 1 / 40,
+    }
+
+
+@pytest.mark.parametrize("policy", SIMULATED)
 def test_simulator_predicts_vllm_within_one_point(runs, policy):
-    """Same trace, capacity and block size; the simulator's server model set to the replay's
-    (one decode token per 1/40 s step, 4,096 batched tokens per step, 64 sequences)."""
-    server = ServerModel(prefill_tokens_per_s=4096 * 40, decode_tokens_per_s=40, max_running=64)
+    """Same trace, capacity and block size; the simulator's server model the one the replay reports
+    (one decode token per 1/40 s step, 4,096 batched tokens per step, 64 sequences), the blocks
+    generated tokens fill cached with keys of their own, as vLLM caches them."""
+    server = ServerModel.from_vllm(VllmServer(**runs[policy]["server_model"]))
     predicted = simulate(phased_trace(), policy, CAPACITY, server=server)
     assert predicted.prompt_tokens == runs[policy]["prompt_tokens"]
     assert abs(predicted.hit_rate - runs[policy]["hit_rate"]) <= 0.01
+
+
+def test_simulator_names_vllms_winner(runs):
+    """The simulator's best policy is vLLM's best, or within a point of it in vLLM (where vLLM's two
+    best differ by more than a point, that is vLLM's winner itself)."""
+    server = ServerModel.from_vllm(VllmServer())
+    predicted = {p: simulate(phased_trace(), p, CAPACITY, server=server).hit_rate for p in SIMULATED}
+    best_vllm = max(runs[p]["hit_rate"] for p in SIMULATED)
+    named = max(predicted, key=predicted.get)
+    assert best_vllm - runs[named]["hit_rate"] <= 0.01, (named, {p: runs[p]["hit_rate"] for p in SIMULATED})
 
 
 def test_replay_json_is_alone_on_stdout(tmp_path):

@@ -101,9 +101,9 @@ def advise(
     jobs: int | None = typer.Option(None, "--jobs", help="Worker processes (default: all cores)."),
     as_json: bool = typer.Option(False, "--json", help="One JSON object alone on stdout."),
     plot: Path | None = typer.Option(None, "--plot", help="Draw hit rate against cache size to this PNG."),
-    prefill_tps: float = PREFILL,
-    decode_tps: float = DECODE,
-    max_running: int = RUNNING,
+    prefill_tps: float | None = PREFILL,
+    decode_tps: float | None = DECODE,
+    max_running: int | None = RUNNING,
 ) -> None:
     """Hit rate against cache size for every policy, the infinite-cache ceiling, the smallest cache
     within --target of it, and the best policy at your cache size."""

@@ -125,3 +125,13 @@ def replay(
         if key != "decisions":
             table.add_row(key, f"{value:,.4f}" if isinstance(value, float) else str(value))
     console.print(table)
+    sm = result.server
+    console.print(
+        "the same server in the simulator: wakman simulate "
+        f"{trace} --policy {'lru' if policy == 'stock' else policy} --capacity-blocks {capacity} "
+        f"--max-num-batched-tokens {sm.max_num_batched_tokens} --max-num-seqs {sm.max_num_seqs} "
+        f"--step-s {sm.step_s:g}",
+        markup=False,
+        highlight=False,
+        soft_wrap=True,
+    )

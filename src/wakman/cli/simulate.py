@@ -32,26 +32,94 @@ from wakman.cli.common import (
     progress_bars,
 )
 from wakman.experiments.sweep import GridInterrupted, run_grid
-from wakman.simulation import MODES, ServerModel
+from wakman.simulation import MODES, ServerModel, VllmServer
 
-PREFILL = typer.Option(ServerModel.prefill_tokens_per_s, "--prefill-tps", help="Prefill tokens per second.")
-DECODE = typer.Option(ServerModel.decode_tokens_per_s, "--decode-tps", help="Decode tokens/s per request.")
-RUNNING = typer.Option(ServerModel.max_running, "--max-running", help="Concurrent requests at most.")
+PREFILL = typer.Option(
+    None, "--prefill-tps", help=f"Prefill tokens per second [default: {ServerModel.prefill_tokens_per_s:g}]."
+)
+DECODE = typer.Option(
+    None, "--decode-tps", help=f"Decode tokens/s per request [default: {ServerModel.decode_tokens_per_s:g}]."
+)
+RUNNING = typer.Option(
+    None, "--max-running", help=f"Concurrent requests at most [default: {ServerModel.max_running}]."
+)
+BATCHED = typer.Option(
+    None, "--max-num-batched-tokens", help="vLLM's token budget per engine step (a vLLM server model)."
+)
+SEQS = typer.Option(None, "--max-num-seqs", help="vLLM's max_num_seqs (a vLLM server model).")
+STEP = typer.Option(
+    None, "--step-s", help="Seconds per vLLM engine step (a vLLM server model; default 1/40)."
+)
+SERVER_FILE = typer.Option(
+    None,
+    "--server-model",
+    help="JSON with the vLLM settings: `wakman replay --json` output or its server_model.",
+)
+CACHE_OUTPUTS = typer.Option(
+    True, "--cache-outputs/--no-cache-outputs", help="Cache the blocks generated tokens fill, as vLLM does."
+)
 WARMUP = typer.Option(0.0, "--warmup-s", help="Requests arriving earlier are left out of the figures.")
 MODE = typer.Option("serve", "--mode", help="serve (time, pinning) or cache (shadow replay).")
 
 
-def _server(prefill_tps: float, decode_tps: float, max_running: int, warmup_s: float) -> ServerModel:
-    """The CLI's server model: the throughputs given (checked, with ``--warmup-s``), the default
-    per-request prefill overhead."""
+def _vllm_settings(path: Path) -> dict:
+    """The vLLM settings in ``path``: a JSON object, or one holding them under ``server_model``."""
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise ValueError(f"--server-model: {path} does not exist") from None
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise ValueError(f"--server-model: {path} is not a JSON file ({exc})") from None
+    if isinstance(data, dict) and isinstance(data.get("server_model"), dict):
+        data = data["server_model"]
+    names = set(VllmServer.__dataclass_fields__)
+    if not isinstance(data, dict) or not names & set(data):
+        raise ValueError(f"--server-model: {path} holds none of {', '.join(sorted(names))}")
+    return {k: data[k] for k in names if k in data}
+
+
+def _server(
+    prefill_tps: float | None,
+    decode_tps: float | None,
+    max_running: int | None,
+    warmup_s: float,
+    max_num_batched_tokens: int | None = None,
+    max_num_seqs: int | None = None,
+    step_s: float | None = None,
+    server_model: Path | None = None,
+    cache_outputs: bool = True,
+) -> ServerModel:
+    """The CLI's server model: the throughputs given, or a vLLM configuration by vLLM's names
+    (``--server-model`` first, then the flags over it), never both (checked, with ``--warmup-s``)."""
     check_numbers(
         ("--prefill-tps", prefill_tps, ">0"),
         ("--decode-tps", decode_tps, ">0"),
         ("--max-running", max_running, ">=1"),
+        ("--max-num-batched-tokens", max_num_batched_tokens, ">=1"),
+        ("--max-num-seqs", max_num_seqs, ">=1"),
+        ("--step-s", step_s, ">0"),
         ("--warmup-s", warmup_s, ">=0"),
     )
+    vllm_flags = {
+        "max_num_batched_tokens": max_num_batched_tokens,
+        "max_num_seqs": max_num_seqs,
+        "step_s": step_s,
+    }
+    if server_model is not None or any(v is not None for v in vllm_flags.values()):
+        if any(v is not None for v in (prefill_tps, decode_tps, max_running)):
+            raise ValueError(
+                "give either --prefill-tps / --decode-tps / --max-running or a vLLM server model "
+                "(--server-model, --max-num-batched-tokens, --max-num-seqs, --step-s), not both"
+            )
+        settings = _vllm_settings(server_model) if server_model is not None else {}
+        settings.update({k: v for k, v in vllm_flags.items() if v is not None})
+        return ServerModel.from_vllm(VllmServer(**settings), cache_outputs=cache_outputs)
+    defaults = ServerModel()
     return ServerModel(
-        prefill_tokens_per_s=prefill_tps, decode_tokens_per_s=decode_tps, max_running=max_running
+        prefill_tokens_per_s=defaults.prefill_tokens_per_s if prefill_tps is None else prefill_tps,
+        decode_tokens_per_s=defaults.decode_tokens_per_s if decode_tps is None else decode_tps,
+        max_running=defaults.max_running if max_running is None else max_running,
+        cache_outputs=cache_outputs,
     )
 
 
@@ -66,9 +134,14 @@ def simulate(
     plot: Path | None = typer.Option(None, "--plot", help="Draw the per-interval series to this PNG."),
     warmup_s: float = WARMUP,
     interval_s: float = typer.Option(60.0, "--interval-s", help="Width of the per-interval series."),
-    prefill_tps: float = PREFILL,
-    decode_tps: float = DECODE,
-    max_running: int = RUNNING,
+    prefill_tps: float | None = PREFILL,
+    decode_tps: float | None = DECODE,
+    max_running: int | None = RUNNING,
+    max_num_batched_tokens: int | None = BATCHED,
+    max_num_seqs: int | None = SEQS,
+    step_s: float | None = STEP,
+    server_model: Path | None = SERVER_FILE,
+    cache_outputs: bool = CACHE_OUTPUTS,
     block_size: int | None = BlockSizeOption,
     rate: float | None = RateOption,
     seed: int | None = SeedOption,
@@ -78,7 +151,17 @@ def simulate(
         if mode not in MODES:
             raise ValueError(f"--mode must be one of {', '.join(MODES)}")
         check_numbers(("--capacity-blocks", capacity, ">=1"), ("--interval-s", interval_s, ">0"))
-        server = _server(prefill_tps, decode_tps, max_running, warmup_s)
+        server = _server(
+            prefill_tps,
+            decode_tps,
+            max_running,
+            warmup_s,
+            max_num_batched_tokens,
+            max_num_seqs,
+            step_s,
+            server_model,
+            cache_outputs,
+        )
         check_plot(plot)
         # progress on stderr (stdout may be --json), only on a terminal, gone once done
         with progress_bars(to=err_console, transient=True, disable=not err_console.is_terminal) as bar:
@@ -132,9 +215,14 @@ def sweep(
     mode: str = MODE,
     jobs: int | None = typer.Option(None, "--jobs", help="Worker processes (default: all cores)."),
     warmup_s: float = WARMUP,
-    prefill_tps: float = PREFILL,
-    decode_tps: float = DECODE,
-    max_running: int = RUNNING,
+    prefill_tps: float | None = PREFILL,
+    decode_tps: float | None = DECODE,
+    max_running: int | None = RUNNING,
+    max_num_batched_tokens: int | None = BATCHED,
+    max_num_seqs: int | None = SEQS,
+    step_s: float | None = STEP,
+    server_model: Path | None = SERVER_FILE,
+    cache_outputs: bool = CACHE_OUTPUTS,
     block_size: int | None = BlockSizeOption,
     rate: float | None = RateOption,
     seed: int | None = SeedOption,
@@ -148,7 +236,17 @@ def sweep(
         if mode not in MODES:
             raise ValueError(f"--mode must be one of {', '.join(MODES)}")
         check_numbers(("--jobs", jobs, ">=1"))
-        server = _server(prefill_tps, decode_tps, max_running, warmup_s)
+        server = _server(
+            prefill_tps,
+            decode_tps,
+            max_running,
+            warmup_s,
+            max_num_batched_tokens,
+            max_num_seqs,
+            step_s,
+            server_model,
+            cache_outputs,
+        )
         check_output_dir(out, "--out")
         with progress_bars() as progress:
             requests = list(counted(open_trace(trace, fmt, block_size, rate, seed), progress, "reading"))

@@ -3,6 +3,6 @@
 from wakman.simulation.pool import BlockPool
 from wakman.simulation.results import SimResult
 from wakman.simulation.run import MODES, simulate
-from wakman.simulation.server import ServerModel
+from wakman.simulation.server import ServerModel, VllmServer
 
-__all__ = ["MODES", "BlockPool", "ServerModel", "SimResult", "simulate"]
+__all__ = ["MODES", "BlockPool", "ServerModel", "SimResult", "VllmServer", "simulate"]

@@ -3,6 +3,8 @@
 Per request: arrival -> FCFS admission (lookup, pin hits, allocate and cache the prompt's blocks:
 ``BlockPool``'s admission, misses before evictions) -> prefill on the single lane -> decode, one
 block event each time the computed tokens fill a block (cache it with its key, allocate the next;
+a block past the trace's output keys gets a key no other request shares, as vLLM hashes the
+tokens the model generated: it takes cache room and is never hit; ``ServerModel.cache_outputs``;
 when none is free, preempt the most recently admitted request, as vLLM does, and re-queue it first)
 -> finish: release blocks deepest first. A request whose blocks at the end (prompt + output - 1
 tokens with KV) exceed the pool is rejected. Times come from the ``ServerModel``'s formulas.
@@ -61,6 +63,7 @@ class ServeSimulation:
             float(self.interval_s),
             self.controller,
             self.belady_offsets,
+            server.cache_outputs,
         )
         for name in ("measured_requests", "prompt_tokens", "hit_tokens", "block_lookups", "block_hits"):
             setattr(res, name, getattr(res, name) + out[name])

@@ -12,6 +12,15 @@ Defaults describe one 8B-parameter model on one H100-class GPU: prefill ~10k tok
 ~40 tokens/s per sequence at moderate batch, up to 64 concurrent sequences; they make 1.5
 requests/s of the generated workloads busy but stable, so queueing reflects cache misses.
 
+A vLLM configuration (``VllmServer``, by vLLM's own names): each engine step takes ``step_s``
+seconds and schedules at most ``max_num_batched_tokens`` tokens (chunked prefill) for at most
+``max_num_seqs`` running requests, each decoding one token per step. ``ServerModel.from_vllm``
+turns it into this model: prefill at ``max_num_batched_tokens / step_s`` tokens/s, one step of
+overhead (the step that produces the first token), decode at ``1 / step_s`` tokens/s per
+request, ``max_num_seqs`` running at most. ``wakman replay --engine vllm`` reports the
+configuration its engine ran (``server_model`` in ``--json``), which ``wakman simulate
+--server-model`` reads back.
+
 Saturation (``saturation``): a modelled server that cannot keep up reports hit rates of a queue,
 not of a server, so every serve-mode run says whether it kept up. Two measures over the measured
 admissions, and the rule:
@@ -40,15 +49,50 @@ QUEUE_GROWTH_LIMIT = 0.05  # seconds of queueing delay per second of traffic
 
 
 @dataclass(frozen=True)
+class VllmServer:
+    """A vLLM engine's scheduling settings, by vLLM's names; ``step_s`` is seconds per engine step
+    (1 / steps per second: what a GPU sustains at this batch, or the replay's virtual step)."""
+
+    max_num_batched_tokens: int = 4096
+    max_num_seqs: int = 64
+    step_s: float = 1 / 40
+
+    def __post_init__(self) -> None:
+        if self.max_num_batched_tokens < 1 or self.max_num_seqs < 1 or not self.step_s > 0:
+            raise ValueError(
+                "vLLM server: max_num_batched_tokens and max_num_seqs must be >= 1 and step_s > 0 seconds"
+            )
+
+    def as_dict(self) -> dict[str, float | int]:
+        return {
+            "max_num_batched_tokens": self.max_num_batched_tokens,
+            "max_num_seqs": self.max_num_seqs,
+            "step_s": self.step_s,
+        }
+
+
+@dataclass(frozen=True)
 class ServerModel:
     prefill_tokens_per_s: float = 10_000.0
     prefill_overhead_s: float = 0.005
     decode_tokens_per_s: float = 40.0
     max_running: int = 64
+    cache_outputs: bool = True  # cache the blocks generated tokens fill, as vLLM does (serve.py)
 
     def __post_init__(self) -> None:
         if self.prefill_tokens_per_s <= 0 or self.decode_tokens_per_s <= 0 or self.max_running < 1:
             raise ValueError("server model: throughputs must be > 0 and max_running >= 1")
+
+    @staticmethod
+    def from_vllm(config: VllmServer, cache_outputs: bool = True) -> ServerModel:
+        """The model of an engine run with ``config`` (this module's docstring)."""
+        return ServerModel(
+            prefill_tokens_per_s=config.max_num_batched_tokens / config.step_s,
+            prefill_overhead_s=config.step_s,
+            decode_tokens_per_s=1 / config.step_s,
+            max_running=config.max_num_seqs,
+            cache_outputs=cache_outputs,
+        )
 
     @staticmethod
     def keeping_up(

@@ -18,11 +18,12 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
+from wakman.simulation.server import VllmServer
 from wakman.traces.model import Request, key_list
 from wakman.vllm_plugin.engine import TINY_VOCAB, build_llm, engine_core, prefix_cache_counters
 
@@ -74,6 +75,7 @@ class ReplayResult:
     virtual_s: float
     wall_s: float
     output_keys_ignored: bool
+    server: VllmServer = field(default_factory=VllmServer)
     adaptive: dict[str, Any] | None = None
 
     @property
@@ -100,6 +102,8 @@ class ReplayResult:
             "engine_steps": self.steps,
             "virtual_s": self.virtual_s,
             "output_keys_ignored": self.output_keys_ignored,
+            # the engine's scheduling settings: `wakman simulate --server-model` reads them back
+            "server_model": self.server.as_dict(),
         }
         if self.adaptive:
             out.update(self.adaptive)
@@ -200,6 +204,7 @@ def replay(
         virtual_s=clock["t"] - requests[0].arrival_s,
         wall_s=wall,
         output_keys_ignored=any(len(r.output_keys) for r in requests),
+        server=VllmServer(max_num_batched_tokens, max_num_seqs, step_s),
         adaptive=adaptive,
     )
 
