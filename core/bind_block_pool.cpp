@@ -94,7 +94,8 @@ class PyServeHooks final : public ServeHooks {
 // serve.py's run(): read the requests once into flat arrays, run the loop, hand back the figures.
 nb::dict serve(nb::handle pool, nb::handle requests, double prefill_tokens_per_s, double prefill_overhead_s,
                double decode_tokens_per_s, int64_t max_running, double warmup_s, int64_t warmup_requests,
-               double interval_s, nb::handle controller, nb::handle belady_offsets, bool cache_outputs) {
+               double interval_s, nb::handle controller, nb::handle belady_offsets, bool cache_outputs,
+               bool admit_when_lane_free) {
   PyBlockPool& p = nb::cast<PyBlockPool&>(pool);
   std::vector<ServeRequest> reqs;
   std::vector<Key> keys, outputs;
@@ -133,7 +134,8 @@ nb::dict serve(nb::handle pool, nb::handle requests, double prefill_tokens_per_s
     for (nb::handle o : belady_offsets) offsets.push_back(nb::cast<int64_t>(o));
   if (!offsets.empty() && offsets.size() != reqs.size() + 1)
     throw nb::value_error("serve: belady_offsets needs one offset per request, plus the end");
-  ServerParams server{prefill_tokens_per_s, prefill_overhead_s, decode_tokens_per_s, max_running, cache_outputs};
+  ServerParams server{prefill_tokens_per_s, prefill_overhead_s, decode_tokens_per_s, max_running, cache_outputs,
+                      admit_when_lane_free};
   PyServeHooks hooks(pool, requests, controller);
   ServeLoop loop(p.pool, server, std::move(reqs), std::move(keys), std::move(outputs), std::move(measured), interval_s,
                  std::move(offsets), hooks);
@@ -289,6 +291,6 @@ void bind_block_pool(nb::module_& m) {
 
   m.def("serve", &serve, "pool"_a, "requests"_a, "prefill_tokens_per_s"_a, "prefill_overhead_s"_a,
         "decode_tokens_per_s"_a, "max_running"_a, "warmup_s"_a, "warmup_requests"_a, "interval_s"_a,
-        "controller"_a.none(), "belady_offsets"_a.none(), "cache_outputs"_a = true,
+        "controller"_a.none(), "belady_offsets"_a.none(), "cache_outputs"_a = true, "admit_when_lane_free"_a = false,
         "Serve mode's event loop over pool (semantics: wakman.simulation.serve); returns its figures.");
 }

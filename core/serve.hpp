@@ -27,6 +27,9 @@ struct ServerParams {
   // vLLM hashes and caches every block its generated tokens fill. A block past the trace's output
   // keys gets unique_output_key(request, block): cached, taking room, never looked up again.
   bool cache_outputs = true;
+  // vLLM admits (looks up, allocates) a waiting request only when it schedules its prefill: with
+  // this set, admission waits until the prefill lane is free instead of queueing on the lane.
+  bool admit_when_lane_free = false;
   double prefill_s(int64_t uncached_tokens) const {
     return prefill_overhead_s + static_cast<double>(uncached_tokens) / prefill_tokens_per_s;
   }
@@ -130,8 +133,11 @@ class ServeLoop {
         Event e = events_.top();
         events_.pop();
         advance(e.t);
-        if (e.version != runs_[e.index].version) continue;
-        if (e.kind == kBlock) on_block(e.index);
+        if (e.kind == kLane) {
+          lane_event_pending_ = false;
+        } else if (e.version != runs_[e.index].version) {
+          continue;
+        } else if (e.kind == kBlock) on_block(e.index);
         else on_finish(e.index);
       } else {
         advance(next_arrival);
@@ -150,7 +156,7 @@ class ServeLoop {
   ServeTotals& totals() { return out_; }
 
  private:
-  enum : uint8_t { kBlock = 0, kFinish = 1 };
+  enum : uint8_t { kBlock = 0, kFinish = 1, kLane = 2 };
   struct Event {
     double t;
     uint64_t seq;
@@ -217,6 +223,13 @@ class ServeLoop {
 
   void try_admit() {
     while (!waiting_.empty() && static_cast<int64_t>(running_.size()) < server_.max_running) {
+      if (server_.admit_when_lane_free && lane_free_ > out_.now) {
+        if (!lane_event_pending_) {
+          events_.push(Event{lane_free_, ++seq_, kLane, 0, 0});
+          lane_event_pending_ = true;
+        }
+        return;
+      }
       uint32_t index = waiting_.front();
       const ServeRequest& r = reqs_[index];
       if ((runs_[index].last + r.block_size - 1) / r.block_size > pool_.capacity()) {
@@ -331,6 +344,7 @@ class ServeLoop {
   ServerParams server_;
   std::vector<ServeRequest> reqs_;
   std::vector<Key> keys_, outputs_;
+  bool lane_event_pending_ = false;  // a kLane event is queued at lane_free_
   std::vector<uint8_t> measured_;
   double interval_s_;
   std::vector<int64_t> belady_offsets_;

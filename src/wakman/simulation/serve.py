@@ -64,6 +64,7 @@ class ServeSimulation:
             self.controller,
             self.belady_offsets,
             server.cache_outputs,
+            server.admit_when_lane_free,
         )
         for name in ("measured_requests", "prompt_tokens", "hit_tokens", "block_lookups", "block_hits"):
             setattr(res, name, getattr(res, name) + out[name])

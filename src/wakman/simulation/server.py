@@ -17,7 +17,9 @@ seconds and schedules at most ``max_num_batched_tokens`` tokens (chunked prefill
 ``max_num_seqs`` running requests, each decoding one token per step. ``ServerModel.from_vllm``
 turns it into this model: prefill at ``max_num_batched_tokens / step_s`` tokens/s, one step of
 overhead (the step that produces the first token), decode at ``1 / step_s`` tokens/s per
-request, ``max_num_seqs`` running at most. ``wakman replay --engine vllm`` reports the
+request, ``max_num_seqs`` running at most, and admission when the prefill can start
+(``admit_when_lane_free``: vLLM looks a waiting request up and allocates its blocks only when it
+schedules it, so a request never holds blocks while it queues for prefill). ``wakman replay --engine vllm`` reports the
 configuration its engine ran (``server_model`` in ``--json``), which ``wakman simulate
 --server-model`` reads back.
 
@@ -78,6 +80,7 @@ class ServerModel:
     decode_tokens_per_s: float = 40.0
     max_running: int = 64
     cache_outputs: bool = True  # cache the blocks generated tokens fill, as vLLM does (serve.py)
+    admit_when_lane_free: bool = False  # admit only when the prefill can start, as vLLM's scheduler does
 
     def __post_init__(self) -> None:
         if self.prefill_tokens_per_s <= 0 or self.decode_tokens_per_s <= 0 or self.max_running < 1:
@@ -92,6 +95,7 @@ class ServerModel:
             decode_tokens_per_s=1 / config.step_s,
             max_running=config.max_num_seqs,
             cache_outputs=cache_outputs,
+            admit_when_lane_free=True,
         )
 
     @staticmethod
