@@ -80,6 +80,7 @@ def mooncake_piece(requests: int = 120, blocks: int = 12) -> list[Request]:
 SUITE: dict[str, tuple[Callable[[], list[Request]], tuple[int, int]]] = {
     "phased-short-outputs": (phased_trace, (400, 600)),
     "phased-long-outputs": (lambda: phases(30, 40.0, 2.8, outputs(50, 150, 400)), (400, 800)),
+    "phased-450": (lambda: phases(50, 40.0, 5.0, outputs(50, 150, 400)), (400, 800)),
     "multi-turn": (
         lambda: generated((0, 1, 0), 120.0, 3.0, 5, outputs(20, 80, 300) | SHORT_PROMPTS),
         (400, 800),
