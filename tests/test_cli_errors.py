@@ -469,3 +469,7 @@ def test_vllm_server_model_by_flags_or_file(trace, tmp_path):
     )
     (tmp_path / "bad.json").write_text('{"hit_rate": 1}')
     clean_error(invoke(*base, "--server-model", tmp_path / "bad.json"), "--server-model", "max_num_seqs")
+    (tmp_path / "bad.json").write_text('{"server_model": {"max_num_seqs": "64"}}')
+    clean_error(invoke(*base, "--server-model", tmp_path / "bad.json"), "max_num_seqs must be an integer")
+    (tmp_path / "bad.json").write_text('{"step_s": 0}')
+    clean_error(invoke(*base, "--server-model", tmp_path / "bad.json"), "step_s", "> 0")

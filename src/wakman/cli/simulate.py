@@ -72,10 +72,26 @@ def _vllm_settings(path: Path) -> dict:
         raise ValueError(f"--server-model: {path} is not a JSON file ({exc})") from None
     if isinstance(data, dict) and isinstance(data.get("server_model"), dict):
         data = data["server_model"]
-    names = set(VllmServer.__dataclass_fields__)
-    if not isinstance(data, dict) or not names & set(data):
-        raise ValueError(f"--server-model: {path} holds none of {', '.join(sorted(names))}")
-    return {k: data[k] for k in names if k in data}
+    kinds = {"max_num_batched_tokens": int, "max_num_seqs": int, "step_s": float}
+    if not isinstance(data, dict) or not set(kinds) & set(data):
+        raise ValueError(f"--server-model: {path} holds none of {', '.join(sorted(kinds))}")
+    settings = {}
+    for name, kind in kinds.items():
+        if name not in data:
+            continue
+        value = data[name]
+        if isinstance(value, bool) or not isinstance(value, (int, float) if kind is float else int):
+            raise ValueError(
+                f"--server-model: {path}: {name} must be {'a number' if kind is float else 'an integer'}"
+            )
+        settings[name] = kind(value)
+    check_numbers(
+        *(
+            (f"--server-model {name}", value, ">0" if name == "step_s" else ">=1")
+            for name, value in settings.items()
+        )
+    )
+    return settings
 
 
 def _server(
