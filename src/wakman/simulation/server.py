@@ -17,7 +17,7 @@ seconds and schedules at most ``max_num_batched_tokens`` tokens (chunked prefill
 ``max_num_seqs`` running requests, each decoding one token per step. ``ServerModel.from_vllm``
 turns it into this model: prefill at ``max_num_batched_tokens / step_s`` tokens/s with no fixed
 overhead (the step that computes a prompt's last chunk also emits its first token; a step of
-overhead put the fidelity suite 0.19 point off on average instead of 0.13), decode at
+overhead put the fidelity suite 0.18 point off on average instead of 0.12), decode at
 ``1 / step_s`` tokens/s per request, ``max_num_seqs`` running at most, and admission when the
 prefill can start (``admit_when_lane_free``: vLLM looks a waiting request up and allocates its
 blocks only when it schedules it, so no request holds blocks while it queues for prefill).
