@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gc
 import random
+from dataclasses import replace
 
 import msgspec
 import pytest
@@ -117,13 +118,7 @@ def test_blocks_filled_by_generated_tokens_are_cached_with_keys_of_their_own(cac
     included (prompt + output - 1 tokens have KV at the end): without output keys in the trace each
     gets a key no other request has, so the same request twice caches its outputs twice."""
     one = req(0.0, ["p1", "p2", "tail"], prompt=2 * BS + 5, out=3 * BS)  # KV tokens: 5 * BS + 4
-    server = ServerModel(
-        prefill_tokens_per_s=1e6,
-        prefill_overhead_s=0.0,
-        decode_tokens_per_s=1e3,
-        max_running=8,
-        cache_outputs=cache_outputs,
-    )
+    server = replace(FAST, cache_outputs=cache_outputs)
     outputs_per_request = 3 if cache_outputs else 0  # blocks 2, 3, 4 of 5 full ones
     policy = make_policy("lru", 100)
     result = simulate([one], policy, 100, server=server)
@@ -140,13 +135,7 @@ def test_vllm_admits_a_request_only_when_its_prefill_can_start(admit_when_lane_f
     """Two requests at t = 0 on a 1,000 tokens/s lane: the second queues on the lane (admitted at
     once, holding its blocks) or, as vLLM schedules, waits unadmitted until the first's prefill ends.
     Either way its first token comes after both prefills."""
-    server = ServerModel(
-        prefill_tokens_per_s=1000.0,
-        prefill_overhead_s=0.0,
-        decode_tokens_per_s=1e3,
-        max_running=8,
-        admit_when_lane_free=admit_when_lane_free,
-    )
+    server = replace(FAST, prefill_tokens_per_s=1000.0, admit_when_lane_free=admit_when_lane_free)
     trace = [req(0.0, ["a", "b"], prompt=2 * BS), req(0.0, ["c", "d"], prompt=2 * BS)]
     result = simulate(trace, "lru", 100, server=server)
     first_prefill = 2 * BS / 1000.0

@@ -130,13 +130,12 @@ def _server(
         settings = _vllm_settings(server_model) if server_model is not None else {}
         settings.update({k: v for k, v in vllm_flags.items() if v is not None})
         return ServerModel.from_vllm(VllmServer(**settings), cache_outputs=cache_outputs)
-    defaults = ServerModel()
-    return ServerModel(
-        prefill_tokens_per_s=defaults.prefill_tokens_per_s if prefill_tps is None else prefill_tps,
-        decode_tokens_per_s=defaults.decode_tokens_per_s if decode_tps is None else decode_tps,
-        max_running=defaults.max_running if max_running is None else max_running,
-        cache_outputs=cache_outputs,
-    )
+    throughputs = {
+        "prefill_tokens_per_s": prefill_tps,
+        "decode_tokens_per_s": decode_tps,
+        "max_running": max_running,
+    }
+    return ServerModel(cache_outputs=cache_outputs, **{k: v for k, v in throughputs.items() if v is not None})
 
 
 def simulate(
