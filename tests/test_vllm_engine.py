@@ -7,7 +7,6 @@ import contextlib
 import json
 import os
 import re
-import socket
 import subprocess
 import sys
 import time
@@ -19,6 +18,7 @@ import pytest
 from vllm_support import need_vllm, phased_trace, small_trace, wakman_cli, write_small_trace, write_trace_file
 from wakman.adaptive import simulate
 from wakman.simulation import ServerModel, VllmServer
+from wakman.vllm_plugin.server import free_port
 
 pytestmark = pytest.mark.vllm
 need_vllm()
@@ -226,34 +226,13 @@ def test_async_scheduling_gets_the_async_scheduler_with_wakmans_pool(monkeypatch
     pool.check()
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @contextlib.contextmanager
 def _server(cmd: list[str], env: dict[str, str], log_path: Path):
     """Start a vLLM server, wait for /health (300 s at most), yield its base URL, stop it."""
-    port = cmd[cmd.index("--port") + 1]
-    log = open(log_path, "w")  # noqa: SIM115 - closed in finally, after the server
-    server = subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT)
-    base = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.time() + 300
-        while True:
-            assert server.poll() is None, log_path.read_text()[-3000:]
-            try:
-                urllib.request.urlopen(f"{base}/health", timeout=2)
-                break
-            except OSError:
-                assert time.time() < deadline, "server did not start"
-                time.sleep(1)
-        yield base
-    finally:
-        server.terminate()
-        server.wait(timeout=60)
-        log.close()
+    from wakman.vllm_plugin.server import ServerProcess
+
+    with ServerProcess(cmd, env, int(cmd[cmd.index("--port") + 1]), log_path, start_timeout_s=300) as server:
+        yield server.url
 
 
 def _complete(base: str, model: Path, prompt: list[int]) -> None:
@@ -283,7 +262,7 @@ def test_readme_server_command_serves_with_wakman(tmp_path):
     assert args[:2] == ["vllm", "serve"] and "--scheduler-cls" in args
     model = tiny_model_dir(tmp_path / "tiny")
     args = [str(model) if a == "MODEL" else a for a in args[2:]]
-    port = _free_port()
+    port = free_port()
     cmd = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", *args]
     cmd += ["--host", "127.0.0.1", "--port", str(port), "--load-format", "dummy", "--skip-tokenizer-init"]
     cmd += ["--dtype", "float32", "--block-size", "32", "--num-gpu-blocks-override", "257"]
@@ -329,7 +308,7 @@ def test_metrics_with_two_api_servers(tmp_path):
     from wakman.vllm_plugin.engine import SCHEDULER_CLS, tiny_model_dir
 
     model = tiny_model_dir(tmp_path / "tiny")
-    port = _free_port()
+    port = free_port()
     cmd = [sys.executable, "-c", VLLM_CLI, "serve", str(model), "--enable-prefix-caching"]
     cmd += ["--scheduler-cls", SCHEDULER_CLS, "--api-server-count", "2"]
     cmd += ["--host", "127.0.0.1", "--port", str(port), "--load-format", "dummy", "--skip-tokenizer-init"]

@@ -37,12 +37,47 @@ SCHEDULER_CLS = "wakman.vllm_plugin.WakmanScheduler"
 ENGINE_ENV = {"HF_HUB_OFFLINE": "1", "VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_ENABLE_V1_MULTIPROCESSING": "0"}
 
 
-def tiny_model_dir(path: Path | None = None) -> Path:
-    """Write the tiny model's ``config.json`` into ``path`` (a new temporary folder by default)."""
+def tiny_model_dir(path: Path | None = None, tokenizer: bool = False) -> Path:
+    """Write the tiny model's ``config.json`` into ``path`` (a new temporary folder by default), and
+    with ``tokenizer`` its byte-level tokenizer (``write_byte_tokenizer``), which a server that
+    takes text (``vllm serve``) needs."""
     path = Path(path) if path is not None else Path(tempfile.mkdtemp(prefix="wakman-tiny-llama-"))
     path.mkdir(parents=True, exist_ok=True)
     (path / "config.json").write_text(json.dumps(TINY_LLAMA, indent=1))
+    if tokenizer:
+        write_byte_tokenizer(path)
     return path
+
+
+def _byte_symbols() -> list[str]:
+    """GPT-2's printable stand-in for each byte value 0-255 (what a byte-level BPE vocabulary holds)."""
+    spans = (("!", "~"), ("¡", "¬"), ("®", "ÿ"))
+    printable = [b for first, last in spans for b in range(ord(first), ord(last) + 1)]
+    symbol = {b: chr(b) for b in printable}
+    spare = 256
+    for b in range(256):
+        if b not in symbol:
+            symbol[b] = chr(spare)
+            spare += 1
+    return [symbol[b] for b in range(256)]
+
+
+def write_byte_tokenizer(path: Path) -> None:
+    """A byte-level tokenizer for the tiny model: token id ``b < 256`` is the byte ``b``, so ASCII
+    text encodes to one id per character and decoding then encoding gives the same ids back (the
+    property a client that sends text, not ids, needs for prefix hashes to line up). Ids 256 and up
+    fill the model's vocabulary with names like ``<300>``: generated text decodes, and no text ever
+    encodes to them. No special tokens: the server adds nothing to a prompt."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
+
+    vocab = {symbol: b for b, symbol in enumerate(_byte_symbols())}
+    vocab.update({f"<{i}>": i for i in range(256, TINY_VOCAB)})
+    tok = Tokenizer(models.BPE(vocab=vocab, merges=[]))
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    tok.save(str(path / "tokenizer.json"))
+    config = {"tokenizer_class": "PreTrainedTokenizerFast", "model_max_length": 1 << 30}
+    (path / "tokenizer_config.json").write_text(json.dumps(config | {"clean_up_tokenization_spaces": False}))
 
 
 def build_llm(
