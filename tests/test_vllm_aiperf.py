@@ -62,8 +62,10 @@ def test_aiperf_against_vllm_serve_agrees_with_the_engine_replay(tmp_path):
     need_aiperf()
     from wakman.experiments.aiperf_serve import run_aiperf
 
-    requests = small_trace(120, 3.0, seed=3, short_prompts=True)
-    capacity = 200
+    # the fidelity suite's agentic trace (87 requests over 90 s): concurrency about 0.2, so the
+    # server's wall clock and the replay's virtual one schedule the same overlaps
+    requests = small_trace(90, 3.0, seed=9, mix=(0, 0, 1), short_prompts=True)
+    capacity = 300
     served = run_aiperf(requests, "s3fifo", capacity, tmp_path / "served", AIPERF_PYTHON)
     assert served.completed == len(requests) and served.errors == 0, served
     assert served.prompt_tokens == sum(r.prompt_tokens for r in requests), served
@@ -72,7 +74,7 @@ def test_aiperf_against_vllm_serve_agrees_with_the_engine_replay(tmp_path):
     replayed = wakman_cli("replay", "--engine", "vllm", str(path), "--policy", "s3fifo",
                           "--capacity-blocks", str(capacity))  # fmt: skip
     infinite = simulate(requests, "lru", 1_000_000).hit_rate
-    assert replayed["hit_rate"] < infinite - 0.1, (replayed["hit_rate"], infinite)
+    assert replayed["hit_rate"] < infinite - 0.04, (replayed["hit_rate"], infinite)
     gap = 100 * (served.hit_rate - replayed["hit_rate"])
     assert abs(gap) <= 1.0, f"AIPerf + vllm serve {served.hit_rate:.4f}, replay {replayed['hit_rate']:.4f}"
     # the replay's virtual clock set to the server's measured step time: the same timing, closer still

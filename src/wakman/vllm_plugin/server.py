@@ -163,6 +163,9 @@ class VllmHttpServer(ServerProcess):
         served_env = {k: v for k, v in ENGINE_ENV.items() if k != "VLLM_ENABLE_V1_MULTIPROCESSING"}
         env = {**os.environ, **served_env}
         env.pop("WAKMAN_POLICY", None)
+        # a directory of its own for the engines' published states: one inherited from this process
+        # would also hold states of engines this process runs, which the server would report as its own
+        env["WAKMAN_METRICS_DIR"] = str(workdir / "wakman-metrics")
         if policy is not None:
             argv += ["--scheduler-cls", SCHEDULER_CLS]
             env["WAKMAN_POLICY"] = policy
