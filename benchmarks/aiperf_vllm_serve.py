@@ -33,7 +33,7 @@ sys.path.insert(0, str(ROOT / "tests"))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
 from vllm_fidelity import SUITE  # noqa: E402
-from vllm_support import wakman_cli, write_trace_file  # noqa: E402
+from vllm_support import engine_replay, write_trace_file  # noqa: E402
 from wakman.experiments.aiperf_serve import run_aiperf  # noqa: E402
 from wakman.traces import read_trace  # noqa: E402
 from wakman.traces.model import Request  # noqa: E402
@@ -60,19 +60,11 @@ def run(
         served = run_aiperf(
             requests, None if policy == "stock" else policy, capacity, tmp / f"{name}-{policy}", aiperf
         )
-        replay = (
-            "replay",
-            "--engine",
-            "vllm",
-            str(path),
-            "--policy",
-            policy,
-            "--capacity-blocks",
-            str(capacity),
-        )
-        default = wakman_cli(*replay)["hit_rate"]
+        default = engine_replay(path, policy, capacity)["hit_rate"]
         matched = (
-            wakman_cli(*replay, "--step-s", f"{served.step_s:.6f}")["hit_rate"] if served.step_s else None
+            engine_replay(path, policy, capacity, "--step-s", f"{served.step_s:.6f}")["hit_rate"]
+            if served.step_s
+            else None
         )
         row = {
             "trace": name,

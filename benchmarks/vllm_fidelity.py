@@ -27,7 +27,7 @@ import msgspec
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
-from vllm_support import SHORT_OUTPUTS, SHORT_PROMPTS, phased_trace, wakman_cli, write_trace_file
+from vllm_support import SHORT_OUTPUTS, SHORT_PROMPTS, engine_replay, phased_trace, write_trace_file
 from wakman.data import BUNDLED_MOONCAKE
 from wakman.simulation import ServerModel, VllmServer, simulate
 from wakman.traces import read_trace
@@ -100,16 +100,7 @@ def run_trace(name: str, policies: tuple[str, ...], workdir: Path, which: str = 
     rows = []
     for capacity in capacities:
         for policy in policies:
-            got = wakman_cli(
-                "replay",
-                "--engine",
-                "vllm",
-                str(path),
-                "--policy",
-                policy,
-                "--capacity-blocks",
-                str(capacity),
-            )
+            got = engine_replay(path, policy, capacity)
             server = ServerModel.from_vllm(VllmServer(**got["server_model"]))
             sim = simulate(requests, policy, capacity, server=server)
             row = {

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from vllm_support import need_vllm, small_trace, wakman_cli, write_trace_file
+from vllm_support import engine_replay, need_vllm, small_trace, write_trace_file
 from wakman.simulation import simulate
 
 pytestmark = pytest.mark.vllm
@@ -71,15 +71,13 @@ def test_aiperf_against_vllm_serve_agrees_with_the_engine_replay(tmp_path):
     assert served.prompt_tokens == sum(r.prompt_tokens for r in requests), served
     assert served.live_policies == ["s3fifo"], served
     path = write_trace_file(requests, tmp_path / "trace.jsonl")
-    replayed = wakman_cli("replay", "--engine", "vllm", str(path), "--policy", "s3fifo",
-                          "--capacity-blocks", str(capacity))  # fmt: skip
+    replayed = engine_replay(path, "s3fifo", capacity)
     infinite = simulate(requests, "lru", 1_000_000).hit_rate
     assert replayed["hit_rate"] < infinite - 0.04, (replayed["hit_rate"], infinite)
     gap = 100 * (served.hit_rate - replayed["hit_rate"])
     assert abs(gap) <= 1.0, f"AIPerf + vllm serve {served.hit_rate:.4f}, replay {replayed['hit_rate']:.4f}"
     # the replay's virtual clock set to the server's measured step time: the same timing, closer still
     assert served.step_s is not None and 0 < served.step_s < 1, served
-    matched = wakman_cli("replay", "--engine", "vllm", str(path), "--policy", "s3fifo",
-                         "--capacity-blocks", str(capacity), "--step-s", f"{served.step_s:.6f}")  # fmt: skip
+    matched = engine_replay(path, "s3fifo", capacity, "--step-s", f"{served.step_s:.6f}")
     gap = 100 * (served.hit_rate - matched["hit_rate"])
     assert abs(gap) <= 1.0, f"AIPerf + vllm serve {served.hit_rate:.4f}, replay {matched['hit_rate']:.4f}"

@@ -92,3 +92,18 @@ def wakman_cli(*args: str, env: dict[str, str] | None = None, timeout: int = 120
         return json.loads(proc.stdout)
     except ValueError as exc:
         raise AssertionError(f"stdout is not one JSON object ({exc}):\n{proc.stdout[:2000]}") from None
+
+
+def engine_replay(path: Path, policy: str, capacity_blocks: int, *extra: str) -> dict:
+    """``wakman replay --engine vllm PATH --policy P --capacity-blocks N [EXTRA...] --json``."""
+    return wakman_cli(
+        "replay",
+        "--engine",
+        "vllm",
+        str(path),
+        "--policy",
+        policy,
+        "--capacity-blocks",
+        str(capacity_blocks),
+        *extra,
+    )
