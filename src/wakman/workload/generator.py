@@ -64,6 +64,8 @@ class WorkloadGenerator:
         self.seed = seed
         self.hasher = BlockHasher(config.hash, config.hash_seed)
         self._catalogs: dict[tuple[str, int], np.ndarray] = {}
+        # hashes and keys of a catalog prompt's full blocks: every chain that starts with it has them
+        self._catalog_blocks: dict[tuple[str, int], tuple[list[bytes], list[int]]] = {}
         st, mt, ag = config.single_turn, config.multi_turn, config.agentic
         self.popularity = {
             "single-turn": zipf_mandelbrot(st.catalog_size, st.zipf_s, st.zipf_q),
@@ -92,6 +94,21 @@ class WorkloadGenerator:
             self._catalogs[key] = self._tokens(rng, draw(rng, dist))
         return self._catalogs[key]
 
+    def start_chain(self, profile: str, index: int) -> _Chain:
+        """A session's chain opened with catalog prompt ``index`` of ``profile``; the hashes of the
+        prompt's full blocks are computed once per prompt, not once per session."""
+        tokens = self.catalog_prompt(profile, index)
+        chain = _Chain(self.hasher, self.config.block_size)
+        chain.append(tokens)
+        known = self._catalog_blocks.get((profile, index))
+        if known is None:
+            chain.tokens()
+            chain.extend_to(len(tokens) // self.config.block_size)
+            known = self._catalog_blocks[(profile, index)] = (list(chain.hashes), list(chain.keys))
+        else:
+            chain.hashes, chain.keys = list(known[0]), list(known[1])
+        return chain
+
     # ------------------------------------------------------------ sessions
     def session_starts(self) -> tuple[np.ndarray, np.ndarray]:
         """Start times (s) and profile index of every session, in start order."""
@@ -106,18 +123,15 @@ class WorkloadGenerator:
     def session(self, index: int, start: float, profile: str) -> list[Request]:
         rng = np.random.default_rng(np.random.SeedSequence([self.seed, 1, index]))
         cfg, sid = self.config, f"s{index}"
-        chain = _Chain(self.hasher, cfg.block_size)
         if profile == "single-turn":
             st = cfg.single_turn
-            fixed = self.catalog_prompt(profile, int(rng.choice(st.catalog_size, p=self.popularity[profile])))
-            chain.append(fixed)
+            chain = self.start_chain(profile, int(rng.choice(st.catalog_size, p=self.popularity[profile])))
             chain.append(self._tokens(rng, draw(rng, st.payload)))
             return [chain.request(start, self._tokens(rng, draw(rng, st.output)), sid, profile)]
         section = cfg.multi_turn if profile == "multi-turn" else cfg.agentic
-        system = self.catalog_prompt(
+        chain = self.start_chain(
             profile, int(rng.choice(len(self.popularity[profile]), p=self.popularity[profile]))
         )
-        chain.append(system)
         chain.append(
             self._tokens(rng, draw(rng, section.user_prefix if profile == "multi-turn" else section.task))
         )
@@ -182,6 +196,10 @@ class _Chain:
             h = self.hasher.chain(parent, tokens[b * bs : (b + 1) * bs])
             self.hashes.append(h)
             self.keys.append(self.hasher.key(h))
+
+    def extend_to(self, blocks: int) -> None:
+        """Hash the stream's first ``blocks`` full blocks (those not hashed yet)."""
+        self._extend(self.tokens(), blocks)
 
     def request(self, t: float, answer: np.ndarray, sid: str, label: str) -> Request:
         """The request whose prompt is the stream so far and whose output is ``answer`` (not yet
