@@ -161,6 +161,9 @@ nb::dict serve(nb::handle pool, nb::handle requests, double prefill_tokens_per_s
   for (const IntervalCell& c : t.intervals)
     cells.append(nb::make_tuple(c.start_s, c.admissions, c.prompt_tokens, c.hit_tokens, c.evictions,
                                 c.free_block_seconds, c.seconds, hooks.name(c.policy)));
+  nb::list first_hits;
+  for (int64_t h : t.first_hit_tokens) first_hits.append(h);
+  out["first_hit_tokens"] = first_hits;
   out["queueing_delays_s"] = delays;
   out["ttfts_s"] = ttfts;
   out["intervals"] = cells;

@@ -13,6 +13,7 @@
 #endif
 
 #include <algorithm>
+#include <cstring>
 #include <string>
 #include <vector>
 
@@ -109,6 +110,31 @@ bool block_hash(PyObject* block, Key& out) {
   return true;
 }
 
+// The policy key of a vLLM BlockHash in KV-cache group `group`: Python's hash of the
+// BlockHashWithGroupId bytes (the hash, then the group id as 4 big-endian bytes), what
+// block_hash() reads from a cached block, computed without building the bytes object.
+Key group_key(PyObject* block_hash, uint32_t group) {
+  char* data = nullptr;
+  Py_ssize_t size = 0;
+  if (PyBytes_AsStringAndSize(block_hash, &data, &size) < 0) throw nb::python_error();
+  char local[68];  // a 64-byte hash and the group id without an allocation (vLLM's are 32 bytes)
+  std::string heap;
+  char* buf = local;
+  const size_t n = static_cast<size_t>(size) + 4;
+  if (n > sizeof(local)) {
+    heap.resize(n);
+    buf = heap.data();
+  }
+  std::memcpy(buf, data, static_cast<size_t>(size));
+  for (int i = 0; i < 4; ++i) buf[size + i] = static_cast<char>((group >> (24 - 8 * i)) & 0xFF);
+#if PY_VERSION_HEX >= 0x030E0000
+  Py_hash_t h = Py_HashBuffer(buf, static_cast<Py_ssize_t>(n));
+#else
+  Py_hash_t h = _Py_HashBytes(buf, static_cast<Py_ssize_t>(n));
+#endif
+  return static_cast<Key>(h);
+}
+
 // reconcile() of free_queue.hpp for one Python block.
 void reconcile(FreeQueue& q, PyObject* block) {
   Key h = 0;
@@ -178,6 +204,21 @@ struct PyFreeQueue {
       PyList_SET_ITEM(out, static_cast<Py_ssize_t>(i), b);
     }
     return nb::steal<nb::list>(out);
+  }
+
+  std::vector<Key> expected;  // reused by expect_misses
+
+  void expect_misses(nb::handle block_hashes, Py_ssize_t start, nb::handle groups) {
+    std::vector<uint32_t> ids;
+    for (nb::handle g : groups) ids.push_back(nb::cast<uint32_t>(g));
+    expected.clear();
+    each_block(
+        block_hashes,
+        [&](PyObject* h) {
+          for (uint32_t g : ids) expected.push_back(group_key(h, g));
+        },
+        start);
+    queue.expect_misses(expected);
   }
 
   nb::list popleft_n(size_t n) {
@@ -357,6 +398,12 @@ void bind_free_queue(nb::module_& m) {
           "first hash makes the block the policy key hash(block_hash) mod 2**64 (remixed with the block id\n"
           "while another block holds that key), pinned while ref_cnt > 0; a lost hash takes the key out of\n"
           "the policy in O(1) (a free block then joins blank's head); a changed hash re-keys the block.")
+      .def("expect_misses", &PyFreeQueue::expect_misses, "block_hashes"_a, "start"_a, "groups"_a,
+           "An admission is under way whose lookup missed from block_hashes[start] on (vLLM BlockHash\n"
+           "bytes of a request's full blocks, in KV-cache groups `groups`): at its first popleft_n,\n"
+           "before any victim is chosen, the policy hears a miss for each of those keys no block holds.")
+      .def("drop_expected_misses", [](PyFreeQueue& q) { q.queue.drop_expected_misses(); },
+           "The admission did not go ahead (or is done): forget the misses expect_misses announced.")
       .def(
           "hit",
           [](PyFreeQueue& q, nb::handle blocks) {

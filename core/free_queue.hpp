@@ -59,6 +59,7 @@ class FreeQueue {
   void take_victims(size_t n, std::vector<int32_t>& out) {
     if (n > num_free()) throw std::out_of_range("free queue: " + std::to_string(n) + " blocks asked, " +
                                                 std::to_string(num_free()) + " free");
+    apply_expected_misses();
     while (n > 0 && head_ != kNone) {
       out.push_back(pop_blank_head());
       --n;
@@ -125,6 +126,18 @@ class FreeQueue {
       uncached(b, false);
     }
     cached(b, h, in_use);
+  }
+  // An admission's lookup missed on these keys (vLLM: a waiting request's full blocks after its
+  // cached prefix). The policy hears miss(k) for each one no block holds, at the admission's first
+  // take_victims, before any victim is chosen: a ghost hit is seen before the evictions that make
+  // room for it (libCacheSim's order, the serve-mode pool's admit). drop_expected_misses() when the
+  // admission does not go ahead.
+  void expect_misses(std::vector<Key>& keys) { expected_.swap(keys); }
+  void drop_expected_misses() { expected_.clear(); }
+  void apply_expected_misses() {
+    for (Key k : expected_)
+      if (block_of_.find(k) < 0) policy_->miss(k);
+    expected_.clear();
   }
   // A prefix hit on block b (free or pinned); an uncached block is ignored.
   void hit(int32_t b) {
@@ -204,6 +217,7 @@ class FreeQueue {
   size_t blank_size_ = 0;
   uint64_t hits_ = 0;
   KeyMap block_of_;
+  std::vector<Key> expected_;  // misses of the admission under way (expect_misses)
 };
 
 }  // namespace wakman

@@ -66,6 +66,7 @@ struct ServeTotals {
   int64_t preemptions = 0, rejected = 0;
   std::vector<double> queueing_delays_s, ttfts_s;
   std::vector<double> measured_arrivals_s;  // arrival of each measured admission, in queueing_delays_s order
+  std::vector<int64_t> first_hit_tokens;    // per request: hit tokens at its first admission, -1 if never admitted
   double prefill_busy_s = 0.0;              // the prefill lane's busy time over every admission (re-admissions too)
   int64_t backlog_at_last_arrival = -1;     // requests waiting once the last arrival was admitted or queued
   std::vector<IntervalCell> intervals;
@@ -122,6 +123,7 @@ class ServeLoop {
       run.last = r.prompt_tokens + std::max<int64_t>(r.output_tokens, 1) - 1;
     }
     pool_.reserve_runs(reqs_.size());
+    out_.first_hit_tokens.assign(reqs_.size(), -1);
   }
 
   ServeTotals& run() {
@@ -259,6 +261,7 @@ class ServeLoop {
     ++cell.admissions;
     cell.prompt_tokens += r.prompt_tokens;
     cell.hit_tokens += hit_tokens;
+    if (first) out_.first_hit_tokens[index] = hit_tokens;
     const bool counted = first && measured_[index];
     if (counted) {
       ++out_.measured_requests;

@@ -405,6 +405,19 @@ def test_simulate_shows_progress_on_a_terminal_and_keeps_json_clean(trace, monke
     json.loads(result.stdout)
 
 
+def test_simulate_per_request_gives_each_requests_hits(trace):
+    result = invoke("simulate", trace, "--policy", "lru", "--capacity-blocks", 50, "--json", "--per-request")
+    assert result.exit_code == 0, result.output
+    out = json.loads(result.stdout)
+    hits = out["first_hit_tokens"]
+    admitted = [h for h in hits if h >= 0]  # -1: rejected (larger than the pool)
+    assert len(hits) == out["requests"] and len(hits) - len(admitted) == out["rejected"]
+    assert sum(admitted) == out["hit_tokens"] > 0 and all(h % 32 == 0 for h in admitted)
+    cache_mode = ("--mode", "cache", "--per-request")
+    result = invoke("simulate", trace, "--policy", "lru", "--capacity-blocks", 50, *cache_mode)
+    clean_error(result, "--per-request")
+
+
 # plots without matplotlib: --plot refused up front; sweep keeps its csv/json
 
 

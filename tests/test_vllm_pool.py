@@ -34,6 +34,9 @@ def _sim_hits(reqs, policy: str, capacity: int) -> list[int]:
     for r in reqs:
         keys = r.block_keys[: r.full_blocks]
         n = pool.longest_hit(keys, r.max_hit_blocks)
+        for key in keys[n:]:  # the admission's misses, before its evictions (the pool's admit)
+            if not pool.cached(key):
+                pool.policy.miss(key)
         pool.touch(keys[:n])
         pool.allocate(len(keys) - n)
         held = list(keys[:n]) + [pool.cache(keys[j], keys[j - 1] if j else None) for j in range(n, len(keys))]
@@ -58,7 +61,9 @@ def test_lru_is_stock_vllm_request_by_request(stream, capacity):
 def test_hosted_policy_agrees_with_the_simulator(stream, policy):
     """Same policy object, two hosts: vLLM's pool and wakman's simulator pool. They are identical but
     for vLLM's duplicate blocks (a recomputed block whose hash is still cached is a second entry in
-    vLLM, a take-over in the simulator), which only policies with ghosts or frequencies can notice."""
+    vLLM, a take-over in the simulator), which only policies with ghosts or frequencies can notice:
+    S3-FIFO's total here is 1.3 % below the simulator's (the admissions' misses reach both before
+    their evictions; tests/test_vllm_sched_loop.py checks them exact where no duplicate arises)."""
     capacity = 500
     items = [(k, lim, r) for k, lim, r in stream if len(k) <= capacity]
     pool = make_pool(capacity, policy)
@@ -68,7 +73,7 @@ def test_hosted_policy_agrees_with_the_simulator(stream, policy):
     if policy in ("lru", "fifo", "sieve"):
         assert hosted == simulated
     else:
-        assert sum(hosted) == pytest.approx(sum(simulated), rel=0.01)
+        assert sum(hosted) == pytest.approx(sum(simulated), rel=0.02)
     # FIFO re-enters a released block at its newest end, so with every hit pinning and releasing
     # it orders blocks by release time, as stock vLLM does; the others must differ from stock.
     stock = make_pool(capacity, None)

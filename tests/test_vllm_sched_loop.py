@@ -4,13 +4,17 @@ against stock vLLM step by step, and the KV cache events that prefix-aware route
 from __future__ import annotations
 
 import itertools
+import random
 
+import numpy as np
 import pytest
 
 from vllm_support import need_vllm, phased_trace, small_trace
 
 pytestmark = [pytest.mark.vllm, pytest.mark.bare_vllm]
 need_vllm()
+
+from vllm.v1.core.kv_cache_utils import make_block_hash_with_group_id  # noqa: E402
 
 from vllm_sched_loop import (  # noqa: E402
     EventMirror,
@@ -22,7 +26,10 @@ from vllm_sched_loop import (  # noqa: E402
     pool_of,
 )
 from wakman.policies import make_policy  # noqa: E402
+from wakman.simulation import ServerModel, VllmServer, simulate  # noqa: E402
+from wakman.traces.model import Request as TraceRequest  # noqa: E402
 from wakman.vllm_plugin.block_pool import is_installed  # noqa: E402
+from wakman.vllm_plugin.free_queue import policy_key  # noqa: E402
 
 CAPACITY = 300  # blocks of 32 tokens: under pressure for this trace (see the first test)
 STATIC = ("lru", "fifo", "s3fifo", "arc", "sieve")
@@ -67,6 +74,53 @@ def test_policies_differ_from_lru_under_pressure(trace, lru_run, policy):
     _, ours = _run(trace, policy)
     assert ours.query_tokens == lru_run.query_tokens and ours.rejected == 0
     assert ours.hit_tokens != lru_run.hit_tokens
+
+
+def _whole_prompts(seed: int, count: int = 160) -> list:
+    """One request at a time (100 s apart), each a whole prompt drawn (Pareto popularity) from 14
+    unrelated chains of 3-8 blocks, so prompts come back after their blocks were evicted."""
+    rng = random.Random(seed)
+    chains = [[1000 * p + j for j in range(rng.randint(3, 8))] for p in range(14)]
+    out = []
+    for i in range(count):
+        keys = chains[min(int(rng.paretovariate(0.8)) - 1, len(chains) - 1)]
+        out.append(
+            TraceRequest(
+                arrival_s=100.0 * i,
+                block_keys=np.array(keys, dtype=np.uint64),
+                prompt_tokens=32 * len(keys) + 1,
+                output_tokens=1,
+                block_size=32,
+            )
+        )
+    return out
+
+
+@pytest.mark.parametrize("seed", [1, 2])
+@pytest.mark.parametrize("policy", ["s3fifo", "arc"])
+def test_ghost_hits_reach_the_policy_before_the_evictions(policy, seed):
+    """A returning prompt's blocks that S3-FIFO or ARC remember as ghosts are missed before the
+    admission's evictions (the manager's ``allocate_slots`` announces them, the queue tells the
+    policy at its first ``popleft_n``), as the simulator's pool does: with one request at a time,
+    vLLM's hit tokens per request and the policy's final eviction order are the simulator's
+    exactly. Seen at insert instead (after the evictions, which can push the oldest ghosts out),
+    11-15 requests differed for ARC on these streams."""
+    requests = _whole_prompts(seed)
+    scheduler = build_scheduler(24, policy)
+    loop = SchedulerLoop(scheduler)
+    trace_key = {}
+    for i, req in enumerate(requests):
+        hashes = loop._request(req, i, 1).block_hashes
+        for block_hash, key in zip(hashes, req.block_keys.tolist(), strict=True):
+            trace_key[policy_key(make_block_hash_with_group_id(block_hash, 0))] = key
+    result = loop.run(requests, after_step=lambda k: pool_of(scheduler).check())
+    hits = {int(rid.rsplit("-", 1)[1]): tokens for step in result.steps for rid, tokens in step[0]}
+    reference = make_policy(policy, 24)
+    sim = simulate(requests, reference, 24, server=ServerModel.from_vllm(VllmServer(4096, 64, 1 / 40)))
+    assert [hits[i] for i in range(len(requests))] == sim.first_hit_tokens
+    assert reference.ghost_size > 0 and 0.3 < sim.hit_rate < 0.9
+    live = pool_of(scheduler).free_block_queue.policy
+    assert [trace_key[k] for k in live.eviction_order()] == reference.eviction_order()
 
 
 def test_wakman_decides_on_the_loops_clock(trace):

@@ -47,6 +47,12 @@ def replay(
     block_size: int | None = BlockSizeOption,
     fmt: str | None = FormatOption,
     as_json: bool = typer.Option(False, "--json", help="One flat JSON object (simulate's keys)."),
+    per_request: bool = typer.Option(
+        False,
+        "--per-request",
+        help="Include each request's hit tokens at its first admission in --json (first_hit_tokens, "
+        "trace order, -1 if never admitted; vLLM's RequestOutput.num_cached_tokens).",
+    ),
     step_s: float = typer.Option(1 / 40, "--step-s", help="Trace seconds each engine step stands for."),
     max_output_tokens: int | None = typer.Option(
         None, "--max-output-tokens", help="Cap each request's output."
@@ -116,13 +122,13 @@ def replay(
                     after_step=after,
                     progress=lambda done, total: bar.update(task, completed=done),
                 )
-    flat = result.as_flat_dict()
+    flat = result.as_flat_dict(per_request=per_request)
     if as_json:
         print(json.dumps(flat, default=str))
         return
     table = Table(title=f"{policy} in vLLM at {capacity:,} blocks, {trace.name}", show_header=False)
     for key, value in flat.items():
-        if key != "decisions":
+        if key not in ("decisions", "first_hit_tokens"):
             table.add_row(key, f"{value:,.4f}" if isinstance(value, float) else str(value))
     console.print(table)
     sm = result.server

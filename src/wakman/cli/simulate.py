@@ -146,6 +146,12 @@ def simulate(
     mode: str = MODE,
     as_json: bool = typer.Option(False, "--json", help="One flat JSON object."),
     series: bool = typer.Option(False, "--series", help="Include the per-interval series in --json."),
+    per_request: bool = typer.Option(
+        False,
+        "--per-request",
+        help="Include each request's hit tokens at its first admission in --json (first_hit_tokens, "
+        "trace order, -1 if never admitted; vLLM's RequestOutput.num_cached_tokens).",
+    ),
     plot: Path | None = typer.Option(None, "--plot", help="Draw the per-interval series to this PNG."),
     warmup_s: float = WARMUP,
     interval_s: float = typer.Option(60.0, "--interval-s", help="Width of the per-interval series."),
@@ -166,6 +172,8 @@ def simulate(
         if mode not in MODES:
             raise ValueError(f"--mode must be one of {', '.join(MODES)}")
         check_numbers(("--capacity-blocks", capacity, ">=1"), ("--interval-s", interval_s, ">0"))
+        if per_request and mode != "serve":
+            raise ValueError("--per-request needs --mode serve (cache mode has no admissions)")
         server = _server(
             prefill_tps,
             decode_tps,
@@ -185,7 +193,7 @@ def simulate(
             result = run_simulation(
                 requests, policy, capacity, mode=mode, server=server, warmup_s=warmup_s, interval_s=interval_s
             )
-        flat = result.as_flat_dict(series=series)
+        flat = result.as_flat_dict(series=series, per_request=per_request)
         if result.saturation is not None and result.saturation.saturated:
             err_console.print(f"[yellow]warning:[/yellow] {result.saturation.describe()}", highlight=False)
         if as_json:
@@ -194,7 +202,8 @@ def simulate(
             title = f"{policy} at {capacity:,} blocks, {trace.name} ({mode} mode)"
             table = Table(title=title, show_header=False)
             for key, value in flat.items():
-                table.add_row(key, f"{value:,.4f}" if isinstance(value, float) else str(value))
+                if key != "first_hit_tokens":  # a value per request: --json only
+                    table.add_row(key, f"{value:,.4f}" if isinstance(value, float) else str(value))
             console.print(table)
         if plot is not None:
             from wakman.experiments.plots import plot_decisions, plot_intervals

@@ -86,6 +86,9 @@ class SimResult:
     mean_free_blocks: float = 0.0
     queueing_delays_s: list[float] = field(default_factory=list)
     ttfts_s: list[float] = field(default_factory=list)
+    # serve mode: each request's hit tokens at its first admission (trace order; -1: never admitted),
+    # what vLLM reports per request as RequestOutput.num_cached_tokens
+    first_hit_tokens: list[int] = field(default_factory=list)
     intervals: list[IntervalStats] = field(default_factory=list)
     wall_s: float = 0.0
     saturation: Saturation | None = None  # serve mode only: did the modelled server keep up
@@ -101,7 +104,9 @@ class SimResult:
         """Hit blocks / looked-up blocks (every prompt key of measured admissions)."""
         return self.block_hits / self.block_lookups if self.block_lookups else 0.0
 
-    def as_flat_dict(self, series: bool = False) -> dict[str, Any]:
+    def as_flat_dict(self, series: bool = False, per_request: bool = False) -> dict[str, Any]:
+        """The flat figures; ``series`` adds the per-interval series, ``per_request`` each request's
+        ``first_hit_tokens`` (serve mode)."""
         out: dict[str, Any] = {
             "policy": self.policy,
             "mode": self.mode,
@@ -134,4 +139,6 @@ class SimResult:
         out.update(self.extra)
         if series:
             out["intervals"] = [i.as_dict() for i in self.intervals]
+        if per_request:
+            out["first_hit_tokens"] = self.first_hit_tokens
         return out

@@ -72,6 +72,7 @@ class ServeSimulation:
         res.rejected += out["rejected"]
         res.queueing_delays_s.extend(out["queueing_delays_s"])
         res.ttfts_s.extend(out["ttfts_s"])
+        res.first_hit_tokens.extend(out["first_hit_tokens"])
         res.intervals.extend(
             IntervalStats(
                 start_s=start,

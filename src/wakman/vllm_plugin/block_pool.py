@@ -21,6 +21,12 @@ built as, and a changed class makes each such read about 2.5x slower.
   the policy in O(1); every other key keeps its metadata. A free one joins the head of the blank
   blocks, as stock vLLM hands uncached blocks out first.
 - ``reset_prefix_cache``: on success the policy forgets everything, ghosts included.
+- the manager's ``allocate_slots``, for a request that was just looked up (a new or preempted one,
+  ``num_computed_tokens == 0``): its full blocks after the cached prefix are announced to the queue
+  (``expect_misses``), which passes a miss for each one not cached to the policy at the
+  allocation's first ``popleft_n``, before any victim is chosen, so S3-FIFO's and ARC's ghost hits
+  are seen before the evictions that make room for them (libCacheSim's order, the simulator's
+  admission). An allocation that does not go ahead announces nothing.
 
 The queue also checks each block it is handed back against its hash (``append_n``: an unkeyed block
 with a hash becomes a key; ``prepend_n``: a keyed block without one loses its key), so a hash set or
@@ -115,10 +121,13 @@ def is_installed(pool: Any) -> bool:
     return isinstance(pool.free_block_queue, PolicyFreeQueue)
 
 
-def install(pool: BlockPool, policy: EvictionPolicy, coordinator: Any = None) -> BlockPool:
+def install(
+    pool: BlockPool, policy: EvictionPolicy, coordinator: Any = None, manager: Any = None
+) -> BlockPool:
     """Put ``policy`` behind ``pool``'s free queue. ``pool`` must be fresh: every block free, none
-    cached. ``coordinator`` (the ``KVCacheCoordinator`` owning the pool) marks which touches are hits.
-    Afterwards ``pool.check()`` asserts the invariants."""
+    cached. ``coordinator`` (the ``KVCacheCoordinator`` owning the pool) marks which touches are hits;
+    ``manager`` (the ``KVCacheManager`` owning it) tells the policy an admission's misses before its
+    evictions. Afterwards ``pool.check()`` asserts the invariants."""
     free = pool.free_block_queue.get_all_free_blocks()
     if len(free) != pool.num_gpu_blocks - 1 or any(b.block_hash is not None for b in pool.blocks):
         raise RuntimeError("wakman can only take over a fresh vLLM block pool (all blocks free, none cached)")
@@ -137,4 +146,29 @@ def install(pool: BlockPool, policy: EvictionPolicy, coordinator: Any = None) ->
                 pool.counting_hits = False
 
         coordinator.allocate_new_computed_blocks = allocate_new_computed_blocks
+    if manager is not None:
+        _announce_misses(pool, manager)
     return pool
+
+
+def _announce_misses(pool: Any, manager: Any) -> None:
+    """Wrap ``manager.allocate_slots`` so that an admission's lookup misses reach the policy before
+    its evictions (the module docstring). Only where every group's blocks are the request's hash
+    blocks (vLLM's usual layout); otherwise misses are left out and ghost hits are seen at insert."""
+    managers = manager.coordinator.single_type_managers
+    if any(m.block_size != pool.hash_block_size for m in managers):
+        return
+    groups = tuple(m.kv_cache_group_id for m in managers)
+    queue, block_size, allocate = pool.free_block_queue, pool.hash_block_size, manager.allocate_slots
+
+    def allocate_slots(request: Any, num_new_tokens: int, *args: Any, **kwargs: Any) -> Any:
+        if request.num_computed_tokens:  # running: no lookup preceded this allocation
+            return allocate(request, num_new_tokens, *args, **kwargs)
+        hit_tokens = kwargs.get("num_new_computed_tokens", args[0] if args else 0)
+        queue.expect_misses(request.block_hashes, hit_tokens // block_size, groups)
+        try:
+            return allocate(request, num_new_tokens, *args, **kwargs)
+        finally:
+            queue.drop_expected_misses()
+
+    manager.allocate_slots = allocate_slots

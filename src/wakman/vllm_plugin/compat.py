@@ -7,7 +7,9 @@ queue: ``touch`` pins a free block with ``queue.remove``, ``free_blocks`` hands 
 ``_maybe_evict_cached_block``; on where hashes are set and removed (``cache_full_blocks``,
 ``cache_partial_block``, ``move_block_hashes``, ``evict_blocks``, ``reset_prefix_cache``, through
 ``_insert_block_hash`` / ``_remove_cached_block_hashes``); and on prefix hits being touched inside the
-coordinator's ``allocate_new_computed_blocks``. Those behaviours were read from the source of vLLM
+coordinator's ``allocate_new_computed_blocks``; and on ``KVCacheManager.allocate_slots`` taking a
+just-looked-up request's hits as ``num_new_computed_tokens`` and evicting (``get_new_blocks``) only
+once the allocation fits. Those behaviours were read from the source of vLLM
 0.32.0 and 0.33.0.
 
 Two checks, so a release fails on a real change, not on its number:
@@ -43,6 +45,7 @@ RELIED_ON = (
     ("vllm.v1.core.block_pool", "BlockPool.move_block_hashes"),
     ("vllm.v1.core.block_pool", "BlockPool.get_num_free_blocks"),
     ("vllm.v1.core.kv_cache_coordinator", "KVCacheCoordinator.allocate_new_computed_blocks"),
+    ("vllm.v1.core.kv_cache_manager", "KVCacheManager.allocate_slots"),
     ("vllm.v1.core.single_type_kv_cache_manager", "SingleTypeKVCacheManager.add_local_computed_blocks"),
 )
 
@@ -63,6 +66,7 @@ KNOWN_FINGERPRINTS: dict[str, dict[str, str]] = {
     "BlockPool.move_block_hashes": {"5c1cb036a49f5456": "0.32.0 0.33.0"},
     "BlockPool.get_num_free_blocks": {"e80b451d07e9555f": "0.32.0 0.33.0"},
     "KVCacheCoordinator.allocate_new_computed_blocks": {"977a65c2f41edaa0": "0.32.0 0.33.0"},
+    "KVCacheManager.allocate_slots": {"d47c78ee238460e1": "0.32.0 0.33.0"},
     "SingleTypeKVCacheManager.add_local_computed_blocks": {"748c2c4c297a70ad": "0.32.0 0.33.0"},
 }
 

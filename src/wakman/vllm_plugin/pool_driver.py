@@ -63,12 +63,15 @@ def serve_one(
             break
         hits.append(block)
     counting = hasattr(pool, "counting_hits")
-    if counting:
+    if counting:  # what the plugin's KVCacheManager hooks do around the scheduler's allocation
         pool.counting_hits = True
+        pool.free_block_queue.expect_misses(prompt.block_hashes, len(hits), (0,))
     pool.touch(hits)
     if counting:
         pool.counting_hits = False
     blocks = hits + pool.get_new_blocks(len(keys) - len(hits) + extra_blocks)
+    if counting:
+        pool.free_block_queue.drop_expected_misses()
     pool.cache_full_blocks(prompt, blocks, len(hits), len(keys), pool.hash_block_size, 0)
     pool.free_blocks(reversed(blocks))
     return len(hits)

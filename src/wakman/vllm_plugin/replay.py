@@ -77,13 +77,17 @@ class ReplayResult:
     output_keys_ignored: bool
     server: VllmServer = field(default_factory=VllmServer)
     adaptive: dict[str, Any] | None = None
+    # each request's prefix-cache hit tokens as vLLM reports them (RequestOutput.num_cached_tokens,
+    # its first prefill), in trace order; -1 for a rejected request
+    first_hit_tokens: list[int] = field(default_factory=list)
 
     @property
     def hit_rate(self) -> float:
         return self.hit_tokens / self.prompt_tokens if self.prompt_tokens else 0.0
 
-    def as_flat_dict(self) -> dict[str, Any]:
-        """The keys ``wakman simulate --json`` uses, plus the engine's own counters."""
+    def as_flat_dict(self, per_request: bool = False) -> dict[str, Any]:
+        """The keys ``wakman simulate --json`` uses, plus the engine's own counters; ``per_request``
+        adds each request's ``first_hit_tokens``."""
         out: dict[str, Any] = {
             "policy": self.policy,
             "mode": "vllm",
@@ -107,6 +111,8 @@ class ReplayResult:
         }
         if self.adaptive:
             out.update(self.adaptive)
+        if per_request:
+            out["first_hit_tokens"] = self.first_hit_tokens
         return out
 
 
@@ -161,6 +167,7 @@ def replay(
     tokens = TokenBuilder()
     began = time.perf_counter()
     n, i, rejected, steps = len(requests), 0, 0, 0
+    first_hits = [-1] * n
     while i < n or engine.has_unfinished_requests():
         if not engine.has_unfinished_requests() and i < n:
             clock["t"] = max(clock["t"], requests[i].arrival_s)
@@ -179,7 +186,9 @@ def replay(
             i += 1
             if progress is not None:
                 progress(i, n)
-        engine.step()
+        for output in engine.step():
+            if output.finished and output.num_cached_tokens is not None:
+                first_hits[int(output.request_id)] = output.num_cached_tokens
         steps += 1
         clock["t"] += step_s
         if after_step is not None:
@@ -206,6 +215,7 @@ def replay(
         output_keys_ignored=any(len(r.output_keys) for r in requests),
         server=VllmServer(max_num_batched_tokens, max_num_seqs, step_s),
         adaptive=adaptive,
+        first_hit_tokens=first_hits,
     )
 
 

@@ -35,6 +35,7 @@ class PolicyRuntime:
         coordinator: Any = None,
         clock: Callable[[], float] = time.time,
         engine_index: int = 0,
+        manager: Any = None,
     ) -> None:
         self.settings, self.clock, self.engine_index = settings, clock, engine_index
         self.capacity = pool.num_gpu_blocks - 1
@@ -42,7 +43,7 @@ class PolicyRuntime:
         policy = (
             self.manager.initial_policy() if self.manager else make_policy(settings.policy, self.capacity)
         )
-        self.pool = install(pool, policy, coordinator)
+        self.pool = install(pool, policy, coordinator, manager)
         self.replay_hook: Replay | None = None  # tests inject a failing replay here
         self._executor = (
             ThreadPoolExecutor(1, thread_name_prefix="wakman-replay")

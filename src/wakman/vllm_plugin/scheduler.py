@@ -50,6 +50,7 @@ class WakmanScheduler(Scheduler):
             manager.block_pool,
             manager.coordinator,
             engine_index=self.vllm_config.parallel_config.data_parallel_rank,
+            manager=manager,
         )
         self._wakman_block_size = self.hash_block_size
         if os.environ.get("VLLM_ENABLE_V1_MULTIPROCESSING") == "0":
