@@ -48,7 +48,7 @@ struct PyBlockPool {
 
   nb::list held_list(const BlockPool::Held& held) const {
     nb::list out;
-    for (int32_t s : held) out.append(key_or_none(s >= 0 ? pool.key_of(s) : 0, s >= 0));
+    for (int32_t s : held) out.append(key_or_none(s >= 0 ? pool.policy_key_of(s) : 0, s >= 0));
     return out;
   }
 };
@@ -183,6 +183,8 @@ void bind_block_pool(nb::module_& m) {
       .def_prop_ro("uncached_in_use", [](const PyBlockPool& p) { return p.pool.uncached_in_use(); },
                    "Blocks held by running requests without a key.")
       .def_prop_ro("evictions", [](const PyBlockPool& p) { return p.pool.evictions(); })
+      .def_prop_ro("duplicates", [](const PyBlockPool& p) { return p.pool.duplicates(); },
+                   "Cached copies beyond the first of their key (vLLM does not deduplicate).")
       .def_prop_ro("free", [](const PyBlockPool& p) { return p.pool.free(); }, "blank + policy.num_evictable.")
       .def_prop_ro("policy", [](const PyBlockPool& p) { return p.policy_obj; })
       .def("cached", [](const PyBlockPool& p, nb::handle k) { return p.pool.cached(as_key(k)); }, "key"_a)
@@ -218,11 +220,11 @@ void bind_block_pool(nb::module_& m) {
             Key k = as_key(key);
             bool has_parent = !parent.is_none();
             int32_t s = p.pool.cache(k, has_parent ? as_key(parent) : 0, has_parent);
-            return key_or_none(k, s >= 0);
+            return key_or_none(p.pool.policy_key_of(s), true);
           },
           "key"_a.none(), "parent"_a.none(),
-          "A held anonymous block became full with key: register it (pinned by its request). Returns the key\n"
-          "now held, or None if the block stays anonymous (no key, or another request holds the key).")
+          "A held anonymous block became full with key: it becomes a cached copy (pinned by its request).\n"
+          "Returns its policy key (key, or copy_key(key, n) for a further copy of a cached key), None for no key.")
       .def(
           "cache_run",
           [](PyBlockPool& p, nb::handle keys, size_t start, size_t stop) {
@@ -242,8 +244,9 @@ void bind_block_pool(nb::module_& m) {
               int32_t s = BlockPool::kAnonymous;
               if (!item.is_none()) {
                 Key k = as_key(item);
-                s = p.pool.slot(k);
-                if (s < 0 || p.pool.refs(k) < 1) throw BadKey("release of a key no request holds: " + std::to_string(k));
+                s = p.pool.slot_of_policy_key(k);
+                if (s < 0 || p.pool.refs_of(s) < 1)
+                  throw BadKey("release of a key no request holds: " + std::to_string(k));
               }
               p.slots.push_back(s);
             }

@@ -395,8 +395,8 @@ void bind_free_queue(nb::module_& m) {
           },
           "blocks"_a, "start"_a = 0, "stop"_a = -1,
           "Reconcile blocks[start:stop] with their hashes, after a pool call that set or removed some: a\n"
-          "first hash makes the block the policy key hash(block_hash) mod 2**64 (remixed with the block id\n"
-          "while another block holds that key), pinned while ref_cnt > 0; a lost hash takes the key out of\n"
+          "first hash makes the block the policy key hash(block_hash) mod 2**64 (copy_key(key, n) for the\n"
+          "first free n while another block holds that key), pinned while ref_cnt > 0; a lost hash takes the key out of\n"
           "the policy in O(1) (a free block then joins blank's head); a changed hash re-keys the block.")
       .def("expect_misses", &PyFreeQueue::expect_misses, "block_hashes"_a, "start"_a, "groups"_a,
            "An admission is under way whose lookup missed from block_hashes[start] on (vLLM BlockHash\n"

@@ -2,12 +2,15 @@
 // naming them, over any Policy. The semantics and invariants are stated once, in the docstring of
 // src/wakman/simulation/pool.py; this is their only implementation.
 //
-// Per cached key (exactly the policy's resident keys) the pool keeps a slot: the key, its parent key
-// (the previous block of its chain, for `stranded`) and `refs` (running requests holding it; the key
-// is pinned in the policy iff refs > 0). Slots live in arrays of `capacity` entries found through a
-// KeyMap and are reused through a free stack, so steady state allocates nothing per block.
-// A request's held blocks (`Held`) are slots in prefix order, -1 for an anonymous (uncached) block;
-// a held slot is referenced, hence pinned, hence never evicted, so it stays valid until release.
+// Per cached block (a copy) the pool keeps a slot: its trace key, its policy key (the trace key for
+// the copy that holds it, copy_key(key, n) for vLLM's further copies), its parent key (the previous
+// block of its chain, for `stranded`) and `refs` (running requests holding it; the policy key is
+// pinned iff refs > 0). The copies of one trace key form a chain in caching order; `index_` finds
+// the first (the one vLLM's lookup returns and touches), `dup_` the remixed ones by policy key.
+// Slots live in arrays of `capacity` entries and are reused through a free stack, so steady state
+// allocates nothing per block. A request's held blocks (`Held`) are slots in prefix order, -1 for
+// an anonymous (uncached) block; a held slot is referenced, hence pinned, hence never evicted, so it
+// stays valid until release.
 #pragma once
 
 #include <algorithm>
@@ -43,6 +46,8 @@ class BlockPool {
         policy_(&policy),
         index_(static_cast<size_t>(capacity) + 1),
         key_(static_cast<size_t>(capacity)),
+        pkey_(static_cast<size_t>(capacity)),
+        next_copy_(static_cast<size_t>(capacity), kNoCopy),
         parent_(static_cast<size_t>(capacity)),
         refs_(static_cast<size_t>(capacity), 0),
         has_parent_(static_cast<size_t>(capacity), 0) {
@@ -60,17 +65,33 @@ class BlockPool {
   int64_t free() const { return blank_ + static_cast<int64_t>(policy_->num_evictable()); }
   Policy& policy() const { return *policy_; }
   bool cached(Key key) const { return index_.find(key) >= 0; }
-  // Running requests holding `key` (0 when it is not cached).
+  bool contains(Key key) const { return cached(key); }  // for cached_prefix
+  // Running requests holding `key`'s first copy (0 when it is not cached).
   int32_t refs(Key key) const {
     int32_t s = index_.find(key);
     return s < 0 ? 0 : refs_[s];
   }
-  // The slot of a cached key, or -1; and the key of a slot in use.
+  // The slot of a cached key's first copy, or -1; the slot holding a policy key, or -1; and the
+  // trace and policy keys of a slot in use.
   int32_t slot(Key key) const { return index_.find(key); }
+  int32_t slot_of_policy_key(Key pkey) const {
+    if (dup_.size() > 0) {
+      int32_t d = dup_.find(pkey);
+      if (d >= 0) return d;
+    }
+    for (int32_t c = index_.find(pkey); c >= 0; c = next_copy_[c])
+      if (pkey_[c] == pkey) return c;
+    return -1;
+  }
   Key key_of(int32_t slot) const { return key_[slot]; }
+  Key policy_key_of(int32_t slot) const { return pkey_[slot]; }
+  int32_t refs_of(int32_t slot) const { return refs_[slot]; }
+  // Copies of cached blocks beyond the first of their key (vLLM's duplicates).
+  int64_t duplicates() const { return duplicates_; }
 
-  // Blocks of the longest cached prefix of keys[:limit]: the project's one first-miss rule.
-  size_t longest_hit(const Key* keys, size_t limit) const { return cached_prefix(*policy_, keys, limit); }
+  // Blocks of the longest cached prefix of keys[:limit]: the project's one first-miss rule, over the
+  // pool's copies (a key whose only copy has a remixed policy key still hits, as in vLLM).
+  size_t longest_hit(const Key* keys, size_t limit) const { return cached_prefix(*this, keys, limit); }
 
   // How many of these keys no request holds (for cached keys: admitting them uses up that many
   // free blocks).
@@ -88,11 +109,11 @@ class BlockPool {
   // slots are appended to `held` when given.
   void touch(const Key* keys, size_t n, Held* held = nullptr) {
     for (size_t i = 0; i < n; ++i) {
-      Key key = keys[i];
-      int32_t s = slot_of(key);
-      policy_->hit(key);
+      int32_t s = slot_of(keys[i]);
+      Key pkey = pkey_[s];
+      policy_->hit(pkey);
       if (refs_[s]++ == 0) {
-        policy_->pin(key);
+        policy_->pin(pkey);
         ++referenced_;
       }
       if (held) held->push_back(s);
@@ -108,38 +129,50 @@ class BlockPool {
     blank_ -= from_blank;
     for (int64_t i = from_blank; i < n; ++i) {
       Key victim = policy_->evict();
-      int32_t s = slot_of(victim);
-      index_.erase(victim);
+      int32_t s = slot_of_policy_key(victim);
+      if (s < 0) throw BadKey("block pool: the policy evicted " + std::to_string(victim) + ", which no block holds");
+      drop_copy(s);
       free_slots_.push_back(s);
       ++evictions_;
     }
     uncached_in_use_ += n;
   }
 
-  // A held anonymous block became full with `key`: register it, pinned by its request. Returns the
-  // key's slot, or kAnonymous when another request holds the cached copy (the block stays
-  // anonymous). A cached but unreferenced key is taken over: its stale copy becomes blank.
+  // A held anonymous block became full with `key`: it becomes a cached copy of the key, pinned by its
+  // request, and its slot is returned. vLLM does not deduplicate: when the key is cached already (a
+  // stranded block recomputed after an earlier miss, a block another request computed meanwhile),
+  // the block is a second copy. Its policy key is the first of key, copy_key(key, 1), ... that no copy
+  // holds; lookups keep finding the first copy, and the next once the first is evicted.
   int32_t cache(Key key, Key parent, bool has_parent) {
     if (uncached_in_use_ < 1) throw PoolBroken("block pool: cache() needs a held anonymous block (allocate first)");
-    int32_t s = index_.find(key);
-    if (s >= 0) {
-      if (refs_[s] > 0) return kAnonymous;
-      policy_->pin(key);
-      ++blank_;
-    } else {
-      policy_->insert(key, true);
-      s = free_slots_.back();
-      free_slots_.pop_back();
-      key_[s] = key;
-      parent_[s] = parent;
-      has_parent_[s] = has_parent;
-      index_.insert(key, s);
+    int32_t first = index_.find(key), last = -1;
+    Key pkey = key;
+    if (first >= 0) {
+      for (int32_t c = first; c >= 0; c = next_copy_[c]) last = c;
+      for (uint64_t n = 1; holds_policy_key(pkey); ++n) pkey = copy_key(key, n);
     }
+    policy_->insert(pkey, true);
+    int32_t s = free_slots_.back();
+    free_slots_.pop_back();
+    key_[s] = key;
+    pkey_[s] = pkey;
+    next_copy_[s] = kNoCopy;
+    parent_[s] = parent;
+    has_parent_[s] = has_parent;
+    if (first < 0) index_.insert(key, s);
+    else {
+      next_copy_[last] = s;
+      ++duplicates_;
+    }
+    if (pkey != key) dup_.insert(pkey, s);
     --uncached_in_use_;
     refs_[s] = 1;
     ++referenced_;
     return s;
   }
+
+  // Whether some copy holds `pkey` as its policy key (the plugin's queue: a block holds that key).
+  bool holds_policy_key(Key pkey) const { return slot_of_policy_key(pkey) >= 0; }
 
   // cache() for keys[from:to] of one chain (the parent of keys[j] is keys[j - 1]), appended to held.
   void cache_run(const Key* keys, size_t from, size_t to, Held& held) {
@@ -156,7 +189,7 @@ class BlockPool {
         ++blank_;
       } else if (--refs_[s] == 0) {
         --referenced_;
-        policy_->unpin(key_[s]);
+        policy_->unpin(pkey_[s]);
       }
     }
   }
@@ -173,7 +206,7 @@ class BlockPool {
     int64_t fresh = static_cast<int64_t>(total - hits);
     if (fresh + static_cast<int64_t>(evictable_among(keys, hits)) > free_now) return -1;
     for (size_t j = hits; j < full; ++j)
-      if (index_.find(keys[j]) < 0) policy_->miss(keys[j]);
+      if (!holds_policy_key(keys[j])) policy_->miss(keys[j]);
     held.clear();
     touch(keys, hits, &held);
     allocate(fresh);
@@ -195,7 +228,7 @@ class BlockPool {
   int64_t admit_run(size_t run, const Key* keys, size_t max_hit, size_t total, size_t full) {
     return admit(keys, max_hit, total, full, held(run));
   }
-  // The run's last block filled up with `key`: cache it if it is anonymous.
+  // The run's last block filled up with `key`: cache it (a copy, see cache()) if it is anonymous.
   void fill_last(size_t run, Key key, Key parent, bool has_parent) {
     Held& h = held(run);
     if (!h.empty() && h.back() == kAnonymous) h.back() = cache(key, parent, has_parent);
@@ -263,17 +296,27 @@ class BlockPool {
     if (blank_ + cached + uncached_in_use_ != capacity_)
       fail("blocks lost: " + std::to_string(blank_) + " blank + " + std::to_string(cached) + " cached + " +
            std::to_string(uncached_in_use_) + " anonymous != " + std::to_string(capacity_));
-    if (static_cast<int64_t>(index_.size()) != cached)
-      fail("the pool knows " + std::to_string(index_.size()) + " keys, the policy " + std::to_string(cached));
+    const int64_t in_use = static_cast<int64_t>(key_.size() - free_slots_.size());
+    if (in_use != cached)
+      fail("the pool holds " + std::to_string(in_use) + " copies, the policy " + std::to_string(cached) + " keys");
     if (p.num_pinned() != referenced_)
       fail(std::to_string(p.num_pinned()) + " pinned keys, " + std::to_string(referenced_) + " referenced");
-    if (free_slots_.size() + index_.size() != key_.size()) fail("slots lost");
-    index_.for_each([&](Key key, int32_t s) {
-      if (key_[s] != key) fail("slot of key " + std::to_string(key) + " names another key");
-      if (!p.contains(key)) fail("cached key " + std::to_string(key) + " is not in the policy");
-      if (refs_[s] < 0 || p.is_pinned(key) != (refs_[s] > 0))
-        fail("key " + std::to_string(key) + ": pinned iff referenced is broken");
+    int64_t copies = 0, remixed = 0;
+    index_.for_each([&](Key key, int32_t first) {
+      for (int32_t s = first; s >= 0; s = next_copy_[s]) {
+        ++copies;
+        const Key pkey = pkey_[s];
+        if (key_[s] != key) fail("a copy of key " + std::to_string(key) + " names another key");
+        if (pkey != key && dup_.find(pkey) != s) fail("remixed key " + std::to_string(pkey) + " is not indexed");
+        remixed += pkey != key;
+        if (!p.contains(pkey)) fail("cached key " + std::to_string(pkey) + " is not in the policy");
+        if (refs_[s] < 0 || p.is_pinned(pkey) != (refs_[s] > 0))
+          fail("key " + std::to_string(pkey) + ": pinned iff referenced is broken");
+      }
     });
+    if (copies != in_use) fail("slots lost: " + std::to_string(copies) + " reachable copies of " + std::to_string(in_use));
+    if (remixed != static_cast<int64_t>(dup_.size())) fail("stale remixed keys");
+    if (copies - static_cast<int64_t>(index_.size()) != duplicates_) fail("duplicate count off");
   }
 
  private:
@@ -283,6 +326,25 @@ class BlockPool {
     return s;
   }
   [[noreturn]] static void fail(const std::string& what) { throw PoolBroken("block pool: " + what); }
+  // Slot s (an evicted copy) leaves its key's chain and the indexes.
+  void drop_copy(int32_t s) {
+    const Key key = key_[s];
+    int32_t first = index_.find(key);
+    if (first == s) {
+      index_.erase(key);
+      if (next_copy_[s] >= 0) {
+        index_.insert(key, next_copy_[s]);
+        --duplicates_;
+      }
+    } else {
+      int32_t c = first;
+      while (next_copy_[c] != s) c = next_copy_[c];
+      next_copy_[c] = next_copy_[s];
+      --duplicates_;
+    }
+    if (pkey_[s] != key) dup_.erase(pkey_[s]);
+    next_copy_[s] = kNoCopy;
+  }
 
   int64_t capacity_;
   int64_t blank_;
@@ -290,8 +352,13 @@ class BlockPool {
   int64_t evictions_ = 0;
   size_t referenced_ = 0;  // cached keys with refs > 0 (== policy's pinned keys)
   Policy* policy_;
-  KeyMap index_;  // cached key -> slot
-  std::vector<Key> key_, parent_;
+  static constexpr int32_t kNoCopy = -1;
+  KeyMap index_;  // trace key -> its first copy's slot
+  KeyMap dup_;    // remixed policy key -> slot (copies whose policy key is not their trace key)
+  std::vector<Key> key_, pkey_;  // per slot: trace key, policy key
+  std::vector<int32_t> next_copy_;  // per slot: the next copy of the same trace key, or kNoCopy
+  int64_t duplicates_ = 0;
+  std::vector<Key> parent_;
   std::vector<int32_t> refs_;
   std::vector<uint8_t> has_parent_;
   std::vector<int32_t> free_slots_;

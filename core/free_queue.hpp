@@ -91,12 +91,13 @@ class FreeQueue {
   }
 
   // ------------------------------------------------------------ what the queue alone cannot see
-  // Block b got its first hash, whose policy key is `k` (pinned: vLLM holds the block). A key that
-  // another block already holds (vLLM allows duplicate blocks) is remixed with b until it is free.
-  Key cached(int32_t b, Key k, bool pinned) {
+  // Block b got its first hash, whose policy key is `h` (pinned: vLLM holds the block). While another
+  // block holds that key (vLLM allows duplicate blocks) the block takes copy_key(h, 1), (h, 2), ...
+  Key cached(int32_t b, Key h, bool pinned) {
     if (has_key_[check(b)]) throw std::logic_error("free queue: block " + std::to_string(b) + " is cached already");
-    hash_of_[b] = k;
-    while (block_of_.find(k) >= 0) k = remix(k, b);
+    hash_of_[b] = h;
+    Key k = h;
+    for (uint64_t n = 1; block_of_.find(k) >= 0; ++n) k = copy_key(h, n);
     if (!pinned && in_blank_[b]) unlink_blank(b);
     policy_->insert(k, pinned);
     key_of_[b] = k;
@@ -167,12 +168,6 @@ class FreeQueue {
     if (b < 0 || static_cast<size_t>(b) >= key_of_.size())
       throw std::out_of_range("free queue: no block " + std::to_string(b));
     return b;
-  }
-  static Key remix(Key k, int32_t b) {  // splitmix64 of the key and the block id
-    Key z = k + 0x9E3779B97F4A7C15ULL * (static_cast<Key>(b) + 1);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
-    return z ^ (z >> 31);
   }
   void push_blank(int32_t b, bool at_head) {
     if (in_blank_[b]) throw std::logic_error("free queue: block " + std::to_string(b) + " is free already");

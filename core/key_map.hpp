@@ -12,6 +12,17 @@ namespace wakman {
 
 using Key = uint64_t;
 
+// The policy key of the n-th extra copy (n >= 1) of a block cached under `key` (vLLM keeps duplicate
+// blocks): splitmix64 of the key and n. A copy takes the first of key, copy_key(key, 1), ... that no
+// other copy holds, so a block re-duplicated after its copy was evicted meets that copy's ghost, in
+// the simulator's pool and in the vLLM plugin's queue alike.
+inline Key copy_key(Key key, uint64_t n) {
+  Key z = key + 0x9E3779B97F4A7C15ULL * (n + 1);
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
+  return z ^ (z >> 31);
+}
+
 class KeyMap {
  public:
   explicit KeyMap(size_t expected = 8) { rehash(expected); }

@@ -9,9 +9,11 @@
 
 namespace wakman {
 
-inline size_t cached_prefix(const Policy& p, const Key* keys, size_t limit) {
+// `cache` is anything with contains(key): a policy (plain caches), the serve-mode pool (its copies).
+template <class Cache>
+inline size_t cached_prefix(const Cache& cache, const Key* keys, size_t limit) {
   size_t n = 0;
-  while (n < limit && p.contains(keys[n])) ++n;
+  while (n < limit && cache.contains(keys[n])) ++n;
   return n;
 }
 

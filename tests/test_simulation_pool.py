@@ -218,60 +218,79 @@ def test_flat_dict_statistics_are_numpys_bit_for_bit(values):
         assert flat[f"queueing_delay_s_p{q}"] == float(np.percentile(values, q))
 
 
+def copy_key(key: int, n: int) -> int:
+    """The policy key of a key's n-th extra copy (pool.py): splitmix64 of the key and n."""
+    mask = (1 << 64) - 1
+    z = (key + 0x9E3779B97F4A7C15 * (n + 1)) & mask
+    z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & mask
+    z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & mask
+    return z ^ (z >> 31)
+
+
 class ReferencePool:
-    """The pool's semantics (pool.py's docstring) in plain Python dicts, to check the core against."""
+    """The pool's semantics (pool.py's docstring) in plain Python dicts, to check the core against:
+    cached copies by policy key, the copies of each trace key in caching order."""
 
     def __init__(self, capacity: int, policy) -> None:
         self.capacity, self.policy = capacity, policy
         self.blank, self.uncached_in_use, self.evictions = capacity, 0, 0
-        self.refs: dict[int, int] = {}
-        self.parent: dict[int, int | None] = {}
+        self.copies: dict[int, list[int]] = {}  # trace key -> policy keys of its copies, oldest first
+        self.key: dict[int, int] = {}  # policy key -> trace key
+        self.refs: dict[int, int] = {}  # policy key -> running requests holding that copy
+        self.parent: dict[int, int | None] = {}  # trace key -> the parent its first copy was cached with
         self.held: dict[int, list] = {}
 
     @property
     def free(self) -> int:
         return self.blank + self.policy.num_evictable
 
+    def first(self, key: int) -> int:
+        return self.copies[key][0]
+
     def allocate(self, n: int) -> None:
         from_blank = min(n, self.blank)
         self.blank -= from_blank
         for victim in self.policy.evict_many(n - from_blank):
-            del self.parent[victim]
+            key = self.key.pop(victim)
+            self.copies[key].remove(victim)
+            self.refs.pop(victim, None)
+            if not self.copies[key]:
+                del self.copies[key], self.parent[key]
             self.evictions += 1
         self.uncached_in_use += n
 
-    def cache(self, key: int, parent: int | None) -> int | None:
-        count = self.refs.get(key, 0)
-        if key in self.parent:
-            if count:
-                return None
-            self.policy.pin(key)
-            self.blank += 1
-        else:
-            self.policy.insert(key, True)
-            self.parent[key] = parent
+    def cache(self, key: int, parent: int | None) -> int:
+        pkey, n = key, 1
+        while pkey in self.key:  # a copy holds it: the next extra-copy key
+            pkey, n = copy_key(key, n), n + 1
+        self.policy.insert(pkey, True)
+        self.copies.setdefault(key, []).append(pkey)
+        self.parent.setdefault(key, parent)
+        self.key[pkey] = key
         self.uncached_in_use -= 1
-        self.refs[key] = count + 1
-        return key
+        self.refs[pkey] = 1
+        return pkey
 
     def admit(self, run: int, keys: list, max_hit: int, total: int, full: int) -> int:
         if total - max_hit > self.free:
             return -1
         hits = 0
-        while hits < max_hit and keys[hits] in self.parent:
+        while hits < max_hit and keys[hits] in self.copies:
             hits += 1
-        if total - hits + sum(1 for k in keys[:hits] if k not in self.refs) > self.free:
+        if total - hits + sum(1 for k in keys[:hits] if not self.refs.get(self.first(k))) > self.free:
             return -1
         for k in keys[hits:full]:
-            if k not in self.parent:
+            if k not in self.key:
                 self.policy.miss(k)
+        held = []
         for k in keys[:hits]:
-            self.policy.hit(k)
-            if not self.refs.get(k):
-                self.policy.pin(k)
-            self.refs[k] = self.refs.get(k, 0) + 1
+            pkey = self.first(k)
+            self.policy.hit(pkey)
+            if not self.refs.get(pkey):
+                self.policy.pin(pkey)
+            self.refs[pkey] = self.refs.get(pkey, 0) + 1
+            held.append(pkey)
         self.allocate(total - hits)
-        held = list(keys[:hits])
         held += [self.cache(keys[j], keys[j - 1] if j else None) for j in range(hits, full)]
         self.held[run] = held + [None] * (total - full)
         return hits
@@ -285,15 +304,15 @@ class ReferencePool:
             self.held[run][-1] = self.cache(key, parent)
 
     def release_run(self, run: int) -> None:
-        for key in reversed(self.held.pop(run)):
-            if key is None:
+        for pkey in reversed(self.held.pop(run)):
+            if pkey is None:
                 self.uncached_in_use -= 1
                 self.blank += 1
-            elif self.refs[key] == 1:
-                del self.refs[key]
-                self.policy.unpin(key)
+            elif self.refs[pkey] == 1:
+                self.refs[pkey] = 0
+                self.policy.unpin(pkey)
             else:
-                self.refs[key] -= 1
+                self.refs[pkey] -= 1
 
 
 @settings(max_examples=200, deadline=None)
@@ -352,9 +371,9 @@ def test_core_pool_matches_the_reference_step_by_step(policy, capacity, seed, as
         )
         assert core.policy.eviction_order() == ref.policy.eviction_order()
         assert sorted(core.policy.pinned_keys()) == sorted(ref.policy.pinned_keys())
-        assert all(core.refs(k) == n for k, n in ref.refs.items())
+        assert all(core.refs(k) == ref.refs[ref.first(k)] for k in ref.copies)
         assert all(core.held(run) == ref.held[run] for run in running)
-        assert core.stranded() == count_stranded(ref.policy, ref.parent)
+        assert core.stranded() == count_stranded(set(ref.copies), ref.parent)
     for run in running:
         core.release_run(run)
     core.check()

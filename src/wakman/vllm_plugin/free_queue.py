@@ -9,8 +9,9 @@
   (stock vLLM puts them at the head too); ``prepend_n`` puts blocks at the head, as vLLM does.
 - the policy: every block with a hash, keyed by ``policy_key(hash)`` (the 64-bit key the core takes);
   pinned while ``ref_cnt > 0``, evictable (i.e. in the free queue) when it is 0. A second block
-  cached under a hash that another block already holds (vLLM allows such duplicates) gets that key
-  remixed with its block id. Ghost entries are keyed by hash, so they survive block-id reuse.
+  cached under a hash that another block already holds (vLLM allows such duplicates) gets the first
+  of ``copy_key(key, 1)``, ``(key, 2)``, ... that no block holds (the simulator's pool keys its
+  copies the same way). Ghost entries are keyed by hash, so they survive block-id reuse.
 
 The block-to-key map lives in the core, by block id; the queue reads a block's ``block_id``,
 ``ref_cnt``, ``is_null`` and ``_block_hash`` slots and writes nothing to it (its
