@@ -87,7 +87,9 @@ class BlockPool {
   Key policy_key_of(int32_t slot) const { return pkey_[slot]; }
   int32_t refs_of(int32_t slot) const { return refs_[slot]; }
   // Copies of cached blocks beyond the first of their key (vLLM's duplicates).
-  int64_t duplicates() const { return duplicates_; }
+  int64_t duplicates() const {
+    return static_cast<int64_t>(key_.size() - free_slots_.size() - index_.size());
+  }
 
   // Blocks of the longest cached prefix of keys[:limit]: the project's one first-miss rule, over the
   // pool's copies (a key whose only copy has a remixed policy key still hits, as in vLLM).
@@ -145,12 +147,8 @@ class BlockPool {
   // holds; lookups keep finding the first copy, and the next once the first is evicted.
   int32_t cache(Key key, Key parent, bool has_parent) {
     if (uncached_in_use_ < 1) throw PoolBroken("block pool: cache() needs a held anonymous block (allocate first)");
-    int32_t first = index_.find(key), last = -1;
-    Key pkey = key;
-    if (first >= 0) {
-      for (int32_t c = first; c >= 0; c = next_copy_[c]) last = c;
-      for (uint64_t n = 1; holds_policy_key(pkey); ++n) pkey = copy_key(key, n);
-    }
+    const int32_t first = index_.find(key);
+    const Key pkey = first < 0 ? key : free_copy_key(key, [this](Key c) { return holds_policy_key(c); });
     policy_->insert(pkey, true);
     int32_t s = free_slots_.back();
     free_slots_.pop_back();
@@ -161,8 +159,9 @@ class BlockPool {
     has_parent_[s] = has_parent;
     if (first < 0) index_.insert(key, s);
     else {
+      int32_t last = first;
+      while (next_copy_[last] >= 0) last = next_copy_[last];
       next_copy_[last] = s;
-      ++duplicates_;
     }
     if (pkey != key) dup_.insert(pkey, s);
     --uncached_in_use_;
@@ -316,7 +315,6 @@ class BlockPool {
     });
     if (copies != in_use) fail("slots lost: " + std::to_string(copies) + " reachable copies of " + std::to_string(in_use));
     if (remixed != static_cast<int64_t>(dup_.size())) fail("stale remixed keys");
-    if (copies - static_cast<int64_t>(index_.size()) != duplicates_) fail("duplicate count off");
   }
 
  private:
@@ -332,15 +330,11 @@ class BlockPool {
     int32_t first = index_.find(key);
     if (first == s) {
       index_.erase(key);
-      if (next_copy_[s] >= 0) {
-        index_.insert(key, next_copy_[s]);
-        --duplicates_;
-      }
+      if (next_copy_[s] >= 0) index_.insert(key, next_copy_[s]);
     } else {
       int32_t c = first;
       while (next_copy_[c] != s) c = next_copy_[c];
       next_copy_[c] = next_copy_[s];
-      --duplicates_;
     }
     if (pkey_[s] != key) dup_.erase(pkey_[s]);
     next_copy_[s] = kNoCopy;
@@ -357,7 +351,6 @@ class BlockPool {
   KeyMap dup_;    // remixed policy key -> slot (copies whose policy key is not their trace key)
   std::vector<Key> key_, pkey_;  // per slot: trace key, policy key
   std::vector<int32_t> next_copy_;  // per slot: the next copy of the same trace key, or kNoCopy
-  int64_t duplicates_ = 0;
   std::vector<Key> parent_;
   std::vector<int32_t> refs_;
   std::vector<uint8_t> has_parent_;

@@ -96,8 +96,7 @@ class FreeQueue {
   Key cached(int32_t b, Key h, bool pinned) {
     if (has_key_[check(b)]) throw std::logic_error("free queue: block " + std::to_string(b) + " is cached already");
     hash_of_[b] = h;
-    Key k = h;
-    for (uint64_t n = 1; block_of_.find(k) >= 0; ++n) k = copy_key(h, n);
+    const Key k = free_copy_key(h, [this](Key c) { return block_of_.find(c) >= 0; });
     if (!pinned && in_blank_[b]) unlink_blank(b);
     policy_->insert(k, pinned);
     key_of_[b] = k;

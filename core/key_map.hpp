@@ -23,6 +23,15 @@ inline Key copy_key(Key key, uint64_t n) {
   return z ^ (z >> 31);
 }
 
+// The policy key a new copy of `key` takes: the first of key, copy_key(key, 1), ... for which
+// taken(k) is false (taken: some cached block holds k as its policy key).
+template <class Taken>
+Key free_copy_key(Key key, Taken&& taken) {
+  Key k = key;
+  for (uint64_t n = 1; taken(k); ++n) k = copy_key(key, n);
+  return k;
+}
+
 class KeyMap {
  public:
   explicit KeyMap(size_t expected = 8) { rehash(expected); }
