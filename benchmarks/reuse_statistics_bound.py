@@ -11,8 +11,9 @@ whole trace's, future included: per class, the histogram of the time to a block'
 (48 log buckets, 0.05 s to 2 h, and "never"). A miss evicts, among cached blocks the request does not
 touch, those with the lowest P(next access within ``T`` seconds | no access for ``age`` seconds)
 for their class, deepest first, then least recent. The last column and the summary take each mix's
-best horizon, chosen after the fact (one more piece of hindsight: read them as a ceiling). ``--check-lru`` also runs LRU through the same
-loop (it must equal the core's LRU: the loop's correctness check).
+best horizon, chosen after the fact (one more piece of hindsight: read them as a ceiling).
+``--check-lru`` also runs LRU through the same loop (it must equal the core's LRU: the loop's
+correctness check).
 
 Run: ``python benchmarks/reuse_statistics_bound.py [--mixes a,b] [--capacity 6000] [--seed 0]
 [--horizons 15,30,60]``. About a minute per mix and horizon on two cores (numpy over the cache at
