@@ -16,7 +16,7 @@ best horizon, chosen after the fact (one more piece of hindsight: read them as a
 correctness check).
 
 Run: ``python benchmarks/reuse_statistics_bound.py [--mixes a,b] [--capacity 6000] [--seed 0]
-[--horizons 15,30,60]``. About a minute per mix and horizon on two cores (numpy over the cache at
+[--horizons 15,30,60] [--check-lru]``. Under a minute per mix on two cores (numpy over the cache at
 each eviction).
 """
 
@@ -43,7 +43,9 @@ def bucket(age_s: np.ndarray | float) -> np.ndarray:
 
 
 def accessed(r: Request) -> list[int]:
-    return [int(k) for k in r.block_keys] + [int(k) for k in r.output_keys]
+    """The blocks a request caches, as the core's ``replay_request`` accesses them: its full prompt
+    blocks (``Request.full_blocks``), then its output blocks."""
+    return [int(k) for k in r.block_keys[: r.full_blocks]] + [int(k) for k in r.output_keys]
 
 
 def chain_classes(requests: list[Request]) -> list[list[int]]:
@@ -58,15 +60,16 @@ def chain_classes(requests: list[Request]) -> list[list[int]]:
             out.append([])
             continue
         root = roots.setdefault(keys[0], len(roots))
-        turn = next((end_turn[k] + 1 for k in reversed(keys[: len(r.block_keys)]) if k in end_turn), 1)
+        prompt = keys[: r.full_blocks]
+        turn = next((end_turn[k] + 1 for k in reversed(prompt) if k in end_turn), 1)
         for parent, child in itertools.pairwise(keys):
             children.setdefault(parent, set()).add(child)
         out.append(
             [(root * 2 + (len(children.get(k, ())) > 1)) * (MAX_TURN + 1) + min(turn, MAX_TURN) for k in keys]
         )
         end_turn[keys[-1]] = turn
-        if len(r.block_keys):
-            end_turn[int(r.block_keys[-1])] = turn
+        if prompt:
+            end_turn[prompt[-1]] = turn
     return out
 
 
@@ -117,9 +120,8 @@ def replay(
     clock = 0.0
     for r, cls in zip(requests, classes, strict=True):
         keys = accessed(r)
-        limit = min(len(r.block_keys), (r.prompt_tokens - 1) // r.block_size)
         hits = 0
-        while hits < limit and keys[hits] in slot_of:
+        while hits < r.max_hit_blocks and keys[hits] in slot_of:  # vLLM's first-miss rule
             hits += 1
         hit_tokens += hits * r.block_size
         prompt_tokens += r.prompt_tokens
