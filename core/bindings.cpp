@@ -33,6 +33,11 @@ nb::list key_list(const std::vector<Key>& keys) {
   return out;
 }
 
+// Python's handle on a shared BeladyFuture.
+struct FutureHandle {
+  std::shared_ptr<const BeladyFuture> future;
+};
+
 std::vector<Key> keys_of(nb::handle obj) {
   KeyBatch batch(obj);
   return std::vector<Key>(batch.data(), batch.data() + batch.size());
@@ -177,13 +182,27 @@ NB_MODULE(_core, m) {
       .def_ro("small_capacity", &S3FIFO::small_capacity_)
       .def_ro("main_capacity", &S3FIFO::main_capacity_)
       .def_ro("ghost_capacity", &S3FIFO::ghost_capacity_);
+  nb::class_<FutureHandle>(m, "BeladyFuture",
+                           "A key sequence and each access's next use, built once; Belady(capacity, future=it) at "
+                           "any number of capacities shares it.")
+      .def(
+          "__init__",
+          [](FutureHandle* self, nb::handle keys) {
+            new (self) FutureHandle{std::make_shared<const BeladyFuture>(keys_of(keys))};
+          },
+          "keys"_a)
+      .def("__len__", [](const FutureHandle& f) { return f.future->keys.size(); });
+
   nb::class_<Belady, Policy>(m, "Belady")
       .def(
           "__init__",
           [](Belady* self, int64_t capacity, nb::handle future) {
             if (future.is_none())
               throw std::invalid_argument("belady: needs future=, the whole key sequence it will be given, in order");
-            new (self) Belady(capacity, keys_of(future));
+            std::shared_ptr<const BeladyFuture> f = nb::isinstance<FutureHandle>(future)
+                                                        ? nb::cast<FutureHandle&>(future).future
+                                                        : std::make_shared<const BeladyFuture>(keys_of(future));
+            new (self) Belady(capacity, std::move(f));
           },
           "capacity"_a, "future"_a = nb::none())
       .def("seek", &Belady::seek, "position"_a, "Accesses before position (an index into future) are past.")
@@ -201,36 +220,30 @@ NB_MODULE(_core, m) {
       "policy"_a, "keys"_a, "limit"_a,
       "vLLM's first-miss rule: blocks of the longest prefix of keys[:limit] resident in policy.");
 
-  nb::class_<ChainParents>(m, "ChainParents",
-                           "Each cached block's previous block in its chain, to count stranded blocks.")
+  nb::class_<StrandedCount>(m, "StrandedCount",
+                            "Stranded blocks of a plain cache after a run: walk every request's chain, then count.")
       .def(nb::init<>())
       .def(
-          "record",
-          [](ChainParents& c, nb::handle chain, size_t first_new) {
-            KeyBatch k(chain);
-            c.record(k.data(), k.size(), first_new);
+          "walk",
+          [](StrandedCount& c, const Policy& cached, nb::handle keys, size_t full, nb::handle outputs) {
+            KeyBatch k(keys), o(outputs);
+            c.walk(cached, k.data(), std::min(full, k.size()), o.data(), o.size());
           },
-          "chain"_a, "first_new"_a, "chain[first_new:] were cached after chain[first_new - 1] (or as roots).")
-      .def("count_stranded", &ChainParents::count_stranded, "cached"_a,
-           "Keys resident in cached with an ancestor that is not.")
-      .def("__len__", &ChainParents::size);
+          "cached"_a, "keys"_a, "full"_a, "outputs"_a,
+          "One request's chain (keys[:full], then outputs) against cached's resident keys now.")
+      .def("count", &StrandedCount::count,
+           "Resident keys that no walked chain reaches through resident blocks only.");
 
   m.def(
       "replay_request",
-      [](Policy& p, nb::handle keys, size_t limit, size_t full, nb::handle outputs, ChainParents* parents) {
+      [](Policy& p, nb::handle keys, size_t limit, size_t full, nb::handle outputs) {
         KeyBatch k(keys), o(outputs);
         full = std::min(full, k.size());
         RequestReplay r = replay_request(p, k.data(), std::min(limit, full), full, o.data(), o.size());
-        if (parents != nullptr) {
-          std::vector<Key> chain(k.data(), k.data() + full);
-          chain.insert(chain.end(), o.data(), o.data() + o.size());
-          parents->record(chain.data(), chain.size(), r.prefix_hits);
-        }
         return nb::make_tuple(r.prefix_hits, r.accessed, r.access_hits);
       },
-      "policy"_a, "keys"_a, "limit"_a, "full"_a, "outputs"_a, "parents"_a = nb::none(),
-      "One request through a plain cache, vLLM's way: (prefix hit blocks, blocks accessed, of which hits);\n"
-      "parents, when given, records the chain's newly cached blocks.");
+      "policy"_a, "keys"_a, "limit"_a, "full"_a, "outputs"_a,
+      "One request through a plain cache, vLLM's way: (prefix hit blocks, blocks accessed, of which hits).");
 
   bind_block_pool(m);
   bind_trace_scan(m);

@@ -1,74 +1,44 @@
-// ChainParents: each cached block's previous block in its prefix chain, to count stranded blocks
-// (cached, but unreachable by any lookup because an ancestor is not cached: the first-miss rule
-// stops before them).
+// StrandedCount: the stranded blocks of a plain cache at the end of a run (cache mode): resident keys
+// that no lookup can reach, because in every request chain that holds them an earlier block is not
+// resident (vLLM's first-miss rule stops before them). Each request's chain (its full prompt blocks,
+// then its output blocks) is walked once after the run. Block keys are hashes of their prefix, so a
+// key has the same ancestors in every chain; the "every chain" wording only fixes the count for a
+// trace that breaks that. Memory: two key sets, each at most the resident keys (24 bytes a key at
+// worst), whatever the trace's length.
 #pragma once
 
-#include <cstdint>
-#include <vector>
+#include <cstddef>
 
 #include "key_map.hpp"
 #include "policy.hpp"
 
 namespace wakman {
 
-class ChainParents {
+class StrandedCount {
  public:
-  // chain[first_new:] were just cached after chain[first_new - 1] (or as roots): each key keeps the
-  // first parent it was recorded with.
-  void record(const Key* chain, size_t n, size_t first_new) {
-    bool has_prev = first_new > 0;
-    Key prev = has_prev ? chain[first_new - 1] : 0;
-    for (size_t i = first_new; i < n; ++i) {
-      Key key = chain[i];
-      if (index_.find(key) < 0) {
-        index_.insert(key, static_cast<int32_t>(parent_.size()));
-        parent_.push_back(prev);
-        has_parent_.push_back(has_prev);
+  // One chain: keys[:full], then outputs[:num_outputs], against `cached`'s residents now.
+  void walk(const Policy& cached, const Key* keys, size_t full, const Key* outputs, size_t num_outputs) {
+    bool reachable = true;
+    for (size_t i = 0; i < full + num_outputs; ++i) {
+      const Key key = i < full ? keys[i] : outputs[i - full];
+      if (!cached.contains(key)) {
+        reachable = false;
+        continue;
       }
-      prev = key;
-      has_prev = true;
+      KeyMap& into = reachable ? reachable_ : unreached_;
+      if (into.find(key) < 0) into.insert(key, 0);
     }
   }
 
-  // Keys resident in `cached` with an ancestor (through the recorded parents) that is not resident.
-  size_t count_stranded(const Policy& cached) const {
-    enum : uint8_t { kUnknown, kReachable, kStranded };
-    std::vector<uint8_t> state(parent_.size(), kUnknown);
-    std::vector<int32_t> path;
-    size_t count = 0;
-    index_.for_each([&](Key key, int32_t slot) {
-      if (!cached.contains(key)) return;
-      path.clear();
-      uint8_t verdict = kReachable;
-      int32_t s = slot;
-      Key k = key;
-      while (true) {
-        if (state[s] != kUnknown) {
-          verdict = state[s];
-          break;
-        }
-        if (!cached.contains(k)) {
-          verdict = kStranded;
-          break;
-        }
-        path.push_back(s);
-        if (!has_parent_[s]) break;  // a root: reachable
-        k = parent_[s];
-        s = index_.find(k);
-        if (s < 0) break;  // a parent never recorded counts as a root
-      }
-      for (int32_t p : path) state[p] = verdict;
-      count += verdict == kStranded;
-    });
-    return count;
+  // Resident keys seen after a non-resident block in some chain and at the head of none.
+  size_t count() const {
+    size_t n = 0;
+    unreached_.for_each([&](Key key, int32_t) { n += reachable_.find(key) < 0; });
+    return n;
   }
 
-  size_t size() const { return parent_.size(); }
-
  private:
-  KeyMap index_;
-  std::vector<Key> parent_;
-  std::vector<uint8_t> has_parent_;
+  KeyMap reachable_, unreached_;
 };
 
 }  // namespace wakman

@@ -47,6 +47,17 @@ class KeyMap {
     }
   }
 
+  // The value stored for `key`, writable in place, or nullptr (valid until the next insert or erase).
+  int32_t* value_of(Key key) {
+    size_t i = home(key);
+    while (true) {
+      Entry& e = table_[i];
+      if (e.value < 0) return nullptr;
+      if (e.key == key) return &e.value;
+      i = (i + 1) & mask_;
+    }
+  }
+
   // Precondition: `key` is absent.
   void insert(Key key, int32_t value) {
     if ((size_ + 1) * 2 > table_.size()) rehash(table_.size());

@@ -8,8 +8,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from streams import key_of
-from wakman.drivers import ChainParents, cached_prefix, replay_request
+from wakman.drivers import cached_prefix, replay_request
 from wakman.policies import make_policy
+from wakman.simulation.cache_mode import count_stranded
 from wakman.traces.model import Request
 
 BS = 4
@@ -77,25 +78,31 @@ def test_cached_prefix_stops_at_the_first_miss():
 
 
 @settings(max_examples=100, deadline=None)
-@given(shapes=requests_strategy, capacity=st.integers(2, 12))
-def test_stranded_count_walks_every_ancestor(shapes, capacity):
-    cache = make_policy("lru", capacity)
-    parents = ChainParents()
-    parent_of: dict[int, int | None] = {}
-    for shape in shapes:
-        req = build(shape)
-        hits, _, _ = replay_request(cache, req.block_keys, req.prompt_tokens, BS, req.output_keys, parents)
-        chain = [*req.block_keys[: req.full_blocks], *req.output_keys]
-        for i in range(hits, len(chain)):
-            parent_of.setdefault(chain[i], chain[i - 1] if i else None)
+@given(
+    shapes=requests_strategy, capacity=st.integers(2, 12), name=st.sampled_from(["lru", "s3fifo", "sieve"])
+)
+def test_stranded_count_is_every_unreachable_resident_block(shapes, capacity, name):
+    """A resident block is stranded when, in every chain that holds it, an earlier block is not
+    resident: the definition written out over the chains, after the run."""
+    cache = make_policy(name, capacity)
+    requests = [build(shape) for shape in shapes]
+    for req in requests:
+        replay_request(cache, req.block_keys, req.prompt_tokens, BS, req.output_keys)
     resident = set(cache.eviction_order())
+    chains = [[*req.block_keys[: req.full_blocks], *req.output_keys] for req in requests]
+    reached = {
+        key for chain in chains for i, key in enumerate(chain) if all(k in resident for k in chain[: i + 1])
+    }
+    held = {key for chain in chains for key in chain if key in resident}
+    assert count_stranded(requests, cache) == len(held - reached)
 
-    def stranded(key: int) -> bool:
-        while key is not None:
-            if key not in resident:
-                return True
-            key = parent_of.get(key)
-        return False
 
-    assert parents.count_stranded(cache) == sum(stranded(k) for k in parent_of if k in resident)
-    assert len(parents) == len(parent_of)
+def test_stranded_count_sees_an_evicted_root():
+    cache = make_policy("lru", 3)
+    req = build(([0, 1, 2], BS, 0))  # three full blocks, then a partial one
+    replay_request(cache, req.block_keys, req.prompt_tokens, BS, req.output_keys)
+    assert count_stranded([req], cache) == 0
+    cache.remove(req.block_keys[0])  # the root goes: both descendants are stranded
+    assert count_stranded([req], cache) == 2
+    other = build(([5], BS, 0))  # a chain that does not hold them changes nothing
+    assert count_stranded([req, other], cache) == 2

@@ -13,6 +13,7 @@ pytest.importorskip("libcachesim")  # a test dependency: `pip install -e .[test]
 from lcs_oracle import lcs_hits, write_oracle_general
 from streams import zipf_stream, zipf_with_scans
 from wakman.policies import make_policy
+from wakman.policies.belady import BeladyFuture
 
 N = 200_000
 STREAMS = {
@@ -85,3 +86,18 @@ def test_pool_protocol_gives_libcachesim_hits(stream, policy):
     for capacity in CAPACITIES[:3]:
         ours = pool_protocol_hits(_build(policy, capacity, keys), keys)
         assert ours == _reference(policy, capacity, stream), f"{policy} at {capacity} blocks"
+
+
+def test_one_shared_belady_future_gives_libcachesim_hits_at_every_capacity(stream):
+    """One BeladyFuture behind a Belady per capacity, replayed in turns (each shares the next-use
+    index, none another's state): each gives libCacheSim's count at its size."""
+    keys = stream[0]
+    future = BeladyFuture(keys)
+    assert len(future) == len(keys)
+    caches = {c: make_policy("belady", c, future=future) for c in CAPACITIES}
+    hits = dict.fromkeys(CAPACITIES, 0)
+    for start in range(0, len(keys), len(keys) // 4):
+        for capacity, cache in caches.items():
+            hits[capacity] += cache.replay(keys[start : start + len(keys) // 4])
+    for capacity in CAPACITIES:
+        assert hits[capacity] == _reference("belady", capacity, stream), f"belady at {capacity} blocks"

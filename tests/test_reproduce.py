@@ -182,3 +182,38 @@ def test_reproduce_without_matplotlib_writes_everything_else(quick_run, tmp_path
     assert {"results.json", "table1.csv", "results.md"} <= written
     assert not any(name.endswith(".png") for name in written)
     assert "![" not in (tmp_path / "out" / "results.md").read_text()
+
+
+def test_the_archive_stage_gives_each_policys_own_run(tmp_path, monkeypatch):
+    """The archive stage (read once, shared by forked workers, one task per policy for every size,
+    Belady's future built once, the infinite ceiling run once) gives, per size, the hit rate of that
+    policy's own cache-mode run on the trace; Belady bounds the online policies, infinite bounds it."""
+    from wakman.adaptive import simulate
+    from wakman.traces import read_trace, write_trace
+
+    traces = tmp_path / "shared" / "traces"
+    traces.mkdir(parents=True)
+    generated = generate_requests(build_config(preset="mix19-thirds", duration_s=600), seed=11)
+    write_trace(generated, traces / "archive.jsonl", "native")
+    monkeypatch.setattr(reproduce_module, "CLAUDE_ARCHIVE", "archive.jsonl")
+    plan = Plan(
+        duration_s=120.0,
+        capacity=500,
+        other_capacities=(),
+        real_capacities=(),
+        claude_capacities=(300, 900),
+        shared=tmp_path / "shared",
+        ablations=(),
+        map_values=(),
+    )
+    rows = [r for r in reproduce_module.run(plan, jobs=2).real if r["trace"] == "claude-code"]
+    assert [r["capacity"] for r in rows] == [300, 900]
+    reqs = list(read_trace(traces / "archive.jsonl"))
+    for row in rows:
+        assert row["requests"] == len(reqs) == len(generated)
+        for policy in reproduce_module.ALL_POLICIES:
+            expected = simulate(reqs, policy, row["capacity"], mode="cache").hit_rate
+            assert row["hit_rate"][policy] == pytest.approx(expected, abs=1e-12), (policy, row["capacity"])
+        rates = row["hit_rate"]
+        assert max(rates[p] for p in ONLINE) <= rates["belady"] <= rates["infinite"]
+    assert rows[0]["hit_rate"]["lru"] < rows[1]["hit_rate"]["lru"]

@@ -2,6 +2,9 @@
 #pragma once
 
 #include <algorithm>
+#include <climits>
+#include <memory>
+#include <stdexcept>
 #include <string>
 
 #include "../driver.hpp"
@@ -9,27 +12,40 @@
 
 namespace wakman {
 
-class Belady final : public StoredPolicy {
- public:
+// The future a Belady run is given: the whole key sequence and, per access, the index of the same
+// key's next access (kNever if none), from one backward pass, as libCacheSim's next_access_vtime.
+// Read-only once built, so one future serves every Belady that replays it (one per capacity).
+struct BeladyFuture {
   static constexpr int64_t kNever = int64_t(1) << 62;
 
-  Belady(int64_t capacity, std::vector<Key> future) : StoredPolicy(capacity), future_(std::move(future)) {
-    const size_t n = future_.size();
-    next_index_.assign(n, kNever);
-    KeyMap last(n / 2 + 8);
-    std::vector<int64_t> last_pos;  // by slot in `last`
+  explicit BeladyFuture(std::vector<Key> sequence) : keys(std::move(sequence)) {
+    const size_t n = keys.size();
+    if (n > static_cast<size_t>(INT32_MAX)) throw std::length_error("belady: the future exceeds 2**31 accesses");
+    next_index.assign(n, kNever);
+    // `last` maps a key to its latest position seen so far. It is sized by the distinct keys as they
+    // come (the table doubles), not by the accesses: a trace reuses its keys, and a table of n/2
+    // entries would cost 16 bytes an access and a cache miss each.
+    KeyMap last;
     for (size_t j = n; j-- > 0;) {
-      Key key = future_[j];
-      int32_t slot = last.find(key);
-      if (slot >= 0) {
-        next_index_[j] = last_pos[slot];
-        last_pos[slot] = static_cast<int64_t>(j);
+      if (int32_t* pos = last.value_of(keys[j])) {
+        next_index[j] = *pos;
+        *pos = static_cast<int32_t>(j);
       } else {
-        last.insert(key, static_cast<int32_t>(last_pos.size()));
-        last_pos.push_back(static_cast<int64_t>(j));
+        last.insert(keys[j], static_cast<int32_t>(j));
       }
     }
   }
+
+  std::vector<Key> keys;
+  std::vector<int64_t> next_index;
+};
+
+class Belady final : public StoredPolicy {
+ public:
+  static constexpr int64_t kNever = BeladyFuture::kNever;
+
+  Belady(int64_t capacity, std::shared_ptr<const BeladyFuture> future)
+      : StoredPolicy(capacity), shared_(std::move(future)), future_(shared_->keys), next_index_(shared_->next_index) {}
   const char* name() const override { return "belady"; }
 
   int64_t clock() const { return clock_; }
@@ -53,35 +69,36 @@ class Belady final : public StoredPolicy {
     clock_ = i + 1;
   }
   void hit_node(int32_t i) {
-    Node& n = s_.nodes[i];
-    int64_t next = next_use_for(n.key);
-    if (n.pinned) next_use_[i] = next;
+    int64_t next = next_use_for(s_.nodes[i].key);
+    if (s_.nodes[i].pinned) next_use_[i] = next;
     else set(i, next);
   }
 
   void miss(Key) override {}
   Key evict() override {
-    if (pinned_ == s_.index.size()) no_evictable();
-    while (true) {
-      std::pop_heap(heap_.begin(), heap_.end(), later_first);
-      Entry e = heap_.back();
-      heap_.pop_back();
-      int32_t i = s_.index.find(e.key);
-      if (i >= 0 && !s_.nodes[i].pinned && next_use_[i] == e.next) {
-        s_.drop(i);
-        return e.key;
-      }
-    }
+    if (heap_.empty()) no_evictable();
+    int32_t i = heap_[0];
+    heap_erase(i);
+    Key key = s_.nodes[i].key;
+    s_.drop(i);
+    return key;
   }
   void insert(Key key, bool pinned) override {
     int32_t i = add(key, pinned);
-    if (static_cast<size_t>(i) >= next_use_.size()) next_use_.resize(i + 1);
+    if (static_cast<size_t>(i) >= next_use_.size()) {
+      next_use_.resize(i + 1);
+      set_order_.resize(i + 1);
+      heap_pos_.resize(i + 1, kNotInHeap);
+    }
     int64_t next = next_use_for(key);
     if (pinned) next_use_[i] = next;
     else set(i, next);
   }
   void hit(Key key) override { hit_node(resident(key)); }
-  void pin(Key key) override { mark_pinned(resident(key)); }  // its heap entries go stale
+  void pin(Key key) override {
+    int32_t i = resident(key);
+    if (mark_pinned(i)) heap_erase(i);
+  }
   // Re-enters with its next use after the clock (pool use), or the one it had (replay).
   void unpin(Key key) override {
     int32_t i = resident(key);
@@ -92,53 +109,85 @@ class Belady final : public StoredPolicy {
     int32_t i = s_.index.find(key);
     if (i < 0) return;
     if (s_.nodes[i].pinned) --pinned_;
+    else heap_erase(i);
     s_.drop(i);
   }
   void adopt(Key key) override { insert(key, false); }
   void reset() override {
     clear_store();
     heap_.clear();
+    std::fill(heap_pos_.begin(), heap_pos_.end(), kNotInHeap);
     has_current_ = false;
   }
   void eviction_order(std::vector<Key>& out, size_t limit) const override {
-    std::vector<std::pair<int64_t, Key>> order;
-    s_.index.for_each([&](Key key, int32_t i) {
-      if (!s_.nodes[i].pinned) order.emplace_back(next_use_[i], key);
-    });
-    std::sort(order.begin(), order.end(), [](auto& a, auto& b) { return a.first > b.first; });
-    for (auto& [next, key] : order) {
+    std::vector<int32_t> order(heap_);
+    std::sort(order.begin(), order.end(), [this](int32_t a, int32_t b) { return above(a, b); });
+    for (int32_t i : order) {
       if (out.size() >= limit) break;
-      out.push_back(key);
+      out.push_back(s_.nodes[i].key);
     }
   }
   size_t bytes() const override {
-    return s_.bytes() + heap_.capacity() * sizeof(Entry) + future_.capacity() * 16 +
+    return s_.bytes() + heap_.capacity() * 4 + next_use_.capacity() * 20 + future_.capacity() * 16 +
            occ_positions_.capacity() * 8 + occ_start_.capacity() * 8 + occ_index_.bytes();
   }
   WAKMAN_DRIVEN(Belady)
 
  private:
-  struct Entry {
-    int64_t next;
-    uint64_t order;  // ties (keys never used again): the oldest entry first
-    Key key;
-  };
-  static bool later_first(const Entry& a, const Entry& b) {
-    return a.next != b.next ? a.next < b.next : a.order > b.order;
-  }
+  static constexpr int32_t kNotInHeap = -1;
 
+  // The victim order, a strict total order: the later next use first; among equal ones (keys never
+  // used again) the one whose next use was set first.
+  bool above(int32_t a, int32_t b) const {
+    return next_use_[a] != next_use_[b] ? next_use_[a] > next_use_[b] : set_order_[a] < set_order_[b];
+  }
+  // Node i (unpinned, resident) takes next use `next`: it enters the heap or moves in place.
   void set(int32_t i, int64_t next) {
     next_use_[i] = next;
-    heap_.push_back(Entry{next, ++order_, s_.nodes[i].key});
-    std::push_heap(heap_.begin(), heap_.end(), later_first);
-    if (heap_.size() > 4 * (s_.index.size() - pinned_) + 1024) rebuild_heap();
+    set_order_[i] = ++order_;
+    if (heap_pos_[i] == kNotInHeap) {
+      heap_pos_[i] = static_cast<int32_t>(heap_.size());
+      heap_.push_back(i);
+    }
+    sift_down(sift_up(heap_pos_[i]));
   }
-  void rebuild_heap() {
-    heap_.clear();
-    s_.index.for_each([&](Key key, int32_t i) {
-      if (!s_.nodes[i].pinned) heap_.push_back(Entry{next_use_[i], ++order_, key});
-    });
-    std::make_heap(heap_.begin(), heap_.end(), later_first);
+  void heap_erase(int32_t i) {
+    const int32_t pos = heap_pos_[i];
+    const int32_t last = heap_.back();
+    heap_.pop_back();
+    heap_pos_[i] = kNotInHeap;
+    if (last == i) return;
+    place(last, pos);
+    sift_down(sift_up(pos));
+  }
+  void place(int32_t node, int32_t pos) {
+    heap_[pos] = node;
+    heap_pos_[node] = pos;
+  }
+  // Moves the node at `pos` towards the root while it belongs above its parent; returns its position.
+  int32_t sift_up(int32_t pos) {
+    const int32_t node = heap_[pos];
+    while (pos > 0) {
+      const int32_t parent = (pos - 1) / 2;
+      if (!above(node, heap_[parent])) break;
+      place(heap_[parent], pos);
+      pos = parent;
+    }
+    place(node, pos);
+    return pos;
+  }
+  void sift_down(int32_t pos) {
+    const int32_t node = heap_[pos];
+    const int32_t n = static_cast<int32_t>(heap_.size());
+    while (true) {
+      int32_t child = 2 * pos + 1;
+      if (child >= n) break;
+      if (child + 1 < n && above(heap_[child + 1], heap_[child])) ++child;
+      if (!above(heap_[child], node)) break;
+      place(heap_[child], pos);
+      pos = child;
+    }
+    place(node, pos);
   }
 
   int64_t next_use_for(Key key) {
@@ -180,10 +229,13 @@ class Belady final : public StoredPolicy {
     occurrences_built_ = true;
   }
 
-  std::vector<Key> future_;
-  std::vector<int64_t> next_index_;
+  std::shared_ptr<const BeladyFuture> shared_;
+  const std::vector<Key>& future_;
+  const std::vector<int64_t>& next_index_;
   std::vector<int64_t> next_use_;  // by node
-  std::vector<Entry> heap_;
+  std::vector<uint64_t> set_order_;  // by node: when its next use was last set (ties among kNever)
+  std::vector<int32_t> heap_pos_;    // by node: its index in heap_, or kNotInHeap (pinned, free slot)
+  std::vector<int32_t> heap_;        // the unpinned resident nodes, a binary heap on above()
   uint64_t order_ = 0;
   int64_t clock_ = 0;
   bool has_current_ = false;

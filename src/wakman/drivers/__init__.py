@@ -16,7 +16,7 @@ from wakman.policies import EvictionPolicy
 from wakman.traces.model import full_blocks, hit_limit
 
 cached_prefix = _core.cached_prefix
-ChainParents = _core.ChainParents
+StrandedCount = _core.StrandedCount
 
 
 def replay_request(
@@ -25,11 +25,10 @@ def replay_request(
     prompt_tokens: int,
     block_size: int,
     output_keys: Sequence[int] = (),
-    parents: ChainParents | None = None,
 ) -> tuple[int, int, int]:
     """One request through ``policy`` as a plain cache, vLLM's way: its hit prefix by the first-miss
     rule, then its full prompt blocks and ``output_keys`` accessed deepest first. Returns (hit
-    blocks, blocks accessed, accesses that hit). ``parents`` records the blocks it newly cached."""
+    blocks, blocks accessed, accesses that hit)."""
     n = len(keys)
     return _core.replay_request(
         policy,
@@ -37,8 +36,7 @@ def replay_request(
         hit_limit(n, prompt_tokens, block_size),
         full_blocks(n, prompt_tokens, block_size),
         output_keys,
-        parents,
     )
 
 
-__all__ = ["ChainParents", "cached_prefix", "full_blocks", "hit_limit", "replay_request"]
+__all__ = ["StrandedCount", "cached_prefix", "full_blocks", "hit_limit", "replay_request"]

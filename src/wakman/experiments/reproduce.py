@@ -27,7 +27,10 @@ from wakman.adaptive import simulate
 from wakman.adaptive.config import ADAPTIVE_PRESETS
 from wakman.experiments.regret import regret_points, static_winner
 from wakman.experiments.workload_map import AXES, MAP_POLICIES, cell
+from wakman.policies import make_policy
+from wakman.policies.belady import BeladyFuture
 from wakman.simulation import ServerModel
+from wakman.simulation.run import key_sequence
 from wakman.traces.io import atomic_path
 from wakman.workload import ABLATIONS, MIXES, build_config, generate_requests
 
@@ -170,21 +173,22 @@ def _map_task(args: tuple[tuple[str, float], Plan]) -> list[dict[str, Any]]:
 
 
 CLAUDE_ARCHIVE = "weka_claude_code_traces.tar.xz"
+# The Claude Code archive's requests, read once by the parent before its workers fork (they share
+# the pages); None where the workers are spawned or the plan has no archive: a task then reads it.
+_claude_requests: list | None = None
 
 
-def _real_task(args: tuple[tuple[str, int], Plan]) -> list[dict[str, Any]]:
-    from wakman.data import BUNDLED_MOONCAKE
+def _claude_archive(plan: Plan) -> list:
     from wakman.traces import read_trace
 
-    (name, capacity), plan = args
-    server = None
-    if name == "mooncake":
-        reqs, mode = list(read_trace(BUNDLED_MOONCAKE)), "serve"
-        server = ServerModel.keeping_up(reqs)
-    else:
-        assert plan.shared is not None
-        reqs, mode = list(read_trace(plan.shared / "traces" / CLAUDE_ARCHIVE)), "cache"
-    row: dict[str, Any] = {
+    if _claude_requests is not None:
+        return _claude_requests
+    assert plan.shared is not None
+    return list(read_trace(plan.shared / "traces" / CLAUDE_ARCHIVE))
+
+
+def _trace_row(name: str, mode: str, capacity: int, reqs: list) -> dict[str, Any]:
+    return {
         "trace": name,
         "mode": mode,
         "capacity": capacity,
@@ -193,30 +197,69 @@ def _real_task(args: tuple[tuple[str, int], Plan]) -> list[dict[str, Any]]:
         "mean_prompt_tokens": sum(r.prompt_tokens for r in reqs) / len(reqs),
         "hit_rate": {},
     }
-    if server is not None:
-        row["server"] = {k: getattr(server, k) for k in server.__dataclass_fields__}
+
+
+def _mooncake_task(args: tuple[int, Plan]) -> list[dict[str, Any]]:
+    """The bundled Mooncake chat trace in serve mode at one capacity, every policy."""
+    from wakman.data import BUNDLED_MOONCAKE
+    from wakman.traces import read_trace
+
+    capacity, _ = args
+    reqs = list(read_trace(BUNDLED_MOONCAKE))
+    server = ServerModel.keeping_up(reqs)
+    row = _trace_row("mooncake", "serve", capacity, reqs)
+    row["server"] = {k: getattr(server, k) for k in server.__dataclass_fields__}
     for policy in ALL_POLICIES:
-        res = simulate(reqs, policy, capacity, mode=mode, server=server)
+        res = simulate(reqs, policy, capacity, mode="serve", server=server)
         row["hit_rate"][policy] = res.hit_rate
-        if mode == "serve":
-            _record_server(row, policy, res.as_flat_dict())
+        _record_server(row, policy, res.as_flat_dict())
     return [row]
+
+
+def _claude_task(args: tuple[str, Plan]) -> dict[int, float]:
+    """The whole Claude Code archive in cache mode under one policy, at every archive capacity
+    (the infinite ceiling does not depend on it: run once). Returns capacity -> hit rate."""
+    policy, plan = args
+    reqs = _claude_archive(plan)
+    if policy == "belady":  # one future (94 M accesses) for every capacity
+        future = BeladyFuture(key_sequence(reqs, deepest_first=True)[0])
+        return {
+            c: simulate(reqs, make_policy("belady", c, future=future), c, mode="cache").hit_rate
+            for c in plan.claude_capacities
+        }
+    if policy == "infinite":
+        rate = simulate(reqs, policy, plan.claude_capacities[0], mode="cache").hit_rate
+        return {c: rate for c in plan.claude_capacities}
+    return {c: simulate(reqs, policy, c, mode="cache").hit_rate for c in plan.claude_capacities}
+
+
+def _claude_rows(plan: Plan, rates: list[dict[int, float]]) -> list[dict[str, Any]]:
+    """One row per archive capacity from the per-policy tasks' rates (in ALL_POLICIES order)."""
+    reqs = _claude_archive(plan)
+    rows = []
+    for capacity in plan.claude_capacities:
+        row = _trace_row("claude-code", "cache", capacity, reqs)
+        row["hit_rate"] = {p: r[capacity] for p, r in zip(ALL_POLICIES, rates, strict=True)}
+        rows.append(row)
+    return rows
 
 
 def _expected_cost(stage: str, name: Any) -> float:
     """Roughly the task's seconds on one core, only to order the tasks (measured once)."""
+    if stage == "claude code":
+        return {"belady": 30.0, "wakman-plus": 21.0, "wakman": 17.0}.get(name, 8.0)
     if stage == "real traces":
-        return 250.0 if name[0] == "claude-code" else 15.0
-    if stage == "map":
-        return 12.0
+        return 1.0
+    if stage == "map":  # (axis, value): long agentic sessions cost the most
+        return 1.5 + 0.15 * name[1] if name[0] == "agentic-turns" else 2.0
     if stage == "ablations":
         tokens = int("".join(c for c in name.split("-")[0] if c.isdigit()))
         if name.startswith("input"):
-            return tokens / 250
-        return tokens / 4 if name.startswith("turns") else 2.0
+            return tokens / 1400
+        return 0.6
     if stage == "mixes":
-        return 20.0
-    return 5.0
+        return 2.5
+    return 1.0
 
 
 def run(
@@ -231,18 +274,16 @@ def run(
         ("mixes", _mix_task, [(p.name, plan) for p in MIXES]),
         ("ablations", _ablation_task, [(name, plan) for name in plan.ablations]),
         ("map", _map_task, [((axis, v), plan) for axis, values in plan.map_values for v in values]),
-        (
-            "real traces",
-            _real_task,
-            [(("mooncake", c), plan) for c in plan.real_capacities]
-            + (
-                [(("claude-code", c), plan) for c in plan.claude_capacities]
-                if plan.shared and (plan.shared / "traces" / CLAUDE_ARCHIVE).exists()
-                else []
-            ),
-        ),
+        ("real traces", _mooncake_task, [(c, plan) for c in plan.real_capacities]),
     ]
+    archive = plan.shared / "traces" / CLAUDE_ARCHIVE if plan.shared else None
+    has_claude = bool(plan.claude_capacities and archive is not None and archive.exists())
+    if has_claude:
+        stages.append(("claude code", _claude_task, [(p, plan) for p in ALL_POLICIES]))
+    global _claude_requests
     context = mp.get_context("fork") if "fork" in mp.get_all_start_methods() else None
+    if has_claude and context is not None:
+        _claude_requests = _claude_archive(plan)  # read once: the forked workers share it
     # the heaviest tasks first, so that no worker is left with a long one at the end
     order = sorted(
         ((stage, fn, i, task) for stage, fn, tasks in stages for i, task in enumerate(tasks)),
@@ -263,8 +304,11 @@ def run(
                 results.ablations = out
             elif stage == "map":
                 results.map = [point for points in out for point in points]
-            else:
+            elif stage == "real traces":
                 results.real = [row for rows in out for row in rows]
+            else:
+                results.real += _claude_rows(plan, out)
+    _claude_requests = None
     example = max(results.mixes, key=lambda m: sum(d["switched"] for d in m["wakman_decisions"]))
     results.decisions_example = {"mix": example["name"], "decisions": example["wakman_decisions"]}
     results.wall_s = time.perf_counter() - began

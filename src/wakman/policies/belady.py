@@ -3,20 +3,27 @@
 Semantics: given the whole future key sequence up front. In shadow replay the i-th ``access`` must be
 ``future[i]`` (a ``ValueError`` otherwise); a key's next use is the next index holding the same key
 (never = infinity), computed by one backward pass, as libCacheSim does from ``next_access_vtime``.
-The incoming key is always inserted. Victims come from a max-heap on next use with lazy deletion;
-among keys never used again the one whose next use was set first goes first.
+The incoming key is always inserted. Victims come from a max-heap on next use that holds each
+unpinned resident key once (a hit moves its key in place); among keys never used again the one
+whose next use was set first goes first.
 
 Pool use: the caller moves the clock with ``seek(position)`` (accesses before ``position`` are past);
 ``insert``/``hit``/``unpin`` then look the key's next use up as its first occurrence at or after the
 clock. With prefix caching and pinning this is a reference, not a proven optimum.
 
-Memory: 16 bytes per future access, plus 16 per occurrence once pool use needs them.
+``future`` is the key sequence (any iterable of ints, a numpy uint64 array the fast way) or a
+``BeladyFuture`` built from it once: the next-use index is then shared by every Belady given it (one
+replay per capacity builds it once).
+
+Memory: 16 bytes per future access (shared by the Beladys of one ``BeladyFuture``), plus 16 per
+occurrence once pool use needs them.
 """
 
 from __future__ import annotations
 
 from wakman import _core
 
+BeladyFuture = _core.BeladyFuture
 NEVER = 1 << 62  # next use of a key that is not accessed again
 
 

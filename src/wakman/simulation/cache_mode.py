@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from wakman.drivers import ChainParents, replay_request
+from wakman.drivers import StrandedCount, replay_request
 from wakman.policies import EvictionPolicy
 from wakman.simulation.controller import Controller
 from wakman.simulation.results import SimResult
@@ -26,8 +26,8 @@ def replay_prefixes(
     controller: Controller | None = None,
 ) -> SimResult:
     """``controller.on_arrival`` sees each request before it is replayed, and its ``cache_policy``
-    may then return a new live policy (the adaptive manager's decisions in cache mode)."""
-    parents = ChainParents() if track_stranded else None
+    may then return a new live policy (the adaptive manager's decisions in cache mode).
+    ``track_stranded``: count the stranded blocks at the end (one more walk over every chain)."""
     misses = 0
     for index, req in enumerate(requests):
         if controller is not None:
@@ -35,7 +35,7 @@ def replay_prefixes(
             policy = controller.cache_policy(req.arrival_s, policy)
         keys, bs = req.block_keys, req.block_size
         hits, accessed, access_hits = replay_request(
-            policy, keys, req.prompt_tokens, bs, req.output_keys, parents
+            policy, keys, req.prompt_tokens, bs, req.output_keys
         )
         misses += accessed - access_hits
         if req.arrival_s >= warmup_s and index >= warmup_requests:
@@ -46,6 +46,16 @@ def replay_prefixes(
             result.block_hits += hits
     result.requests = len(requests)
     result.evictions = max(0, misses - len(policy))
-    if parents is not None:
-        result.stranded_blocks = parents.count_stranded(policy)
+    if track_stranded and (result.evictions > 0 or controller is not None):
+        # (with no eviction and no policy switch every accessed block is still resident: none stranded)
+        result.stranded_blocks = count_stranded(requests, policy)
     return result
+
+
+def count_stranded(requests: Sequence[Request], policy: EvictionPolicy) -> int:
+    """Blocks resident in ``policy`` that no request's chain (full prompt blocks, then output blocks)
+    reaches through resident blocks only: the first-miss rule can never hit them."""
+    counter = StrandedCount()
+    for req in requests:
+        counter.walk(policy, req.block_keys, req.full_blocks, req.output_keys)
+    return counter.count()
