@@ -65,7 +65,7 @@ class WorkloadGenerator:
         self.hasher = BlockHasher(config.hash, config.hash_seed)
         self._catalogs: dict[tuple[str, int], np.ndarray] = {}
         # hashes and keys of a catalog prompt's full blocks: every chain that starts with it has them
-        self._catalog_blocks: dict[tuple[str, int], tuple[list[bytes], list[int]]] = {}
+        self._catalog_blocks: dict[tuple[str, int], tuple[list[bytes], np.ndarray]] = {}
         st, mt, ag = config.single_turn, config.multi_turn, config.agentic
         self.popularity = {
             "single-turn": zipf_mandelbrot(st.catalog_size, st.zipf_s, st.zipf_q),
@@ -102,11 +102,10 @@ class WorkloadGenerator:
         chain.append(tokens)
         known = self._catalog_blocks.get((profile, index))
         if known is None:
-            chain.tokens()
             chain.extend_to(len(tokens) // self.config.block_size)
-            known = self._catalog_blocks[(profile, index)] = (list(chain.hashes), list(chain.keys))
+            self._catalog_blocks[(profile, index)] = (list(chain.hashes), chain.keys().copy())
         else:
-            chain.hashes, chain.keys = list(known[0]), list(known[1])
+            chain.start_from(*known)
         return chain
 
     # ------------------------------------------------------------ sessions
@@ -171,53 +170,81 @@ class WorkloadGenerator:
 
 
 class _Chain:
-    """A session's append-only token stream and the hashes of its full blocks, computed once."""
+    """A session's append-only token stream and the hashes of its full blocks, computed once.
+
+    The stream lives in a buffer that doubles when full, so a session of n tokens costs O(n) copies,
+    not one copy of the whole stream per turn."""
 
     def __init__(self, hasher: BlockHasher, block_size: int) -> None:
         self.hasher, self.block_size = hasher, block_size
         self.hashes: list[bytes] = []  # hash of each full block of the stream, in order
-        self.keys: list[int] = []
-        self._flat = np.zeros(0, dtype=np.int32)
-        self._pending: list[np.ndarray] = []
+        self._keys = np.zeros(256, dtype=np.uint64)  # their keys: the first len(hashes) entries
+        self._buf = np.zeros(4096, dtype=np.int32)
+        self._len = 0  # tokens in the stream
 
     def append(self, tokens: np.ndarray) -> None:
-        self._pending.append(tokens)
+        end = self._len + len(tokens)
+        if end > len(self._buf):
+            grown = np.zeros(max(2 * len(self._buf), end), dtype=np.int32)
+            grown[: self._len] = self._buf[: self._len]
+            self._buf = grown
+        self._buf[self._len : end] = tokens
+        self._len = end
+
+    def start_from(self, hashes: list[bytes], keys: np.ndarray) -> None:
+        """Take the hashes and keys of the stream's first blocks, computed before (a catalog prompt)."""
+        self.hashes = list(hashes)
+        self._store_keys(0, keys)
+
+    def keys(self) -> np.ndarray:
+        """The keys of the hashed blocks (a view, valid until more blocks are hashed)."""
+        return self._keys[: len(self.hashes)]
+
+    def _store_keys(self, first: int, keys: np.ndarray) -> None:
+        end = first + len(keys)
+        if end > len(self._keys):
+            grown = np.zeros(max(2 * len(self._keys), end), dtype=np.uint64)
+            grown[:first] = self._keys[:first]
+            self._keys = grown
+        self._keys[first:end] = keys
 
     def tokens(self) -> np.ndarray:
-        if self._pending:
-            self._flat = np.concatenate([self._flat, *self._pending])
-            self._pending = []
-        return self._flat
+        """The stream so far (a view, valid until the next ``append``)."""
+        return self._buf[: self._len]
 
-    def _extend(self, tokens: np.ndarray, blocks: int) -> None:
-        bs = self.block_size
-        for b in range(len(self.hashes), blocks):
-            parent = self.hashes[-1] if self.hashes else None
-            h = self.hasher.chain(parent, tokens[b * bs : (b + 1) * bs])
-            self.hashes.append(h)
-            self.keys.append(self.hasher.key(h))
+    def _hash_through(self, blocks: int, extra: np.ndarray | None = None) -> None:
+        """Hash the full blocks up to ``blocks`` of the stream followed by ``extra`` (those not hashed
+        yet): only the tokens after the last hashed block are read."""
+        first, bs = len(self.hashes), self.block_size
+        if blocks <= first:
+            return
+        tail = self._buf[first * bs : self._len]
+        if extra is not None and len(extra):
+            tail = np.concatenate([tail, extra])
+        parent = self.hashes[-1] if self.hashes else None
+        new = self.hasher.chain_blocks(parent, tail[: (blocks - first) * bs], bs)
+        self._store_keys(first, self.hasher.key_array(new))
+        self.hashes.extend(new)
 
     def extend_to(self, blocks: int) -> None:
         """Hash the stream's first ``blocks`` full blocks (those not hashed yet)."""
-        self._extend(self.tokens(), blocks)
+        self._hash_through(blocks)
 
     def request(self, t: float, answer: np.ndarray, sid: str, label: str) -> Request:
         """The request whose prompt is the stream so far and whose output is ``answer`` (not yet
         appended): prompt keys = its full blocks; output keys = the further full blocks of
         ``prompt + answer[:-1]`` (vLLM has no KV for the last sampled token)."""
         bs = self.block_size
-        prompt = self.tokens()
-        n_prompt = len(prompt) // bs
-        cacheable = np.concatenate([prompt, answer[:-1]]) if len(answer) > 1 else prompt
-        n_all = len(cacheable) // bs
-        self._extend(cacheable, n_all)
+        n_prompt = self._len // bs
+        n_all = (self._len + max(len(answer) - 1, 0)) // bs
+        self._hash_through(n_all, answer[:-1])
         return Request(
             arrival_s=float(t),
-            block_keys=np.array(self.keys[:n_prompt], dtype=np.uint64),
-            prompt_tokens=len(prompt),
+            block_keys=self._keys[:n_prompt].copy(),
+            prompt_tokens=self._len,
             output_tokens=len(answer),
             block_size=bs,
             session_id=sid,
             label=label,
-            output_keys=np.array(self.keys[n_prompt:n_all], dtype=np.uint64),
+            output_keys=self._keys[n_prompt:n_all].copy(),
         )
