@@ -5,7 +5,8 @@ primary capacity, the static and adaptive ones at half of it), the Figure 3 abla
 session and input length, at 33/33/34 and 0/50/50), the map of the winner (``workload_map``), and
 the real traces (the bundled Mooncake chat trace in serve mode on a server sized to keep up with it,
 ``ServerModel.keeping_up``; the whole Claude Code archive in cache mode when ``../shared/traces`` is
-there). Every task generates its own trace from (preset, seed), so results do not depend on the
+there: read once by the parent, shared by the forked workers, one task per policy for every size).
+Every other task generates its own trace from (preset, seed), so results do not depend on the
 number of jobs. Every serve-mode run records whether its modelled server kept up (``saturated``).
 """
 
