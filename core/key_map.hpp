@@ -36,26 +36,13 @@ class KeyMap {
  public:
   explicit KeyMap(size_t expected = 8) { rehash(expected); }
 
-  // Slot of `key`, or -1.
-  int32_t find(Key key) const {
-    size_t i = home(key);
-    while (true) {
-      const Entry& e = table_[i];
-      if (e.value < 0) return -1;
-      if (e.key == key) return e.value;
-      i = (i + 1) & mask_;
-    }
-  }
+  // Slot of `key`, or -1 (an empty entry's value).
+  int32_t find(Key key) const { return table_[probe(key)].value; }
 
   // The value stored for `key`, writable in place, or nullptr (valid until the next insert or erase).
   int32_t* value_of(Key key) {
-    size_t i = home(key);
-    while (true) {
-      Entry& e = table_[i];
-      if (e.value < 0) return nullptr;
-      if (e.key == key) return &e.value;
-      i = (i + 1) & mask_;
-    }
+    Entry& e = table_[probe(key)];
+    return e.value < 0 ? nullptr : &e.value;
   }
 
   // Precondition: `key` is absent.
@@ -69,12 +56,8 @@ class KeyMap {
 
   // Removes `key` if present; the entries after it shift back so no probe chain breaks.
   void erase(Key key) {
-    size_t i = home(key);
-    while (true) {
-      if (table_[i].value < 0) return;
-      if (table_[i].key == key) break;
-      i = (i + 1) & mask_;
-    }
+    size_t i = probe(key);
+    if (table_[i].value < 0) return;
     size_t j = i;
     while (true) {
       j = (j + 1) & mask_;
@@ -111,6 +94,13 @@ class KeyMap {
     Key key;
     int32_t value;  // -1: empty
   };
+
+  // The index of `key`'s entry, or of the empty entry where its probe sequence ends.
+  size_t probe(Key key) const {
+    size_t i = home(key);
+    while (table_[i].value >= 0 && table_[i].key != key) i = (i + 1) & mask_;
+    return i;
+  }
 
   size_t home(Key key) const {
     key ^= key >> 33;
