@@ -285,31 +285,33 @@ def run(
     context = mp.get_context("fork") if "fork" in mp.get_all_start_methods() else None
     if has_claude and context is not None:
         _claude_requests = _claude_archive(plan)  # read once: the forked workers share it
-    # the heaviest tasks first, so that no worker is left with a long one at the end
-    order = sorted(
-        ((stage, fn, i, task) for stage, fn, tasks in stages for i, task in enumerate(tasks)),
-        key=lambda item: -_expected_cost(item[0], item[3][0]),
-    )
-    with ProcessPoolExecutor(jobs, mp_context=context) as pool:
-        submitted = {(stage, i): pool.submit(fn, task) for stage, fn, i, task in order}
-        futures = {stage: [submitted[stage, i] for i in range(len(tasks))] for stage, _, tasks in stages}
-        for stage, _, tasks in stages:
-            out = []
-            for done, future in enumerate(futures[stage], start=1):
-                out.append(future.result())
-                if progress:
-                    progress(stage, done, len(tasks))
-            if stage == "mixes":
-                results.mixes = out
-            elif stage == "ablations":
-                results.ablations = out
-            elif stage == "map":
-                results.map = [point for points in out for point in points]
-            elif stage == "real traces":
-                results.real = [row for rows in out for row in rows]
-            else:
-                results.real += _claude_rows(plan, out)
-    _claude_requests = None
+    try:
+        # the heaviest tasks first, so that no worker is left with a long one at the end
+        order = sorted(
+            ((stage, fn, i, task) for stage, fn, tasks in stages for i, task in enumerate(tasks)),
+            key=lambda item: -_expected_cost(item[0], item[3][0]),
+        )
+        with ProcessPoolExecutor(jobs, mp_context=context) as pool:
+            submitted = {(stage, i): pool.submit(fn, task) for stage, fn, i, task in order}
+            futures = {stage: [submitted[stage, i] for i in range(len(tasks))] for stage, _, tasks in stages}
+            for stage, _, tasks in stages:
+                out = []
+                for done, future in enumerate(futures[stage], start=1):
+                    out.append(future.result())
+                    if progress:
+                        progress(stage, done, len(tasks))
+                if stage == "mixes":
+                    results.mixes = out
+                elif stage == "ablations":
+                    results.ablations = out
+                elif stage == "map":
+                    results.map = [point for points in out for point in points]
+                elif stage == "real traces":
+                    results.real = [row for rows in out for row in rows]
+                else:
+                    results.real += _claude_rows(plan, out)
+    finally:
+        _claude_requests = None  # the parent does not keep the archive past the run
     example = max(results.mixes, key=lambda m: sum(d["switched"] for d in m["wakman_decisions"]))
     results.decisions_example = {"mix": example["name"], "decisions": example["wakman_decisions"]}
     results.wall_s = time.perf_counter() - began
