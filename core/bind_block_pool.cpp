@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "block_pool.hpp"
+#include "free_block_log.hpp"
 #include "key_batch.hpp"
 #include "serve.hpp"
 
@@ -54,14 +55,25 @@ struct PyBlockPool {
 };
 
 // The loop's view of a Python controller (on_arrival(now, request), on_time(now, pool)) and of the
-// pool's policy names.
+// pool's policy names. A controller's optional `free_log` (a FreeBlockLog) gets the pool's free
+// blocks at every event from here, without a call into Python; its optional `wake_s` (seconds,
+// re-read after each call) holds on_time back until simulated time reaches it
+// (wakman.simulation.controller states the protocol).
 class PyServeHooks final : public ServeHooks {
  public:
   PyServeHooks(nb::handle pool, nb::handle requests, nb::handle controller)
-      : pool_(pool), requests_(requests), py_pool_(nb::cast<PyBlockPool&>(pool)) {
+      : pool_(pool), requests_(requests), controller_(controller), py_pool_(nb::cast<PyBlockPool&>(pool)) {
     if (!controller.is_none()) {
       on_arrival_ = controller.attr("on_arrival");
       on_time_ = controller.attr("on_time");
+      if (nb::hasattr(controller, "free_log")) {
+        nb::object log = controller.attr("free_log");
+        if (!nb::isinstance<FreeBlockLog>(log)) throw nb::type_error("serve: a controller's free_log must be a FreeBlockLog");
+        free_log_ = &nb::cast<FreeBlockLog&>(log);
+        free_log_obj_ = log;
+      }
+      has_wake_ = nb::hasattr(controller, "wake_s");
+      if (has_wake_) wake_s_ = nb::cast<double>(controller.attr("wake_s"));
     }
   }
   void on_arrival(double now, size_t request) override {
@@ -71,7 +83,10 @@ class PyServeHooks final : public ServeHooks {
     on_arrival_(now, req);
   }
   void on_time(double now) override {
-    if (on_time_.is_valid()) on_time_(now, pool_);
+    if (free_log_ != nullptr) free_log_->sample(now, py_pool_.pool.free());
+    if (!on_time_.is_valid() || (has_wake_ && now < wake_s_)) return;
+    on_time_(now, pool_);
+    if (has_wake_) wake_s_ = nb::cast<double>(controller_.attr("wake_s"));
   }
   int32_t policy_tag() override {
     nb::object policy = py_pool_.policy_obj;
@@ -85,9 +100,12 @@ class PyServeHooks final : public ServeHooks {
   nb::object name(int32_t tag) const { return tag >= 0 ? names_[tag] : nb::str(""); }
 
  private:
-  nb::handle pool_, requests_;
+  nb::handle pool_, requests_, controller_;
   PyBlockPool& py_pool_;
-  nb::object on_arrival_, on_time_;
+  nb::object on_arrival_, on_time_, free_log_obj_;
+  FreeBlockLog* free_log_ = nullptr;
+  bool has_wake_ = false;
+  double wake_s_ = 0.0;
   std::vector<nb::object> names_;
 };
 
@@ -173,6 +191,15 @@ nb::dict serve(nb::handle pool, nb::handle requests, double prefill_tokens_per_s
 }  // namespace
 
 void bind_block_pool(nb::module_& m) {
+  nb::class_<FreeBlockLog>(m, "FreeBlockLog",
+                           "A pool's free blocks over time, for exact time-weighted window means (seconds, blocks).")
+      .def(nb::init<>())
+      .def("sample", &FreeBlockLog::sample, "now"_a, "free_blocks"_a,
+           "The pool has free_blocks free blocks from now on (a sample back in time is ignored).")
+      .def("mean", &FreeBlockLog::mean, "start_s"_a, "end_s"_a,
+           "Time-weighted mean free blocks over the covered part of [start_s, end_s); the last sample if none.")
+      .def("forget_before", &FreeBlockLog::forget_before, "t"_a, "Drop the segments that end by t.")
+      .def("__len__", &FreeBlockLog::size, "Segments kept.");
   nb::exception<PoolExhausted>(m, "PoolExhausted", PyExc_RuntimeError);
   nb::exception<PoolBroken>(m, "PoolInvariantError", PyExc_AssertionError);
 

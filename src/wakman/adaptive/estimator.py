@@ -1,9 +1,12 @@
 """The estimator: what WAKMan logs, and nothing more (no request type, no prompt content).
 
 Per request: its arrival time (s) and block keys; per event: the number of free blocks, integrated
-over time so that each window's time-weighted mean is exact. Memory is bounded: at most
-``max_blocks`` logged keys (one 8-byte reference each; the keys themselves are the requests' own
-objects), the oldest requests dropped first; the default 4 M keys is 32 MB of references.
+over time so that each window's time-weighted mean is exact (``free_log``, the core's
+``FreeBlockLog``: the serve-mode loop samples it at every event itself, without a call into
+Python). Memory is bounded: at most ``max_blocks`` logged keys (one 8-byte reference each; the
+keys themselves are the requests' own objects), the oldest requests dropped first; the default
+4 M keys is 32 MB of references. The free-block log holds one 24-byte segment per event since the
+oldest window start a decision still reads.
 """
 
 from __future__ import annotations
@@ -11,6 +14,8 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass
+
+from wakman import _core
 
 DEFAULT_MAX_BLOCKS = 4_000_000
 
@@ -30,9 +35,7 @@ class Estimator:
         self.log: deque[LoggedRequest] = deque()
         self.logged_blocks = 0
         self.dropped_requests = 0
-        self._last_t: float | None = None
-        self._last_free = 0
-        self._segments: deque[tuple[float, float, int]] = deque()  # (start s, end s, free blocks)
+        self.free_log = _core.FreeBlockLog()  # (start s, end s, free blocks) segments
 
     def record(
         self,
@@ -50,29 +53,20 @@ class Estimator:
             self.dropped_requests += 1
 
     def sample_free(self, now: float, free_blocks: int) -> None:
-        """The pool has ``free_blocks`` free blocks from ``now`` on."""
-        if self._last_t is not None and now > self._last_t:
-            self._segments.append((self._last_t, now, self._last_free))
-        if self._last_t is None or now >= self._last_t:
-            self._last_t, self._last_free = now, free_blocks
+        """The pool has ``free_blocks`` free blocks from ``now`` on (a sample back in time is ignored)."""
+        self.free_log.sample(now, free_blocks)
 
     def window(self, start_s: float, end_s: float) -> list[LoggedRequest]:
         return [r for r in self.log if start_s <= r.arrival_s < end_s]
 
     def mean_free(self, start_s: float, end_s: float) -> float:
-        """Time-weighted mean number of free blocks over [start_s, end_s)."""
-        area = covered = 0.0
-        for a, b, free in self._segments:
-            overlap = min(b, end_s) - max(a, start_s)
-            if overlap > 0:
-                area += free * overlap
-                covered += overlap
-        return area / covered if covered > 0 else float(self._last_free)
+        """Time-weighted mean number of free blocks over [start_s, end_s) (the part the samples
+        cover; the last sample's count where they cover none)."""
+        return self.free_log.mean(start_s, end_s)
 
     def forget_before(self, t: float) -> None:
         """Drop what no future window will read (requests and samples before ``t``)."""
         while self.log and self.log[0].arrival_s < t:
             old = self.log.popleft()
             self.logged_blocks -= len(old.block_keys)
-        while self._segments and self._segments[0][1] <= t:
-            self._segments.popleft()
+        self.free_log.forget_before(t)

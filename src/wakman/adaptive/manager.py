@@ -22,6 +22,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from wakman import _core
 from wakman.adaptive.config import AdaptiveConfig
 from wakman.adaptive.estimator import Estimator, LoggedRequest
 from wakman.drivers import replay_request
@@ -94,8 +95,18 @@ class AdaptiveManager:
         outputs = request.output_keys if self.config.log_outputs else ()
         self.estimator.record(now, request.block_keys, request.block_size, request.prompt_tokens, outputs)
 
+    @property
+    def free_log(self) -> _core.FreeBlockLog:
+        """The estimator's free-block log: the serve loop samples it at every event."""
+        return self.estimator.free_log
+
+    @property
+    def wake_s(self) -> float:
+        """The serve loop calls ``on_time`` only once simulated time reaches this (seconds)."""
+        return self.next_decision
+
     def on_time(self, now: float, pool: BlockPool) -> None:
-        self.estimator.sample_free(now, pool.free)
+        """Decide when due (the loop has already sampled the pool's free blocks into ``free_log``)."""
         if now >= self.next_decision:
             self.decide(now, pool)
 

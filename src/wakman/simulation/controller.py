@@ -17,7 +17,10 @@ class Controller(Protocol):
 
     def on_time(self, now: float, pool: BlockPool) -> None:
         """Serve mode: simulated time reached ``now`` (seconds); the pool may be sampled or its
-        policy switched (``pool.replace_policy``)."""
+        policy switched (``pool.replace_policy``). Two optional attributes spare the loop a call
+        into Python per event: ``free_log`` (a ``wakman._core.FreeBlockLog``), which the loop
+        samples with the pool's free blocks at every event before this call, and ``wake_s``
+        (seconds, read again after each call): this is called only at events at or after it."""
 
     def cache_policy(self, now: float, live: EvictionPolicy) -> EvictionPolicy:
         """Cache mode: the policy to replay the request that arrived at ``now`` with (``live`` or a
