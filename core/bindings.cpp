@@ -3,6 +3,7 @@
 // Keys cross as Python ints taken modulo 2**64; a batch of keys is any iterable of ints, and a
 // C-contiguous buffer of 8-byte integers (numpy uint64 or int64) is read in place (key_batch.hpp).
 #include <nanobind/nanobind.h>
+#include <nanobind/stl/optional.h>
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/vector.h>
 
@@ -10,6 +11,7 @@
 #include <vector>
 
 #include "chains.hpp"
+#include "decayed_scores.hpp"
 #include "driver.hpp"
 #include "key_batch.hpp"
 #include "policies/arc.hpp"
@@ -219,6 +221,26 @@ NB_MODULE(_core, m) {
       },
       "policy"_a, "keys"_a, "limit"_a,
       "vLLM's first-miss rule: blocks of the longest prefix of keys[:limit] resident in policy.");
+
+  nb::class_<DecayedScores>(m, "DecayedScores",
+                            "wakman-plus's per-request shadow scores over the last window (core/decayed_scores.hpp).")
+      .def(nb::init<size_t>(), "candidates"_a)
+      .def(
+          "add",
+          [](DecayedScores& d, double arrival_s, int64_t prompt_tokens, const std::vector<int64_t>& hits) {
+            if (hits.size() != d.candidates()) throw nb::value_error("DecayedScores.add: one hit count per candidate");
+            d.add(arrival_s, prompt_tokens, hits.data());
+          },
+          "arrival_s"_a, "prompt_tokens"_a, "hit_tokens"_a, "One request: its arrival (s), prompt tokens, hit tokens per candidate.")
+      .def("forget_before", &DecayedScores::forget_before, "horizon_s"_a, "Drop the requests that arrived before horizon_s.")
+      .def(
+          "rates",
+          [](const DecayedScores& d, std::optional<double> half_life_s) {
+            return d.rates(half_life_s.has_value(), half_life_s.value_or(0.0));
+          },
+          "half_life_s"_a.none(),
+          "Per candidate: hit tokens / prompt tokens, each request weighed 0.5 ** (age / half_life_s) (1 if None).")
+      .def("__len__", &DecayedScores::size, "Requests in the window.");
 
   nb::class_<StrandedCount>(m, "StrandedCount",
                             "Stranded blocks of a plain cache after a run: walk every request's chain, then count.")

@@ -320,3 +320,36 @@ def test_the_loop_samples_free_blocks_and_wakes_the_manager_as_every_event_would
         runs.append((result.hit_rate, decisions))
     assert controller.calls > 100 * len(runs[1][1])  # every event, against a few wake-ups
     assert runs[0] == runs[1] and len(runs[0][1]) >= 2
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    requests=st.lists(
+        st.tuples(st.integers(0, 4000), *[st.integers(0, 5000)] * 4),
+        max_size=60,
+    ),
+    horizon=st.integers(0, 4000),
+    half_life=st.one_of(st.none(), st.floats(1.0, 900.0)),
+)
+def test_decayed_scores_weigh_each_request_by_its_age(requests, horizon, half_life):
+    """wakman-plus's window scores against the rule written out in Python floats: per candidate,
+    sum of w * hit tokens over sum of w * prompt tokens, w = 0.5 ** (age / half-life), requests
+    that arrived before the horizon dropped; the same figures bit for bit."""
+    from wakman import _core
+
+    requests = sorted((t / 8, p, (a, b, c)) for t, p, a, b, c in requests)
+    scores = _core.DecayedScores(3)
+    for t, p, hits in requests:
+        scores.add(t, p, list(hits))
+    scores.forget_before(horizon / 8)
+    kept = requests[next((i for i, r in enumerate(requests) if r[0] >= horizon / 8), len(requests)) :]
+    assert len(scores) == len(kept)
+    expected = [0.0, 0.0, 0.0]
+    if kept:
+        newest = kept[-1][0]
+        weights = [1.0 if half_life is None else 0.5 ** ((newest - t) / half_life) for t, _, _ in kept]
+        prompt = sum(w * p for w, (_, p, _) in zip(weights, kept, strict=True))
+        if prompt:
+            hits = [sum(w * r[2][i] for w, r in zip(weights, kept, strict=True)) for i in range(3)]
+            expected = [h / prompt for h in hits]
+    assert scores.rates(half_life) == expected

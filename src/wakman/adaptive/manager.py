@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import logging
 import time
-from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -80,7 +79,7 @@ class AdaptiveManager:
         # persistent shadows: one per candidate, fed each request once; per request scored:
         # (arrival s, prompt tokens, hit tokens per candidate), the last window_s seconds kept
         self._shadows: dict[str, EvictionPolicy] = {}
-        self._scores: deque[tuple[float, int, tuple[int, ...]]] = deque()
+        self._scores = _core.DecayedScores(len(self.config.candidates))
         self._fed_until = 0.0
 
     def initial_policy(self) -> EvictionPolicy:
@@ -230,21 +229,11 @@ class AdaptiveManager:
         shadows = [self._shadows[name] for name in names]
         scores = self._scores
         for r in new_requests:
-            hits = tuple(_first_miss_hits(r, shadow) for shadow in shadows)
-            scores.append((r.arrival_s, r.prompt_tokens, hits))
+            scores.add(r.arrival_s, r.prompt_tokens, [_first_miss_hits(r, shadow) for shadow in shadows])
         if new_requests:
-            horizon = new_requests[-1].arrival_s - self.config.window_s
-            while scores and scores[0][0] < horizon:
-                scores.popleft()
-        if not scores:
-            return dict.fromkeys(names, 0.0)
-        half_life, newest = self.config.half_life_s, scores[-1][0]
-        weights = [1.0 if half_life is None else 0.5 ** ((newest - s[0]) / half_life) for s in scores]
-        prompt = sum(w * s[1] for w, s in zip(weights, scores, strict=True))
-        return {
-            name: sum(w * s[2][i] for w, s in zip(weights, scores, strict=True)) / prompt if prompt else 0.0
-            for i, name in enumerate(names)
-        }
+            scores.forget_before(new_requests[-1].arrival_s - self.config.window_s)
+        # each request weighs 2^(-(newest arrival - its arrival) / half-life): hit tokens / prompt tokens
+        return dict(zip(names, scores.rates(self.config.half_life_s), strict=True))
 
     def report(self) -> dict[str, Any]:
         return {
