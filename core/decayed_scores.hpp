@@ -10,7 +10,6 @@
 #include <cmath>
 #include <cstdint>
 #include <deque>
-#include <stdexcept>
 #include <vector>
 
 namespace wakman {

@@ -224,8 +224,8 @@ def _claude_task(args: tuple[str, Plan]) -> dict[int, float]:
     policy, plan = args
     reqs = _claude_archive(plan)
 
-    def rate(policy: Any, capacity: int) -> float:
-        return simulate(reqs, policy, capacity, mode="cache", track_stranded=False).hit_rate
+    def rate(run_with: Any, capacity: int) -> float:  # a policy name or a ready policy
+        return simulate(reqs, run_with, capacity, mode="cache", track_stranded=False).hit_rate
 
     if policy == "belady":  # one future (94 M accesses) for every capacity
         future = BeladyFuture(key_sequence(reqs, deepest_first=True)[0])
