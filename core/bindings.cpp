@@ -16,6 +16,7 @@
 #include "key_batch.hpp"
 #include "policies/arc.hpp"
 #include "policies/belady.hpp"
+#include "policies/chain_lru.hpp"
 #include "policies/recency.hpp"
 #include "policies/s3fifo.hpp"
 #include "policies/sieve.hpp"
@@ -145,6 +146,18 @@ NB_MODULE(_core, m) {
           },
           "keys"_a, "Take over unpinned keys, oldest (first victim) first.")
       .def("reset", &Policy::reset, "Forget everything: resident keys, pins, ghosts, adaptive state.")
+      .def(
+          "on_request",
+          [](Policy& p, nb::handle keys, size_t full, nb::handle outputs, double now_s) {
+            KeyBatch k(keys), o(outputs);
+            p.on_request(k.data(), std::min(full, k.size()), o.data(), o.size(), now_s);
+          },
+          "keys"_a, "full"_a, "outputs"_a, "now_s"_a,
+          "Hint: a request arrived at now_s (s) with these block keys (keys[:full] its full prompt blocks) and "
+          "output keys; the inserts that follow are its blocks. Policies that do not learn from requests ignore it.")
+      .def(
+          "inserting_for", [](Policy& p, nb::handle root) { p.inserting_for(to_key(root)); }, "root"_a,
+          "Hint: the inserts that follow belong to the chain whose first block key is root.")
       .def("eviction_order",
            [](const Policy& p) {
              std::vector<Key> out;
@@ -184,6 +197,21 @@ NB_MODULE(_core, m) {
       .def_ro("small_capacity", &S3FIFO::small_capacity_)
       .def_ro("main_capacity", &S3FIFO::main_capacity_)
       .def_ro("ghost_capacity", &S3FIFO::ghost_capacity_);
+  nb::class_<ChainLRU, Policy>(m, "ChainLRU")
+      .def(nb::init<int64_t, double, double, double>(), "capacity"_a, "window_s"_a = 120.0, "threshold"_a = 0.2,
+           "ghost_ratio"_a = 1.0)
+      .def("in_ghost", [](const ChainLRU& p, nb::handle k) { return p.in_ghost(to_key(k)); })
+      .def("in_probation", [](const ChainLRU& p, nb::handle k) { return p.in_probation(to_key(k)); })
+      .def("extension_rate", [](const ChainLRU& p, nb::handle k) { return p.extension_rate(to_key(k)); }, "root"_a,
+           "P(a request's end is extended within window_s), with the prior, for a chain root.")
+      .def_prop_ro("ghost_size", &ChainLRU::ghost_size)
+      .def_prop_ro("probation_size", &ChainLRU::probation_size, "Unpinned keys in P.")
+      .def_prop_ro("open_ends", [](const ChainLRU& p) { return p.stats().open_ends(); })
+      .def_prop_ro("roots", [](const ChainLRU& p) { return p.stats().roots(); })
+      .def_ro("window_s", &ChainLRU::window_s_)
+      .def_ro("threshold", &ChainLRU::threshold_)
+      .def_ro("ghost_ratio", &ChainLRU::ghost_ratio_)
+      .def_ro("ghost_capacity", &ChainLRU::ghost_capacity_);
   nb::class_<FutureHandle>(m, "BeladyFuture",
                            "A key sequence and each access's next use, built once; Belady(capacity, future=it) at "
                            "any number of capacities shares it.")
@@ -258,13 +286,13 @@ NB_MODULE(_core, m) {
 
   m.def(
       "replay_request",
-      [](Policy& p, nb::handle keys, size_t limit, size_t full, nb::handle outputs) {
+      [](Policy& p, nb::handle keys, size_t limit, size_t full, nb::handle outputs, double arrival_s) {
         KeyBatch k(keys), o(outputs);
         full = std::min(full, k.size());
-        RequestReplay r = replay_request(p, k.data(), std::min(limit, full), full, o.data(), o.size());
+        RequestReplay r = replay_request(p, k.data(), std::min(limit, full), full, o.data(), o.size(), arrival_s);
         return nb::make_tuple(r.prefix_hits, r.accessed, r.access_hits);
       },
-      "policy"_a, "keys"_a, "limit"_a, "full"_a, "outputs"_a,
+      "policy"_a, "keys"_a, "limit"_a, "full"_a, "outputs"_a, "arrival_s"_a = 0.0,
       "One request through a plain cache, vLLM's way: (prefix hit blocks, blocks accessed, of which hits).");
 
   bind_block_pool(m);

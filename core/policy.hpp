@@ -10,6 +10,11 @@
 //   remove(k)    k leaves outside eviction, O(1); every other key keeps its metadata
 //   adopt(k)     hand-over: k arrives unpinned from another policy, oldest (first victim) first
 //   reset()      forget everything, ghosts and adaptive state included
+// and two hints, from the drivers that see requests (cache mode and the shadows, the serve loop);
+// a policy that does not learn from the request stream ignores them (they change nothing else):
+//   on_request(keys, full, outputs, n_out, now_s)  a request arrived at now_s (seconds): its full
+//                prompt block keys and its output block keys; the inserts that follow are its blocks
+//   inserting_for(root)  the inserts that follow belong to the chain whose first block is root
 // The host owns capacity: the policy orders, the host decides when to evict. The exact semantics of
 // each policy are stated once, in the docstring of its Python module (src/wakman/policies/NAME.py).
 //
@@ -63,6 +68,9 @@ class Policy {
   virtual void remove(Key key) = 0;
   virtual void adopt(Key key) = 0;
   virtual void reset() = 0;
+  virtual void on_request(const Key* /*keys*/, size_t /*full*/, const Key* /*outputs*/, size_t /*n_out*/,
+                          double /*now_s*/) {}
+  virtual void inserting_for(Key /*root*/) {}
 
   // Unpinned keys, likeliest victim first (exact for LRU and FIFO, the policy's queue order otherwise),
   // appended to `out` until it holds `limit` keys: the first k victims cost O(k), not O(resident).

@@ -144,6 +144,11 @@ class ServeLoop {
       } else {
         advance(next_arrival);
         hooks_.on_arrival(next_arrival, i);
+        {
+          const ServeRequest& r = reqs_[i];
+          pool_.policy().on_request(keys_.data() + r.key_at, static_cast<size_t>(runs_[i].full),
+                                    outputs_.data() + r.out_at, r.n_out, next_arrival);
+        }
         waiting_.push_back(static_cast<uint32_t>(i));
         ++i;
         try_admit();
@@ -249,6 +254,7 @@ class ServeLoop {
     const ServeRequest& r = reqs_[index];
     if (!belady_offsets_.empty())
       if (auto* b = dynamic_cast<Belady*>(&pool_.policy())) b->seek(belady_offsets_[index + 1]);
+    if (r.n_keys > 0) pool_.policy().inserting_for(keys_[r.key_at]);
     int64_t hits = pool_.admit_run(index, keys_.data() + r.key_at, static_cast<size_t>(run.max_hit),
                                    static_cast<size_t>(run.total), static_cast<size_t>(run.full));
     if (hits < 0) return false;
@@ -300,6 +306,7 @@ class ServeLoop {
     if (out >= 0 && (out < static_cast<int64_t>(r.n_out) || server_.cache_outputs)) {
       bool has_parent = j > 0;
       Key parent = j > 0 ? block_key(index, j - 1) : 0;
+      if (r.n_keys > 0) pool_.policy().inserting_for(keys_[r.key_at]);
       pool_.fill_last(index, block_key(index, j), parent, has_parent);
     }
     if ((j + 1) * r.block_size >= run.last) {  // no token left needs a new block

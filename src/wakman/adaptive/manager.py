@@ -269,5 +269,7 @@ def _first_miss_rate(window: list[LoggedRequest], shadow: EvictionPolicy) -> flo
 
 def _first_miss_hits(r: LoggedRequest, shadow: EvictionPolicy) -> int:
     """One request through ``shadow`` the vLLM way; returns its hit tokens."""
-    hits, _, _ = replay_request(shadow, r.block_keys, r.prompt_tokens, r.block_size, r.output_keys)
+    hits, _, _ = replay_request(
+        shadow, r.block_keys, r.prompt_tokens, r.block_size, r.output_keys, r.arrival_s
+    )
     return hits * r.block_size

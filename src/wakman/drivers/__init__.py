@@ -25,10 +25,12 @@ def replay_request(
     prompt_tokens: int,
     block_size: int,
     output_keys: Sequence[int] = (),
+    arrival_s: float = 0.0,
 ) -> tuple[int, int, int]:
-    """One request through ``policy`` as a plain cache, vLLM's way: its hit prefix by the first-miss
-    rule, then its full prompt blocks and ``output_keys`` accessed deepest first. Returns (hit
-    blocks, blocks accessed, accesses that hit)."""
+    """One request through ``policy`` as a plain cache, vLLM's way: the policy hears of the request
+    (``on_request``, at ``arrival_s`` seconds), then its hit prefix by the first-miss rule, then its full
+    prompt blocks and ``output_keys`` accessed deepest first. Returns (hit blocks, blocks accessed,
+    accesses that hit)."""
     n = len(keys)
     return _core.replay_request(
         policy,
@@ -36,6 +38,7 @@ def replay_request(
         hit_limit(n, prompt_tokens, block_size),
         full_blocks(n, prompt_tokens, block_size),
         output_keys,
+        arrival_s,
     )
 
 

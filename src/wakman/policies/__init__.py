@@ -13,6 +13,7 @@ from typing import Any
 from wakman.policies.arc import ARC
 from wakman.policies.base import EvictionPolicy, Key, NoEvictableKey, handover
 from wakman.policies.belady import Belady
+from wakman.policies.chain_lru import ChainLRU
 from wakman.policies.fifo import FIFO
 from wakman.policies.infinite import Infinite
 from wakman.policies.lru import LRU
@@ -20,9 +21,9 @@ from wakman.policies.s3fifo import S3FIFO, S3FIFOv0
 from wakman.policies.sieve import Sieve
 
 POLICIES: dict[str, type[EvictionPolicy]] = {
-    cls.name: cls for cls in (LRU, FIFO, S3FIFO, S3FIFOv0, Sieve, ARC, Belady, Infinite)
+    cls.name: cls for cls in (LRU, FIFO, S3FIFO, S3FIFOv0, Sieve, ARC, ChainLRU, Belady, Infinite)
 }
-ONLINE_POLICIES = ("lru", "fifo", "s3fifo", "s3fifo-v0", "sieve", "arc")
+ONLINE_POLICIES = ("lru", "fifo", "s3fifo", "s3fifo-v0", "sieve", "arc", "chain-lru")
 
 
 def make_policy(name: str, capacity: int, **params: Any) -> EvictionPolicy:
@@ -42,6 +43,7 @@ __all__ = [
     "POLICIES",
     "S3FIFO",
     "Belady",
+    "ChainLRU",
     "EvictionPolicy",
     "Infinite",
     "Key",

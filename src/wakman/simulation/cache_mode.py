@@ -34,7 +34,9 @@ def replay_prefixes(
             controller.on_arrival(req.arrival_s, req)
             policy = controller.cache_policy(req.arrival_s, policy)
         keys, bs = req.block_keys, req.block_size
-        hits, accessed, access_hits = replay_request(policy, keys, req.prompt_tokens, bs, req.output_keys)
+        hits, accessed, access_hits = replay_request(
+            policy, keys, req.prompt_tokens, bs, req.output_keys, req.arrival_s
+        )
         misses += accessed - access_hits
         if req.arrival_s >= warmup_s and index >= warmup_requests:
             result.measured_requests += 1

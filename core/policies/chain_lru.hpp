@@ -1,0 +1,339 @@
+// chain-lru: LRU with a probation queue for the new blocks of chains that are rarely extended,
+// learned per chain root from the request stream. Semantics and parameters: chain_lru.py.
+//
+// Two parts, each owning its fields:
+//   ExtensionStats  the request stream's side: per chain root, how often a request's end (its last
+//                   full prompt block, its last output block) was extended by a later request within
+//                   window_s seconds; open ends wait in a FIFO until they are extended or expire.
+//   ChainLRU        the cache's side: probation P and main M (LRU queues; M gives a rarely extended
+//                   root's hit blocks second chances), ghost G (FIFO of keys evicted from P), and the
+//                   insert context (whether the blocks inserted next belong to a rarely extended root).
+#pragma once
+
+#include <deque>
+#include <utility>
+
+#include "../driver.hpp"
+#include "../node_arena.hpp"
+
+namespace wakman {
+
+class ExtensionStats {
+ public:
+  static constexpr size_t kMaxRoots = 4096;  // further roots share one entry
+  static constexpr double kPriorExtended = 0.5, kPriorResolved = 1.0;
+  static constexpr double kHalveAt = 1024.0;  // a root's counts halve when its resolved count reaches it
+
+  explicit ExtensionStats(double window_s) : window_s_(window_s) {}
+
+  // A request arrived at now_s: expire the ends older than the window, count the earlier ends its
+  // prompt extends (keys[0 .. full-2]), then register its own ends. Returns its root's slot.
+  int32_t observe(const Key* keys, size_t full, const Key* outputs, size_t n_out, double now_s) {
+    expire(now_s);
+    for (size_t i = 0; i + 1 < full; ++i) {
+      int32_t e = end_index_.find(keys[i]);
+      if (e >= 0) {
+        count(ends_[e].root, true);
+        close(e);
+      }
+    }
+    if (full == 0 && n_out == 0) return -1;
+    int32_t root = root_slot(full > 0 ? keys[0] : outputs[0]);
+    if (full > 0) open(keys[full - 1], root, now_s);
+    if (n_out > 0) open(outputs[n_out - 1], root, now_s);
+    return root;
+  }
+
+  // P(a request's end is extended within the window) for a root, with the prior.
+  double extension_rate(int32_t root) const {
+    const Counts& c = roots_[root];
+    return (c.extended + kPriorExtended) / (c.resolved + kPriorResolved);
+  }
+  int32_t root_slot(Key root) {
+    int32_t r = root_index_.find(root);
+    if (r >= 0) return r;
+    if (roots_.size() >= kMaxRoots + 1) return 0;  // slot 0: the shared "other" entry
+    if (roots_.empty()) roots_.push_back(Counts{});
+    r = static_cast<int32_t>(roots_.size());
+    roots_.push_back(Counts{});
+    root_index_.insert(root, r);
+    return r;
+  }
+  // The slot of a known root, or -1.
+  int32_t find_root(Key root) const { return root_index_.find(root); }
+
+  size_t open_ends() const { return end_index_.size(); }
+  size_t roots() const { return root_index_.size(); }
+  void clear() {
+    root_index_.clear();
+    roots_.clear();
+    end_index_.clear();
+    ends_.clear();
+    free_ends_.clear();
+    fifo_.clear();
+  }
+  size_t bytes() const {
+    return root_index_.bytes() + roots_.capacity() * sizeof(Counts) + end_index_.bytes() +
+           ends_.capacity() * sizeof(OpenEnd) + free_ends_.capacity() * sizeof(int32_t) +
+           fifo_.size() * sizeof(std::pair<int32_t, uint32_t>);
+  }
+
+ private:
+  struct Counts {
+    double extended = 0.0, resolved = 0.0;
+  };
+  struct OpenEnd {
+    Key key;
+    double t;
+    int32_t root;
+    uint32_t gen;  // bumped when the end closes or is registered again: older FIFO items are stale
+  };
+
+  void count(int32_t root, bool extended) {
+    Counts& c = roots_[root];
+    c.extended += extended;
+    c.resolved += 1.0;
+    if (c.resolved >= kHalveAt) {
+      c.extended *= 0.5;
+      c.resolved *= 0.5;
+    }
+  }
+  void open(Key key, int32_t root, double now_s) {
+    int32_t e = end_index_.find(key);
+    if (e < 0) {
+      if (!free_ends_.empty()) {
+        e = free_ends_.back();
+        free_ends_.pop_back();
+      } else {
+        e = static_cast<int32_t>(ends_.size());
+        ends_.push_back(OpenEnd{key, 0.0, 0, 0});
+      }
+      end_index_.insert(key, e);
+    }
+    OpenEnd& o = ends_[e];
+    o.key = key;
+    o.t = now_s;
+    o.root = root;
+    ++o.gen;
+    fifo_.emplace_back(e, o.gen);
+  }
+  void close(int32_t e) {
+    end_index_.erase(ends_[e].key);
+    ++ends_[e].gen;
+    free_ends_.push_back(e);
+  }
+  void expire(double now_s) {
+    while (!fifo_.empty()) {
+      auto [e, gen] = fifo_.front();
+      if (ends_[e].gen == gen) {
+        if (ends_[e].t > now_s - window_s_) return;
+        count(ends_[e].root, false);
+        close(e);
+      }
+      fifo_.pop_front();
+    }
+  }
+
+  double window_s_;
+  KeyMap root_index_;
+  std::vector<Counts> roots_;
+  KeyMap end_index_;
+  std::vector<OpenEnd> ends_;
+  std::vector<int32_t> free_ends_;
+  std::deque<std::pair<int32_t, uint32_t>> fifo_;
+};
+
+class ChainLRU final : public Policy {
+ public:
+  enum : uint8_t { kProbation, kMain, kGhost, kPending };
+  // Node::freq: kRare (inserted for a rarely extended root) and the hits counted in M (at most 3)
+  static constexpr uint8_t kRare = 0x80, kCount = 0x7f, kMaxCount = 3;
+
+  ChainLRU(int64_t capacity, double window_s, double threshold, double ghost_ratio)
+      : Policy(capacity), window_s_(window_s), threshold_(threshold), ghost_ratio_(ghost_ratio), stats_(window_s) {
+    if (!(window_s > 0) || !(threshold >= 0 && threshold <= 1) || !(ghost_ratio >= 0))
+      throw std::invalid_argument("chain-lru: need window_s > 0, 0 <= threshold <= 1, ghost_ratio >= 0");
+    ghost_capacity_ = static_cast<int64_t>(static_cast<double>(capacity) * ghost_ratio);
+  }
+  const char* name() const override { return "chain-lru"; }
+
+  size_t size() const override { return probation_.size() + main_.size() + pinned_; }
+  size_t num_pinned() const override { return pinned_; }
+  bool contains(Key key) const override { return find_resident(key) >= 0; }
+  bool is_pinned(Key key) const override {
+    int32_t i = find_resident(key);
+    return i >= 0 && s_.nodes[i].pinned;
+  }
+  bool in_ghost(Key key) const {
+    int32_t i = s_.index.find(key);
+    return i >= 0 && s_.nodes[i].where == kGhost;
+  }
+  bool in_probation(Key key) const {
+    int32_t i = find_resident(key);
+    return i >= 0 && s_.nodes[i].where == kProbation;
+  }
+  size_t ghost_size() const { return ghost_.size(); }
+  size_t probation_size() const { return probation_.size(); }
+  const ExtensionStats& stats() const { return stats_; }
+  // The extension rate of a root (the prior for an unseen one).
+  double extension_rate(Key root) const {
+    int32_t r = stats_.find_root(root);
+    return r < 0 ? ExtensionStats::kPriorExtended / ExtensionStats::kPriorResolved : stats_.extension_rate(r);
+  }
+  bool context_rarely_extended() const { return rarely_extended_; }
+
+  void begin_access(Key) {}
+  int32_t find_resident(Key key) const {
+    int32_t i = s_.index.find(key);
+    return (i >= 0 && s_.nodes[i].where <= kMain) ? i : -1;
+  }
+  void hit_node(int32_t i) {
+    Node& n = s_.nodes[i];
+    if (n.where == kMain && (n.freq & kRare) && (n.freq & kCount) < kMaxCount) ++n.freq;
+    if (n.pinned) {
+      n.where = kMain;
+      return;
+    }
+    (n.where == kMain ? main_ : probation_).unlink(s_.nodes, i);
+    n.where = kMain;
+    main_.push_head(s_.nodes, i);
+  }
+
+  void on_request(const Key* keys, size_t full, const Key* outputs, size_t n_out, double now_s) override {
+    int32_t root = stats_.observe(keys, full, outputs, n_out, now_s);
+    rarely_extended_ = root >= 0 && stats_.extension_rate(root) < threshold_;
+  }
+  void inserting_for(Key root) override {
+    int32_t r = stats_.find_root(root);
+    rarely_extended_ = r >= 0 && stats_.extension_rate(r) < threshold_;
+  }
+
+  // A ghost hit leaves G now (before the evictions that make room for it) and waits in `pending_`
+  // until its insert puts it in M.
+  void miss(Key key) override {
+    int32_t i = s_.index.find(key);
+    if (i < 0 || s_.nodes[i].where != kGhost) return;
+    ghost_.unlink(s_.nodes, i);
+    s_.nodes[i].where = kPending;
+    pending_.push_head(s_.nodes, i);
+    if (static_cast<int64_t>(pending_.size()) > capacity_) s_.drop(pending_.pop_tail(s_.nodes));
+  }
+
+  Key evict() override {
+    if (!probation_.empty()) {
+      int32_t i = probation_.pop_tail(s_.nodes);
+      Node& n = s_.nodes[i];
+      Key key = n.key;
+      if (ghost_capacity_ > 0) {  // the node lives on as the ghost entry
+        if (static_cast<int64_t>(ghost_.size()) >= ghost_capacity_) s_.drop(ghost_.pop_tail(s_.nodes));
+        n.where = kGhost;
+        ghost_.push_head(s_.nodes, i);
+      } else {
+        s_.drop(i);
+      }
+      return key;
+    }
+    if (main_.empty()) no_evictable();
+    while (true) {
+      int32_t i = main_.pop_tail(s_.nodes);
+      Node& n = s_.nodes[i];
+      if (n.freq & kCount) {  // a block of a rarely extended root, hit in M: a second chance
+        --n.freq;
+        main_.push_head(s_.nodes, i);
+        continue;
+      }
+      Key key = n.key;
+      s_.drop(i);
+      return key;
+    }
+  }
+
+  void insert(Key key, bool pinned) override {
+    int32_t i = s_.index.find(key);
+    uint8_t where = rarely_extended_ ? kProbation : kMain;
+    if (i >= 0) {
+      Node& n = s_.nodes[i];
+      if (n.where <= kMain) bad_key("insert of a resident key", key);
+      (n.where == kGhost ? ghost_ : pending_).unlink(s_.nodes, i);
+      where = kMain;  // it came back after its eviction from P
+    } else {
+      i = s_.add(key, where);
+    }
+    Node& n = s_.nodes[i];
+    n.where = where;
+    n.freq = rarely_extended_ ? kRare : 0;
+    if (pinned) {
+      n.pinned = 1;
+      ++pinned_;
+    } else {
+      queue(where).push_head(s_.nodes, i);
+    }
+  }
+  void hit(Key key) override { hit_node(resident(key)); }
+  void pin(Key key) override {
+    int32_t i = resident(key);
+    Node& n = s_.nodes[i];
+    if (n.pinned) return;
+    queue(n.where).unlink(s_.nodes, i);
+    n.pinned = 1;
+    ++pinned_;
+  }
+  void unpin(Key key) override {
+    int32_t i = resident(key);
+    Node& n = s_.nodes[i];
+    if (!n.pinned) bad_key("unpin of an unpinned key", key);
+    n.pinned = 0;
+    --pinned_;
+    queue(n.where).push_head(s_.nodes, i);
+  }
+  void remove(Key key) override {
+    int32_t i = find_resident(key);
+    if (i < 0) return;
+    Node& n = s_.nodes[i];
+    if (n.pinned) --pinned_;
+    else queue(n.where).unlink(s_.nodes, i);
+    s_.drop(i);
+  }
+  // Inherited blocks go to M, oldest first.
+  void adopt(Key key) override {
+    if (s_.index.find(key) >= 0) bad_key("adopt of a known key", key);
+    int32_t i = s_.add(key, kMain);
+    main_.push_head(s_.nodes, i);
+  }
+  void reset() override {
+    s_.clear();
+    probation_.clear();
+    main_.clear();
+    ghost_.clear();
+    pending_.clear();
+    pinned_ = 0;
+    stats_.clear();
+    rarely_extended_ = false;
+  }
+  void eviction_order(std::vector<Key>& out, size_t limit) const override {
+    probation_.append_keys(s_.nodes, out, limit);
+    main_.append_keys(s_.nodes, out, limit);
+  }
+  void pinned_keys(std::vector<Key>& out) const override { s_.pinned_keys(out); }
+  size_t bytes() const override { return s_.bytes() + stats_.bytes(); }
+  WAKMAN_DRIVEN(ChainLRU)
+
+  double window_s_, threshold_, ghost_ratio_;
+  int64_t ghost_capacity_ = 0;
+
+ private:
+  List& queue(uint8_t where) { return where == kProbation ? probation_ : main_; }
+  int32_t resident(Key key) const {
+    int32_t i = find_resident(key);
+    if (i < 0) bad_key("not resident", key);
+    return i;
+  }
+
+  Store s_;
+  List probation_, main_, ghost_, pending_;
+  size_t pinned_ = 0;
+  ExtensionStats stats_;
+  bool rarely_extended_ = false;  // the insert context: blocks inserted now go to P
+};
+
+}  // namespace wakman

@@ -1,0 +1,66 @@
+"""chain-lru: LRU that evicts first the new blocks of chains whose requests are rarely extended.
+
+wakman's own policy: it learns per chain root, from the hash chains of the request stream, whether a
+root's requests get a next turn; no request type, no prompt content.
+
+A chain's root is the key of its first block (a system prompt or a fixed prompt: the application
+that sent it). A request's *ends* are its last full prompt block and its last output block; an end
+is *extended* when a later request's prompt holds it before its own last full block (a next turn,
+an agent's next step). Single-turn traffic (a fixed prompt, then a payload used once) is never
+extended; multi-turn and agentic sessions mostly are.
+
+Semantics (C = capacity in blocks; times in seconds, from the request stream):
+- The request stream, through the hint ``on_request(keys, full, outputs, now_s)`` (every request at
+  its arrival, whether it hits or not, so the statistics are not censored by the cache's own
+  evictions), in this order: (1) every open end registered at or before ``now_s - window_s`` expires,
+  not extended, for its root; (2) every open end among ``keys[:full - 1]`` closes, extended, for its
+  root; (3) the request's ends open, for its root (an end that is already open is registered again:
+  its window restarts). Per root, ``rate = (extended + 0.5) / (resolved + 1)``; a root's two counts
+  halve when ``resolved`` reaches 1024; after 4,096 roots, new roots share one entry. The request is
+  the *insert context*: its root is *rarely extended* when ``rate < threshold``.
+  ``inserting_for(root)`` sets the context for the inserts that follow (the serve loop, when a
+  request is admitted and when one of its output blocks is cached); an unknown root is not rarely
+  extended.
+- Two LRU queues: probation P and main M, and a ghost G (FIFO of ``int(ghost_ratio * C)`` keys).
+- insert: into P when the context's root is rarely extended, else into M; a key that is in G (or
+  left G by a ``miss``) goes to M instead and leaves G.
+- miss of a key in G: it leaves G at once, before the evictions that make room for it (as S3-FIFO),
+  and waits (at most C such keys) for its insert.
+- Each block remembers whether it was inserted for a rarely extended root (*rare*), and has a
+  counter, 0 at insert.
+- hit: a rare block already in M counts the hit (at most 3); then the key moves to M's newest end
+  (from P or M); on a pinned key only its segment becomes M.
+- evict: P's oldest unpinned key, whose key enters G (G's oldest leaves when full). When P has none,
+  M's oldest: if its counter is above 0 it is decremented and the block goes to M's newest end (a
+  second chance, as S3-FIFO's main queue; only rare blocks ever count), and the scan goes on;
+  otherwise it is evicted (no ghost).
+- pinning: a pinned key leaves its queue and keeps its segment; ``unpin`` puts it at the newest end
+  of its segment. ``adopt`` puts inherited keys in M, oldest first; ``remove`` takes a key out
+  without a ghost entry; ``reset`` forgets the statistics too.
+
+Without the hints (``replay``, ``access``, a driver that sees no requests) no block is rare, every
+insert goes to M and chain-lru is exactly LRU; the same holds for traffic whose every root is
+extended (agentic and chat sessions). Within a request the blocks are inserted deepest first (as vLLM frees
+them), so P and M evict a chain's tail before its prefix, and no block outlives its parent in P
+longer than in LRU.
+
+Parameters: ``window_s=120`` (seconds an end waits to be extended), ``threshold=0.2``,
+``ghost_ratio=1.0``.
+
+Memory: per resident block one node (24 bytes) and its index entry (16 bytes, the table at most
+half full: 32-64 bytes), the same per ghost key (at most ``ghost_ratio * C``); per open end 24 bytes
+and its index entry (about two ends per request that arrived in the last ``window_s``); 16 bytes per
+root (at most 4,097).
+"""
+
+from __future__ import annotations
+
+from wakman import _core
+
+WINDOW_S = 120.0
+THRESHOLD = 0.2
+GHOST_RATIO = 1.0
+
+
+class ChainLRU(_core.ChainLRU):
+    name = "chain-lru"
