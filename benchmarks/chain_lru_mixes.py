@@ -3,8 +3,12 @@
 policy, then per capacity the mean gain, the worst mix and the share of the gap to Belady closed
 (mean gain over mean gap).
 
+``--cost`` instead times cache mode (every request through ``replay_request``: the hints, the
+lookup, every block accessed) for lru and chain-lru side by side on two mixes, best of five, and
+prints chain-lru / lru: its per-operation cost with the hints and the statistics included.
+
 Run: ``python benchmarks/chain_lru_mixes.py [--mode serve|cache] [--capacities 3000,6000,12000]
-[--seed 0] [--mixes a,b] [--duration 3600]``. About a minute on two cores for the default
+[--seed 0] [--mixes a,b] [--duration 3600] [--cost]``. About a minute on two cores for the default
 (serve mode, one-hour mixes, three capacities).
 """
 
@@ -27,7 +31,10 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--mixes", default="all")
     parser.add_argument("--duration", type=float, default=3600.0)
+    parser.add_argument("--cost", action="store_true")
     args = parser.parse_args()
+    if args.cost:
+        return cost(args.seed, args.duration)
     capacities = [int(c) for c in args.capacities.split(",")]
     names = [m.name for m in MIXES] if args.mixes == "all" else args.mixes.split(",")
     gains: dict[int, list[float]] = {c: [] for c in capacities}
@@ -52,6 +59,25 @@ def main() -> None:
         gain, gap = statistics.mean(gains[c]), statistics.mean(gaps[c])
         print(f"| {c} | {gain:+.2f} | {min(gains[c]):+.2f} | {gap:.2f} | {100 * gain / gap:.1f} % |")
     print(f"({time.perf_counter() - started:.0f} s)")
+
+
+def cost(seed: int, duration_s: float) -> None:
+    print("cache mode, 6,000 blocks, best of 5: seconds per run and chain-lru / lru")
+    for name in ("mix07-single75-multi25", "mix03-pure-agentic"):
+        reqs = generate_requests(build_config(preset=name, duration_s=duration_s), seed=seed)
+        accesses = sum(r.full_blocks + len(r.output_keys) for r in reqs)
+        best = {}
+        for _ in range(5):
+            for p in ("lru", "chain-lru"):
+                started = time.perf_counter()
+                simulate(reqs, p, 6000, mode="cache", track_stranded=False)
+                best[p] = min(best.get(p, float("inf")), time.perf_counter() - started)
+        per = {p: 1e9 * t / accesses for p, t in best.items()}
+        print(
+            f"{name}: {accesses:,} block accesses; lru {best['lru']:.3f} s ({per['lru']:.0f} ns/access), "
+            f"chain-lru {best['chain-lru']:.3f} s ({per['chain-lru']:.0f} ns/access): "
+            f"{best['chain-lru'] / best['lru']:.2f}x"
+        )
 
 
 if __name__ == "__main__":
