@@ -19,7 +19,7 @@ from wakman.experiments.reproduce import Plan, Results, summarize
 from wakman.traces.stats import compute_stats
 from wakman.workload import MIXES, build_config, generate_requests
 
-ONLINE = ("lru", "s3fifo", "wakman", "wakman-plus")
+ONLINE = ("lru", "s3fifo", "wakman", "wakman-plus", "chain-lru")
 
 
 @pytest.fixture(scope="module")
@@ -52,7 +52,7 @@ def test_every_mix_is_present_with_every_policy(quick_run):
     assert [m["name"] for m in payload["mixes"]] == [p.name for p in MIXES]
     for m in payload["mixes"]:
         assert len(m["fractions"]) == 3 and abs(sum(m["fractions"]) - 1) < 1e-9
-        assert set(m["hit_rate"]) == {"lru", "s3fifo", "wakman", "wakman-plus", "belady", "infinite"}
+        assert set(m["hit_rate"]) == {*ONLINE, "belady", "infinite"}
 
 
 def test_belady_and_infinite_bound_the_online_policies(quick_run):
@@ -102,7 +102,28 @@ def test_regret_summary_matches_the_table(quick_run):
         for flag in flags.values()
     ]
     assert (s["saturated_runs"], s["serve_runs"]) == (sum(runs), len(runs))
-    assert s["serve_runs"] == 20 * (6 + 4 * len(payload["plan"]["other_capacities"]))
+    assert s["serve_runs"] == 20 * (7 + 5 * len(payload["plan"]["other_capacities"]))
+
+
+def test_new_policy_summary_by_hand():
+    """Two mixes at one capacity with round numbers: gains +2 and -1 points over the better static
+    policy, gaps to Belady 10 and 5 points: mean gain 0.5, 0.5 / 7.5 of the gap closed, one mix more
+    than half a point below; the report says the goal is missed and quotes the numbers."""
+    rates = [
+        {"lru": 0.50, "s3fifo": 0.40, "chain-lru": 0.52, "belady": 0.60},
+        {"lru": 0.30, "s3fifo": 0.35, "chain-lru": 0.34, "belady": 0.40},
+    ]
+    mixes = [{"name": f"m{i}", "by_capacity": {"100": r}} for i, r in enumerate(rates)]
+    got = reproduce_module.new_policy_summary(mixes, "chain-lru")["100"]
+    assert got["mean_gain_points"] == pytest.approx(0.5)
+    assert got["mean_gap_to_belady_points"] == pytest.approx(7.5)
+    assert got["gap_closed_pct"] == pytest.approx(100 * 0.5 / 7.5)
+    assert (got["worst_mix"], got["worst_gain_points"]) == ("m1", pytest.approx(-1.0))
+    assert got["mixes_over_half_point_below"] == ["m1"]
+    from wakman.experiments.report import _new_policy_section
+
+    text = _new_policy_section({"real_traces": []}, "chain-lru", {"100": got})
+    assert "met at no capacity" in text and "+0.50" in text and "m1 (-1.00)" in text
 
 
 def test_quick_makes_decisions(quick_run):

@@ -37,7 +37,9 @@ from wakman.workload import ABLATIONS, MIXES, build_config, generate_requests
 
 STATIC = ("lru", "s3fifo")
 ADAPTIVE = ("wakman", "wakman-plus")
-ALL_POLICIES = (*STATIC, *ADAPTIVE, "belady", "infinite")
+NEW = ("chain-lru",)  # the hash-chain policy, measured against the better static one and Belady
+ONLINE = (*STATIC, *ADAPTIVE, *NEW)
+ALL_POLICIES = (*ONLINE, "belady", "infinite")
 PAPER = {
     "lru_wins": 8,
     "s3fifo_wins": 12,
@@ -53,7 +55,8 @@ class Plan:
     duration_s: float = 3600.0
     ablation_duration_s: float = 1800.0  # Figure 3's traces: half an hour (8K-token inputs are heavy)
     capacity: int = 6000  # blocks of 32 tokens: the primary size, under pressure for every mix
-    other_capacities: tuple[int, ...] = (3000,)  # half the primary: S3-FIFO's regime (5-min budget)
+    # half the primary (S3-FIFO's regime) and twice it: the online policies and Belady at each
+    other_capacities: tuple[int, ...] = (3000, 12000)
     seed: int = 0
     real_capacities: tuple[int, ...] = (5000, 19200)
     claude_capacities: tuple[int, ...] = (20000, 60000)  # the whole archive, cache mode
@@ -116,12 +119,14 @@ def _mix_task(args: tuple[str, Plan]) -> dict[str, Any]:
         _record_server(row, policy, res.as_flat_dict())
     for capacity in plan.other_capacities:
         rates, saturated = {}, {}
-        for policy in (*STATIC, *ADAPTIVE):
+        for policy in (*ONLINE, "belady"):
             res = simulate(reqs, policy, capacity)
-            rates[policy], saturated[policy] = res.hit_rate, res.saturation.saturated
+            rates[policy] = res.hit_rate
+            if policy != "belady":
+                saturated[policy] = res.saturation.saturated
         row["by_capacity"][str(capacity)] = rates
         row.setdefault("saturated_by_capacity", {})[str(capacity)] = saturated
-    row["by_capacity"][str(plan.capacity)] = {p: row["hit_rate"][p] for p in (*STATIC, *ADAPTIVE)}
+    row["by_capacity"][str(plan.capacity)] = {p: row["hit_rate"][p] for p in (*ONLINE, "belady")}
     return row
 
 
@@ -134,8 +139,11 @@ def _blocks_by_type(reqs: list) -> dict[str, int]:
 
 
 def _record_server(row: dict[str, Any], policy: str, flat: dict[str, Any]) -> None:
-    """A serve-mode run's TTFT p90 and whether its modelled server kept up, under ``policy``."""
-    row.setdefault("ttft_p90_s", {})[policy] = flat.get("ttft_s_p90")
+    """A serve-mode run's prefill tokens saved (cached prompt tokens), TTFT p50/p90/p99 (seconds) and
+    whether its modelled server kept up, under ``policy``."""
+    row.setdefault("prefill_tokens_saved", {})[policy] = flat.get("hit_tokens")
+    for q in ("p50", "p90", "p99"):
+        row.setdefault(f"ttft_{q}_s", {})[policy] = flat.get(f"ttft_s_{q}")
     row.setdefault("saturated", {})[policy] = bool(flat.get("saturated"))
     row.setdefault("prefill_utilization", {})[policy] = flat.get("prefill_utilization")
 
@@ -151,7 +159,7 @@ def _ablation_task(args: tuple[str, Plan]) -> dict[str, Any]:
         "overrides": preset.overrides,
         "hit_rate": {},
     }
-    for policy in (*STATIC, *ADAPTIVE):
+    for policy in ONLINE:
         res = simulate(reqs, policy, plan.capacity)
         row["hit_rate"][policy] = res.hit_rate
         _record_server(row, policy, res.as_flat_dict())
@@ -327,7 +335,7 @@ def summarize(mixes: list[dict[str, Any]]) -> dict[str, Any]:
         return m["hit_rate"][p]
 
     summary: dict[str, Any] = {"policies": {}}
-    for policy in (*STATIC, *ADAPTIVE):
+    for policy in ONLINE:
         regrets = [regret_points(m["hit_rate"], policy) for m in mixes]
         summary["policies"][policy] = {
             "mean_regret_points": statistics.mean(regrets),
@@ -365,8 +373,39 @@ def summarize(mixes: list[dict[str, Any]]) -> dict[str, Any]:
         for flag in flags.values()
     ]
     summary["saturated_runs"], summary["serve_runs"] = sum(runs), len(runs)
+    summary["new_policies"] = {policy: new_policy_summary(mixes, policy) for policy in NEW}
     summary["paper"] = PAPER
     return summary
+
+
+def new_policy_summary(mixes: list[dict[str, Any]], policy: str) -> dict[str, dict[str, Any]]:
+    """Per capacity (blocks, as a string): ``policy``'s gain over the better static policy of each mix
+    (points; the negated regret), the gap from that policy to Belady (points) and the share of it
+    closed (mean gain / mean gap, %), over the mixes that ran both at that capacity."""
+    out: dict[str, dict[str, Any]] = {}
+    capacities = sorted({int(c) for m in mixes for c in m["by_capacity"]})
+    for capacity in map(str, capacities):
+        rows = [
+            (m["name"], m["by_capacity"][capacity])
+            for m in mixes
+            if policy in m["by_capacity"].get(capacity, {}) and "belady" in m["by_capacity"][capacity]
+        ]
+        if not rows:
+            continue
+        gains = [(name, -regret_points(r, policy)) for name, r in rows]
+        gaps = [-regret_points(r, "belady") for _, r in rows]
+        worst = min(gains, key=lambda g: g[1])
+        mean_gain, mean_gap = statistics.mean(g for _, g in gains), statistics.mean(gaps)
+        out[capacity] = {
+            "mixes": len(rows),
+            "mean_gain_points": mean_gain,
+            "worst_mix": worst[0],
+            "worst_gain_points": worst[1],
+            "mean_gap_to_belady_points": mean_gap,
+            "gap_closed_pct": 100 * mean_gain / mean_gap if mean_gap > 0 else None,
+            "mixes_over_half_point_below": [name for name, g in gains if g < -0.5],
+        }
+    return out
 
 
 def _workload_defaults() -> dict[str, Any]:
