@@ -3,6 +3,12 @@ the tables, the map and the report."""
 
 from __future__ import annotations
 
+STATIC = ("lru", "s3fifo")
+ADAPTIVE = ("wakman", "wakman-plus")
+NEW = ("chain-lru",)  # the hash-chain policy, measured against the better static one and Belady
+ONLINE = (*STATIC, *ADAPTIVE, *NEW)
+ALL_POLICIES = (*ONLINE, "belady", "infinite")  # every column of the reproduction, in table order
+
 
 def regret_points(hit_rate: dict[str, float], policy: str) -> float:
     """How far ``policy`` is behind the better of static LRU and S3-FIFO, in points of hit rate."""

@@ -9,12 +9,11 @@ import statistics
 from pathlib import Path
 from typing import Any
 
-from wakman.experiments.regret import regret_points, static_winner
+from wakman.experiments.regret import ALL_POLICIES as POLICIES
+from wakman.experiments.regret import ONLINE, regret_points, static_winner
 from wakman.experiments.workload_map import AXES
 from wakman.traces.io import atomic_path
 
-POLICIES = ("lru", "s3fifo", "wakman", "wakman-plus", "chain-lru", "belady", "infinite")
-ONLINE = ("lru", "s3fifo", "wakman", "wakman-plus", "chain-lru")
 TYPES = ("single_turn", "multi_turn", "agentic")
 
 

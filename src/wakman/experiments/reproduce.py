@@ -26,7 +26,14 @@ from typing import Any
 
 from wakman.adaptive import simulate
 from wakman.adaptive.config import ADAPTIVE_PRESETS
-from wakman.experiments.regret import regret_points, static_winner
+from wakman.experiments.regret import (
+    ADAPTIVE,
+    ALL_POLICIES,
+    NEW,
+    ONLINE,
+    regret_points,
+    static_winner,
+)
 from wakman.experiments.workload_map import AXES, MAP_POLICIES, cell
 from wakman.policies import make_policy
 from wakman.policies.belady import BeladyFuture
@@ -35,11 +42,6 @@ from wakman.simulation.run import key_sequence
 from wakman.traces.io import atomic_path
 from wakman.workload import ABLATIONS, MIXES, build_config, generate_requests
 
-STATIC = ("lru", "s3fifo")
-ADAPTIVE = ("wakman", "wakman-plus")
-NEW = ("chain-lru",)  # the hash-chain policy, measured against the better static one and Belady
-ONLINE = (*STATIC, *ADAPTIVE, *NEW)
-ALL_POLICIES = (*ONLINE, "belady", "infinite")
 PAPER = {
     "lru_wins": 8,
     "s3fifo_wins": 12,
