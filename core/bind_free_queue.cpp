@@ -221,6 +221,17 @@ struct PyFreeQueue {
     queue.expect_misses(expected);
   }
 
+  std::vector<Key> arrived;  // reused by request_arrived
+
+  // The policy's request hint (Policy::on_request) for a vLLM request at its arrival: its full
+  // prompt blocks' keys in KV-cache group `group`; vLLM does not know its outputs yet.
+  void request_arrived(nb::handle block_hashes, uint32_t group, double now_s) {
+    if (!queue.policy().learns_from_requests()) return;
+    arrived.clear();
+    each_block(block_hashes, [&](PyObject* h) { arrived.push_back(group_key(h, group)); });
+    queue.policy().on_request(arrived.data(), arrived.size(), nullptr, 0, now_s);
+  }
+
   nb::list popleft_n(size_t n) {
     ids.clear();
     queue.take_victims(n, ids);
@@ -402,6 +413,17 @@ void bind_free_queue(nb::module_& m) {
            "An admission is under way whose lookup missed from block_hashes[start] on (vLLM BlockHash\n"
            "bytes of a request's full blocks, in KV-cache groups `groups`): at its first popleft_n,\n"
            "before any victim is chosen, the policy hears a miss for each of those keys no block holds.")
+      .def("request_arrived", &PyFreeQueue::request_arrived, "block_hashes"_a, "group"_a, "now_s"_a,
+           "A request arrived at now_s (seconds) with these full prompt blocks (vLLM BlockHash bytes, in\n"
+           "KV-cache group `group`): the policy's on_request hint, with no outputs (not known yet).")
+      .def(
+          "inserting_for",
+          [](PyFreeQueue& q, nb::handle root_hash, uint32_t group) {
+            q.queue.policy().inserting_for(group_key(root_hash.ptr(), group));
+          },
+          "root_hash"_a, "group"_a,
+          "The blocks cached next belong to the request whose first full block has this BlockHash\n"
+          "(in KV-cache group `group`): the policy's inserting_for hint.")
       .def("drop_expected_misses", [](PyFreeQueue& q) { q.queue.drop_expected_misses(); },
            "The admission did not go ahead (or is done): forget the misses expect_misses announced.")
       .def(

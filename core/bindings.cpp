@@ -155,6 +155,8 @@ NB_MODULE(_core, m) {
           "keys"_a, "full"_a, "outputs"_a, "now_s"_a,
           "Hint: a request arrived at now_s (s) with these block keys (keys[:full] its full prompt blocks) and "
           "output keys; the inserts that follow are its blocks. Policies that do not learn from requests ignore it.")
+      .def_prop_ro("learns_from_requests", &Policy::learns_from_requests,
+                   "Whether on_request changes anything (a host may skip building its keys otherwise).")
       .def(
           "inserting_for", [](Policy& p, nb::handle root) { p.inserting_for(to_key(root)); }, "root"_a,
           "Hint: the inserts that follow belong to the chain whose first block key is root.")

@@ -71,6 +71,9 @@ class Policy {
   virtual void on_request(const Key* /*keys*/, size_t /*full*/, const Key* /*outputs*/, size_t /*n_out*/,
                           double /*now_s*/) {}
   virtual void inserting_for(Key /*root*/) {}
+  // Whether on_request changes anything: a host that must build the keys for it (vLLM's queue)
+  // skips the hint for a policy that ignores it.
+  virtual bool learns_from_requests() const { return false; }
 
   // Unpinned keys, likeliest victim first (exact for LRU and FIFO, the policy's queue order otherwise),
   // appended to `out` until it holds `limit` keys: the first k victims cost O(k), not O(resident).

@@ -16,6 +16,7 @@ from vllm_support import need_vllm
 pytestmark = [pytest.mark.vllm, pytest.mark.bare_vllm]
 need_vllm()
 
+import vllm  # noqa: E402
 from vllm.v1.kv_offload.base import LookupResult, ReqContext, make_offload_key  # noqa: E402
 from vllm.v1.kv_offload.cpu.manager import CPUOffloadingManager  # noqa: E402
 
@@ -29,10 +30,11 @@ CLASSES = {
     "s3fifo": "WakmanS3FIFO",
     "sieve": "WakmanSieve",
     "arc": "WakmanARC",
+    "chain-lru": "WakmanChainLRU",
     "wakman": "WakmanAdaptive",
     "wakman-plus": "WakmanPlus",
 }
-STATIC = ("lru", "fifo", "s3fifo", "sieve", "arc")
+STATIC = ("lru", "fifo", "s3fifo", "sieve", "arc", "chain-lru")
 
 
 def manager(policy: str, chunks: int) -> CPUOffloadingManager:
@@ -377,9 +379,10 @@ def test_adaptive_decides_at_the_tier_capacity_and_switches(preset):
     assert all(d.shadow_capacity == 40 for d in decisions if d.requests)
     assert any(d.rates for d in decisions)
     assert hit_chunks(log) > 0
-    assert pol.live_policy in ("lru", "s3fifo")
+    config = pol.manager.config
+    assert pol.live_policy in config.candidates
     m.reset_cache()
-    assert pol.manager.decisions == [] and len(pol.policy) == 0 and pol.live_policy == "lru"
+    assert pol.manager.decisions == [] and len(pol.policy) == 0 and pol.live_policy == config.start_policy
 
 
 def test_adaptive_switch_keeps_every_chunk_and_pin():
@@ -394,7 +397,8 @@ def test_adaptive_switch_keeps_every_chunk_and_pin():
     keys = [key for key, _ in pol.entries.values()]
     m.prepare_load(keys[:5], context(77, keys[:5]))
     before = set(pol.entries)
-    pol.manager.replay_hook = lambda window, capacity: {"lru": 0.0, "s3fifo": 1.0}
+    rates = {name: float(name == "s3fifo") for name in pol.manager.config.candidates}
+    pol.manager.replay_hook = lambda window, capacity: rates
     now[0] = 1000.0
     serve(m, [[keys[10]]])
     assert pol.live_policy == "s3fifo" and pol.manager.decisions[-1].switched
@@ -402,3 +406,51 @@ def test_adaptive_switch_keeps_every_chunk_and_pin():
     check(m)
     m.complete_load(keys[:5], context(77, keys[:5]))
     check(m)
+
+
+# ---------------------------------------------------------------------------------- chain-lru
+
+
+def chats_and_singles(seed: int, n: int = 400) -> list[list]:
+    """Half single-turn requests (a fixed 3-chunk prompt, then 2-4 chunks used once), half turns of
+    six chats at a time (each turn its chat's previous chunks and two new ones, six turns, then a
+    new chat): the fixed prompt's requests are never extended, the chats' always."""
+    rng = random.Random(seed)
+    chats = [[okey(f"c{c}-0")] for c in range(6)]
+    turns, fresh, out = [0] * 6, 6, []
+    for i in range(n):
+        if rng.random() < 0.5:
+            out.append(
+                [okey(f"fixed-{j}") for j in range(3)] + [okey(f"s{i}-{j}") for j in range(rng.randint(2, 4))]
+            )
+            continue
+        c = rng.randrange(6)
+        if turns[c] == 6:
+            chats[c], turns[c], fresh = [okey(f"c{fresh}-0")], 0, fresh + 1
+        chats[c] = chats[c] + [okey(f"c-{i}-{j}") for j in range(2)]
+        turns[c] += 1
+        out.append(list(chats[c]))
+    return out
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_chain_lru_learns_which_roots_are_extended_from_the_tier(seed):
+    """The tier tells chain-lru each finished request (its chunks in prefix order) and each store's
+    root: the fixed prompt's root is learned rarely extended and, on 0.33, the chats keep more hits
+    than under LRU (whose payloads push them out)."""
+    reqs = chats_and_singles(seed)
+    hits = {}
+    for policy in ("lru", "chain-lru"):
+        m = manager(policy, 40)
+        ticks = iter(range(10**6))
+        m._policy.clock = lambda ticks=ticks: next(ticks) * 1.0  # each finished request 1 s after the last
+        hits[policy] = hit_chunks(serve(m, reqs))
+        check(m)
+    core = m._policy.policy
+    assert core.extension_rate(policy_key(okey("fixed-0"))) < core.threshold
+    if vllm.__version__.startswith("0.32."):
+        # 0.32 names a request to its tier's policy first at its first store: a request whose prefix
+        # is resident gets its first new chunk as root, unknown, so its payload is kept as LRU would
+        assert hits["chain-lru"] <= hits["lru"], hits
+    else:  # 0.33 names the loaded prefix first (on_request_access): the payloads wait in probation
+        assert hits["chain-lru"] > 1.05 * hits["lru"], hits

@@ -29,12 +29,18 @@ def stream():
     return [(vllm_keys(r.block_keys[: r.full_blocks]), r.max_hit_blocks, r) for r in reqs]
 
 
-def _sim_hits(reqs, policy: str, capacity: int) -> list[int]:
+def _sim_hits(reqs, policy: str, capacity: int, hints: bool = False) -> list[int]:
     """Each request's hit blocks through the simulator's pool, one request at a time (its admission:
-    lookup, misses, touch, allocate, cache; then the release)."""
-    pool, out = SimPool(capacity, make_policy(policy, capacity)), []
-    for r in reqs:
+    lookup, misses, touch, allocate, cache; then the release). With ``hints`` the policy hears each
+    request as the serve loop tells it (``on_request`` at arrival, request i at i seconds, without
+    outputs as vLLM at arrival; ``inserting_for`` its root before the admission)."""
+    chosen = make_policy(policy, capacity)
+    pool, out = SimPool(capacity, chosen), []
+    for i, r in enumerate(reqs):
         keys = r.block_keys[: r.full_blocks]
+        if hints:
+            chosen.on_request(keys, len(keys), [], float(i))
+            chosen.inserting_for(keys[0])
         out.append(pool.admit(0, keys, r.max_hit_blocks, len(keys), len(keys)))
         pool.release_run(0)
     return out
@@ -70,6 +76,20 @@ def test_hosted_policy_agrees_with_the_simulator(stream, policy):
     stock = make_pool(capacity, None)
     same_as_stock = hosted == [serve_one(stock, k, lim) for k, lim, _ in items]
     assert same_as_stock == (policy in ("lru", "fifo"))
+
+
+def test_chain_lru_hears_the_requests_as_in_the_simulator(stream):
+    """chain-lru learns from the request stream: vLLM's pool given the scheduler's hints
+    (``request_arrived``, ``inserting_for``) and the simulator's pool given the serve loop's give the
+    same hits request by request; the hints matter here (without them chain-lru is LRU, i.e. stock)."""
+    capacity = 500
+    items = [(k, lim, r) for k, lim, r in stream if len(k) <= capacity]
+    pool = make_pool(capacity, "chain-lru")
+    hosted = [serve_one(pool, k, lim, arrival_s=float(i)) for i, (k, lim, _) in enumerate(items)]
+    pool.check()
+    assert hosted == _sim_hits([r for _, _, r in items], "chain-lru", capacity, hints=True)
+    stock = make_pool(capacity, None)
+    assert hosted != [serve_one(stock, k, lim) for k, lim, _ in items]
 
 
 @settings(max_examples=60, deadline=None)

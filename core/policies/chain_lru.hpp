@@ -203,6 +203,7 @@ class ChainLRU final : public Policy {
     int32_t root = stats_.observe(keys, full, outputs, n_out, now_s);
     rarely_extended_ = root >= 0 && stats_.extension_rate(root) < threshold_;
   }
+  bool learns_from_requests() const override { return true; }
   void inserting_for(Key root) override {
     int32_t r = stats_.find_root(root);
     rarely_extended_ = r >= 0 && stats_.extension_rate(r) < threshold_;

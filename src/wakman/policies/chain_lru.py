@@ -44,6 +44,12 @@ extended (agentic and chat sessions). Within a request the blocks are inserted d
 them), so P and M evict a chain's tail before its prefix, and no block outlives its parent in P
 longer than in LRU.
 
+Where the hints come from: cache mode, the adaptive manager's shadows and the serve loop (outputs
+are the trace's output keys); vLLM's GPU pool (``add_request``: the prompt's full blocks, no
+outputs, since vLLM does not know them yet; ``allocate_slots``: ``inserting_for`` the request's
+first block); vLLM's CPU offload tier (a request's chunks when it finishes, and its root before
+each store; docs/vllm.md).
+
 Parameters: ``window_s=120`` (seconds an end waits to be extended), ``threshold=0.2``,
 ``ghost_ratio=1.0``.
 

@@ -21,12 +21,15 @@ built as, and a changed class makes each such read about 2.5x slower.
   the policy in O(1); every other key keeps its metadata. A free one joins the head of the blank
   blocks, as stock vLLM hands uncached blocks out first.
 - ``reset_prefix_cache``: on success the policy forgets everything, ghosts included.
-- the manager's ``allocate_slots``, for a request that was just looked up (a new or preempted one,
-  ``num_computed_tokens == 0``): its full blocks after the cached prefix are announced to the queue
-  (``expect_misses``), which passes a miss for each one not cached to the policy at the
-  allocation's first ``popleft_n``, before any victim is chosen, so S3-FIFO's and ARC's ghost hits
-  are seen before the evictions that make room for them (libCacheSim's order, the simulator's
-  admission). An allocation that does not go ahead announces nothing.
+- the manager's ``allocate_slots``: first the request's chain root (its first full block) goes to
+  the policy as the context of the blocks the allocation caches (``inserting_for``, the hint the
+  simulator's serve loop gives at an admission and at each decoded block); then, for a request that
+  was just looked up (a new or preempted one, ``num_computed_tokens == 0``), its full blocks after
+  the cached prefix are announced to the queue (``expect_misses``), which passes a miss for each one
+  not cached to the policy at the allocation's first ``popleft_n``, before any victim is chosen, so
+  S3-FIFO's and ARC's ghost hits are seen before the evictions that make room for them
+  (libCacheSim's order, the simulator's admission). An allocation that does not go ahead announces
+  nothing.
 
 The queue also checks each block it is handed back against its hash (``append_n``: an unkeyed block
 with a hash becomes a key; ``prepend_n``: a keyed block without one loses its key), so a hash set or
@@ -147,21 +150,30 @@ def install(
 
         coordinator.allocate_new_computed_blocks = allocate_new_computed_blocks
     if manager is not None:
-        _announce_misses(pool, manager)
+        _tell_allocations(pool, manager)
     return pool
 
 
-def _announce_misses(pool: Any, manager: Any) -> None:
-    """Wrap ``manager.allocate_slots`` so that an admission's lookup misses reach the policy before
-    its evictions (the module docstring). Only where every group's blocks are the request's hash
-    blocks (vLLM's usual layout); otherwise misses are left out and ghost hits are seen at insert."""
+def request_group(manager: Any) -> int:
+    """The KV-cache group whose keys carry a request's hints (``request_arrived``)."""
+    return manager.coordinator.single_type_managers[0].kv_cache_group_id
+
+
+def _tell_allocations(pool: Any, manager: Any) -> None:
+    """Wrap ``manager.allocate_slots`` so that the policy knows whose blocks an allocation caches and
+    an admission's lookup misses reach it before its evictions (the module docstring). Only where
+    every group's blocks are the request's hash blocks (vLLM's usual layout); otherwise misses are
+    left out (ghost hits are seen at insert) and so are the hints."""
     managers = manager.coordinator.single_type_managers
     if any(m.block_size != pool.hash_block_size for m in managers):
         return
     groups = tuple(m.kv_cache_group_id for m in managers)
     queue, block_size, allocate = pool.free_block_queue, pool.hash_block_size, manager.allocate_slots
+    group = groups[0]
 
     def allocate_slots(request: Any, num_new_tokens: int, *args: Any, **kwargs: Any) -> Any:
+        if request.block_hashes:
+            queue.inserting_for(request.block_hashes[0], group)
         if request.num_computed_tokens:  # running: no lookup preceded this allocation
             return allocate(request, num_new_tokens, *args, **kwargs)
         hit_tokens = kwargs.get("num_new_computed_tokens", args[0] if args else 0)

@@ -5,9 +5,10 @@ reference counts and the events; it asks a ``CachePolicy`` which chunk to evict.
 are such policies, loaded by vLLM's own ``CachePolicyFactory`` from ``kv_connector_extra_config``:
 ``{"eviction_policy": "WakmanS3FIFO", "cache_policy_module_path": "wakman.vllm_plugin.offload"}``
 (``docs/vllm.md`` has the full command line). One class per policy name: ``WakmanLRU``,
-``WakmanFIFO``, ``WakmanS3FIFO``, ``WakmanSieve``, ``WakmanARC``, ``WakmanAdaptive`` (the ``wakman``
-preset) and ``WakmanPlus`` (``wakman-plus``); ``WakmanPolicy`` reads the name from the environment
-variable ``WAKMAN_OFFLOAD_POLICY`` (the factory passes a policy nothing but its capacity). This
+``WakmanFIFO``, ``WakmanS3FIFO``, ``WakmanSieve``, ``WakmanARC``, ``WakmanChainLRU``,
+``WakmanAdaptive`` (the ``wakman`` preset) and ``WakmanPlus`` (``wakman-plus``); ``WakmanPolicy``
+reads the name from the environment variable ``WAKMAN_OFFLOAD_POLICY`` (the factory passes a
+policy nothing but its capacity). This
 module is the only one of wakman that imports vLLM's offload code; it works with vLLM 0.32 and 0.33.
 
 State: the core policy (capacity = the tier's chunks) holds one 64-bit key per resident chunk,
@@ -23,8 +24,10 @@ What each vLLM call does to the core policy ``P``:
 - ``mark_non_evictable`` / ``mark_evictable`` (``ref_cnt`` leaves / reaches 0): ``P.pin`` /
   ``P.unpin``. By the core's pinning rule a released chunk re-enters at the newest position of its
   segment.
-- ``on_store_miss(keys)``: ``P.miss(k)`` for each key, last key first, before the manager evicts and
-  inserts: the ghost hits of S3-FIFO and ARC are seen at the miss, as the core protocol wants.
+- ``on_store_miss(keys)``: ``P.inserting_for(root)``, the request's root (below: the chunks the
+  manager inserts next are the request's), then ``P.miss(k)`` for each key, last key first, before
+  the manager evicts and inserts: the ghost hits of S3-FIFO and ARC are seen at the miss, as the
+  core protocol wants.
 - ``touch(keys)``: ``P.hit(k)`` for each resident key, last key first (the head of a prefix ends
   newest).
 - ``on_request_access`` (0.33): no event; a request's accesses are committed once, when it finishes.
@@ -32,6 +35,12 @@ What each vLLM call does to the core policy ``P``:
   chunk the request reused gets one ``P.hit``; a chunk it only stored gets none (a store is not a
   reuse; vLLM's ARC does the same), except under ``lru``, whose hit is pure recency: there it
   gets the hit too, which is vLLM's LRU order (every key of the request re-ranked, head newest).
+  Then the request hint ``P.on_request(keys, len(keys), [], clock())``: the tier knows a request's
+  chunks only when it finishes, so chain-lru's statistics count an end from the finish of the
+  request that made it (the GPU pool and the simulator: from its arrival).
+- A request's root (chain-lru's insert context) is the first chunk of the first call that names
+  the request (``touch``, ``on_store_miss``, ``on_request_access``): the head of its prefix when it
+  hits, its first stored chunk otherwise; forgotten at its finish.
 - ``evict(n, protected)``: atomic. If fewer than ``n`` unpinned chunks lie outside ``protected`` it
   returns None and changes nothing; otherwise the unpinned protected chunks are pinned for the call,
   ``P.evict_many(n)`` takes the victims, and those chunks are released again, oldest first (they
@@ -68,7 +77,7 @@ from wakman.adaptive.manager import AdaptiveManager, timed_replay
 from wakman.policies import EvictionPolicy, handover, make_policy
 from wakman.vllm_plugin.free_queue import policy_key
 
-STATIC = ("lru", "fifo", "s3fifo", "sieve", "arc")
+STATIC = ("lru", "fifo", "s3fifo", "sieve", "arc", "chain-lru")
 ADAPTIVE = tuple(ADAPTIVE_PRESETS)  # "wakman", "wakman-plus"
 ENV_VAR = "WAKMAN_OFFLOAD_POLICY"
 # Policies whose hit is recency only (fifo's hit does nothing): a chunk a request only stored is
@@ -94,6 +103,7 @@ class WakmanCachePolicy(CachePolicy):
             )
         self.clock: Callable[[], float] = time.monotonic  # seconds; tests replace it
         self.entries: dict[int, tuple[OffloadKey, ChunkStatus]] = {}
+        self._roots: dict[str, int] = {}  # request id -> the core key of its root (chain-lru's context)
         self._t0: float | None = None  # clock() at the first logged request
         self._start()
 
@@ -143,25 +153,39 @@ class WakmanCachePolicy(CachePolicy):
 
     def clear(self) -> None:
         self.entries.clear()
+        self._roots.clear()
         self.policy.reset()
         if self.manager is not None:
             self._t0 = None
             self._start()
 
     # ------------------------------------------------------------------ accesses
+    def _root(self, keys: list[OffloadKey], req_context: ReqContext) -> int | None:
+        """The request's root key, set by the first call that names the request with a chunk."""
+        root = self._roots.get(req_context.req_id)
+        if root is None and keys:
+            root = self._roots[req_context.req_id] = policy_key(keys[0])
+        return root
+
     def on_store_miss(self, keys: Iterable[OffloadKey], req_context: ReqContext) -> None:
+        keys = list(keys)
+        root = self._root(keys, req_context)
+        if root is not None:
+            self.policy.inserting_for(root)
         miss = self.policy.miss
-        for key in reversed(list(keys)):
+        for key in reversed(keys):
             miss(policy_key(key))
 
     def touch(self, keys: Iterable[OffloadKey], req_context: ReqContext) -> None:
-        for key in reversed(list(keys)):
+        keys = list(keys)
+        self._root(keys, req_context)
+        for key in reversed(keys):
             k = self._resident(key)
             if k is not None:
                 self.policy.hit(k)
 
     def on_request_access(self, keys: Iterable[OffloadKey], req_context: ReqContext) -> None:
-        return None
+        self._root(list(keys), req_context)
 
     def on_request_finished(
         self,
@@ -171,6 +195,7 @@ class WakmanCachePolicy(CachePolicy):
         req_context: ReqContext,
     ) -> None:
         keys = order_request_keys(key_groups, req_context)
+        self._roots.pop(req_context.req_id, None)
         hit_stored = self.policy.name in _HIT_STORED
         for key in reversed(keys):
             if not hit_stored and key not in reused_keys:
@@ -178,8 +203,15 @@ class WakmanCachePolicy(CachePolicy):
             k = self._resident(key)
             if k is not None:
                 self.policy.hit(k)
-        if self.manager is not None and keys:
-            self._log_and_decide([policy_key(key) for key in keys])
+        if not keys:
+            return
+        if self.manager is None and not self.policy.learns_from_requests:
+            return
+        core_keys = [policy_key(key) for key in keys]
+        if self.policy.learns_from_requests:
+            self.policy.on_request(core_keys, len(core_keys), [], self.clock())
+        if self.manager is not None:
+            self._log_and_decide(core_keys)
 
     # ------------------------------------------------------------------ eviction
     def evict(self, n: int, protected: set[OffloadKey]) -> list[tuple[OffloadKey, ChunkStatus]] | None:
@@ -250,6 +282,10 @@ class WakmanARC(WakmanCachePolicy):
     policy_name = "arc"
 
 
+class WakmanChainLRU(WakmanCachePolicy):
+    policy_name = "chain-lru"
+
+
 class WakmanAdaptive(WakmanCachePolicy):
     """The ``wakman`` preset: fresh LRU and S3-FIFO shadows every 15 minutes."""
 
@@ -273,6 +309,7 @@ __all__ = [
     "WakmanARC",
     "WakmanAdaptive",
     "WakmanCachePolicy",
+    "WakmanChainLRU",
     "WakmanFIFO",
     "WakmanLRU",
     "WakmanPlus",

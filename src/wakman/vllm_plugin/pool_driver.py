@@ -48,13 +48,22 @@ def make_pool(capacity_blocks: int, policy: str | None, block_size: int = 32) ->
 
 
 def serve_one(
-    pool: BlockPool, prompt: Prompt | Sequence[bytes], hit_limit: int, extra_blocks: int = 0
+    pool: BlockPool,
+    prompt: Prompt | Sequence[bytes],
+    hit_limit: int,
+    extra_blocks: int = 0,
+    arrival_s: float | None = None,
 ) -> int:
     """One request over ``prompt`` (its full blocks: a ``Prompt``, or hash keys) plus ``extra_blocks``
-    uncached ones; returns the number of hit blocks (at most ``hit_limit``)."""
+    uncached ones; returns the number of hit blocks (at most ``hit_limit``). With ``arrival_s``
+    (seconds) a wakman pool's policy also gets the request hints the scheduler's hooks give
+    (``request_arrived`` at arrival, ``inserting_for`` before the allocation)."""
     if not isinstance(prompt, Prompt):
         prompt = Prompt.of(prompt)
     keys = prompt.keys
+    if arrival_s is not None and hasattr(pool, "counting_hits") and prompt.block_hashes:
+        pool.free_block_queue.request_arrived(prompt.block_hashes, 0, arrival_s)
+        pool.free_block_queue.inserting_for(prompt.block_hashes[0], 0)
     hits: list[Any] = []
     lookup = pool.cached_block_hash_to_block.get_one_block
     for key in keys[:hit_limit]:

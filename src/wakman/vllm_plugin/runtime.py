@@ -18,7 +18,7 @@ from typing import Any
 
 from wakman.adaptive.manager import AdaptiveManager, PendingDecision, timed_replay
 from wakman.policies import make_policy
-from wakman.vllm_plugin.block_pool import install
+from wakman.vllm_plugin.block_pool import install, request_group
 from wakman.vllm_plugin.free_queue import policy_key
 from wakman.vllm_plugin.metrics import publish_state
 from wakman.vllm_plugin.settings import PluginSettings
@@ -44,6 +44,7 @@ class PolicyRuntime:
             self.manager.initial_policy() if self.manager else make_policy(settings.policy, self.capacity)
         )
         self.pool = install(pool, policy, coordinator, manager)
+        self._group = request_group(manager) if manager is not None else 0
         self.replay_hook: Replay | None = None  # tests inject a failing replay here
         self._executor = (
             ThreadPoolExecutor(1, thread_name_prefix="wakman-replay")
@@ -59,8 +60,12 @@ class PolicyRuntime:
 
     # ------------------------------------------------------------------ scheduler calls
     def on_request(self, arrival_s: float, block_hashes: list, block_size: int, prompt_tokens: int) -> None:
-        """Log a request. ``block_hashes`` is the request's own list, which vLLM extends as decoding
-        fills blocks: with ``log_outputs`` the estimator keeps a view of that growing tail."""
+        """A request arrived (``arrival_s``: vLLM's arrival time, seconds): the live policy's request
+        hint (its full prompt blocks; a policy that does not learn from requests skips it in the
+        core), and the estimator's log. ``block_hashes`` is the request's own list, which vLLM
+        extends as decoding fills blocks: with ``log_outputs`` the estimator keeps a view of that
+        growing tail."""
+        self.pool.free_block_queue.request_arrived(block_hashes, self._group, arrival_s)
         if self.manager is not None:
             prompt = [policy_key(h) for h in block_hashes]
             outputs = OutputBlocks(block_hashes, len(prompt)) if self.manager.config.log_outputs else ()
