@@ -28,7 +28,11 @@ CANDIDATES: dict[str, AdaptiveConfig] = {
     "+half-life": _KEPT.with_options(
         name="+half-life", log_outputs=True, hysteresis=0.01, window_s=900, half_life_s=300
     ),
-    "plus": PLUS,  # +half-life, deciding every 30 s
+    "lru-plus": PLUS.with_options(  # +half-life, deciding every 30 s (wakman-plus until 2026-12-03)
+        name="lru-plus", candidates=("lru", "s3fifo"), start_policy="lru", hysteresis=0.01
+    ),
+    "+chain-lru": PLUS.with_options(name="+chain-lru", hysteresis=0.01),  # chain-lru for lru
+    "plus": PLUS,  # +2-point hysteresis
 }
 
 

@@ -164,10 +164,12 @@ def test_plus_is_a_documented_combination():
     assert PLUS.interval_s < PAPER.interval_s and PLUS.first_decision_s < PAPER.first_decision_s
 
 
-def _first_miss_hit_tokens(policy, keys, prompt_tokens, block_size, outputs=()) -> int:
-    """An independent statement of vLLM's rule: hit the longest cached prefix (never the whole
-    prompt), then touch every full block deepest first (the order vLLM frees them)."""
+def _first_miss_hit_tokens(policy, keys, prompt_tokens, block_size, outputs=(), arrival_s=0.0) -> int:
+    """An independent statement of vLLM's rule: the policy hears the request (its full prompt
+    blocks and outputs: chain-lru learns from them), hits the longest cached prefix (never the whole
+    prompt), then every full block is touched deepest first (the order vLLM frees them)."""
     full = prompt_tokens // block_size
+    policy.on_request(keys, min(full, len(keys)), list(outputs), arrival_s)
     hits = 0
     while hits < min(len(keys), (prompt_tokens - 1) // block_size) and keys[hits] in policy:
         hits += 1
@@ -206,7 +208,7 @@ def test_persistent_shadows_score_like_one_continuous_replay(log_outputs):
         manager.on_arrival(r.arrival_s, r)
         outputs = r.output_keys if log_outputs else ()
         hits = {
-            n: _first_miss_hit_tokens(p, r.block_keys, r.prompt_tokens, r.block_size, outputs)
+            n: _first_miss_hit_tokens(p, r.block_keys, r.prompt_tokens, r.block_size, outputs, r.arrival_s)
             for n, p in shadows.items()
         }
         scored.append((r.arrival_s, r.prompt_tokens, hits))
@@ -236,7 +238,10 @@ def test_logged_output_blocks_reach_the_shadows():
     )
     rates = {}
     for log_outputs in (False, True):
-        manager = AdaptiveManager(PLUS.with_options(log_outputs=log_outputs, half_life_s=None), 100)
+        config = PLUS.with_options(
+            log_outputs=log_outputs, half_life_s=None, candidates=("lru", "s3fifo"), start_policy="lru"
+        )
+        manager = AdaptiveManager(config, 100)
         for r in (first, second):
             manager.on_arrival(r.arrival_s, r)
         manager.decide(PLUS.first_decision_s, None)

@@ -3,10 +3,11 @@
 ``wakman`` is the paper: every 15 minutes, replay the last interval through fresh LRU and S3-FIFO
 shadows sized to the interval's mean free blocks, score each with vLLM's hit rate (prompt tokens
 hit under the first-miss rule / prompt tokens), switch to the better.
-``wakman-plus`` goes past the paper: long-lived shadows the size of the pool that also see the
-blocks decoding fills, fed once per request and scored every 30 s over the last 15 minutes (recent
-requests weigh more: 5-minute half-life), with a 1-point hysteresis. ``benchmarks/tune_plus.py``
-measured each choice (docs/adaptive.md).
+``wakman-plus`` goes past the paper: its candidates are chain-lru (wakman's hash-chain policy, which
+is LRU on traffic whose chains are all extended) and S3-FIFO; long-lived shadows the size of the
+pool that also see the blocks decoding fills, fed once per request and scored every 30 s over the
+last 15 minutes (recent requests weigh more: 5-minute half-life), with a 2-point hysteresis.
+``benchmarks/tune_plus.py`` measured each choice (docs/adaptive.md).
 """
 
 from __future__ import annotations
@@ -74,11 +75,12 @@ PLUS = AdaptiveConfig(
     interval_s=30.0,
     window_s=900.0,
     first_decision_s=30.0,
-    candidates=("lru", "s3fifo"),
+    candidates=("chain-lru", "s3fifo"),
+    start_policy="chain-lru",
     shadows="persistent",
     shadow_size="pool",
     log_outputs=True,
     half_life_s=300.0,
-    hysteresis=0.01,
+    hysteresis=0.02,
 )
 ADAPTIVE_PRESETS: dict[str, AdaptiveConfig] = {PAPER.name: PAPER, PLUS.name: PLUS}

@@ -2,10 +2,11 @@
 
 | variable | default | meaning |
 |---|---|---|
-| ``WAKMAN_POLICY`` | ``lru`` | ``lru`` ``fifo`` ``s3fifo`` ``arc`` ``sieve``, or ``wakman`` ``wakman-plus`` |
-| ``WAKMAN_INTERVAL_S`` | preset's (900 / 120) | seconds between decisions |
+| ``WAKMAN_POLICY`` | ``lru`` | a static policy (``lru`` ... ``chain-lru``), ``wakman`` or ``wakman-plus`` |
+| ``WAKMAN_INTERVAL_S`` | preset's (900 / 30) | seconds between decisions |
 | ``WAKMAN_WINDOW_S`` | preset's | seconds of recent traffic each decision replays |
 | ``WAKMAN_CANDIDATES`` | preset's | comma-separated candidate policies |
+| ``WAKMAN_HYSTERESIS`` | preset's (0 / 2) | points of hit rate the best shadow must beat the live one by |
 | ``WAKMAN_REPLAY`` | ``thread`` | ``thread`` (background replays) or ``inline`` (in the step, reproducible) |
 | ``WAKMAN_METRICS_DIR`` | set by the plugin | where the engine publishes its state for ``/metrics`` |
 
@@ -24,6 +25,7 @@ from wakman.policies import ONLINE_POLICIES
 
 STATIC_POLICIES = tuple(p for p in ONLINE_POLICIES if p != "s3fifo-v0")
 REPLAY_MODES = ("thread", "inline")
+ADAPTIVE_VARS = ("WAKMAN_INTERVAL_S", "WAKMAN_WINDOW_S", "WAKMAN_CANDIDATES", "WAKMAN_HYSTERESIS")
 
 
 class SettingsError(ValueError):
@@ -48,7 +50,7 @@ class PluginSettings:
         if replay not in REPLAY_MODES:
             raise SettingsError(f"WAKMAN_REPLAY={replay!r}: choose {' or '.join(REPLAY_MODES)}")
         if policy in STATIC_POLICIES:
-            extra = [k for k in ("WAKMAN_INTERVAL_S", "WAKMAN_WINDOW_S", "WAKMAN_CANDIDATES") if env.get(k)]
+            extra = [k for k in ADAPTIVE_VARS if env.get(k)]
             if extra:
                 raise SettingsError(f"{', '.join(extra)} only apply to wakman / wakman-plus, not {policy}")
             return cls(policy=policy, replay=replay)
@@ -66,6 +68,16 @@ class PluginSettings:
                 if value <= 0:
                     raise SettingsError(f"{var} must be > 0 seconds, got {value}")
                 changes[field] = value
+        if env.get("WAKMAN_HYSTERESIS"):
+            try:
+                points = float(env["WAKMAN_HYSTERESIS"])
+            except ValueError:
+                raise SettingsError(
+                    f"WAKMAN_HYSTERESIS={env['WAKMAN_HYSTERESIS']!r} is not a number of points"
+                ) from None
+            if not 0 <= points < 100:
+                raise SettingsError(f"WAKMAN_HYSTERESIS must be 0 to 100 points, got {points}")
+            changes["hysteresis"] = points / 100
         if "interval_s" in changes:
             changes["first_decision_s"] = changes["interval_s"]
             changes.setdefault("window_s", changes["interval_s"] if policy == "wakman" else config.window_s)
