@@ -8,6 +8,7 @@ ADAPTIVE = ("wakman", "wakman-plus")
 NEW = ("chain-lru",)  # the hash-chain policy, measured against the better static one and Belady
 ONLINE = (*STATIC, *ADAPTIVE, *NEW)
 ALL_POLICIES = (*ONLINE, "belady", "infinite")  # every column of the reproduction, in table order
+BEHIND_POINTS = 0.5  # a policy more than this below the better static policy on a trace is behind
 
 
 def regret_points(hit_rate: dict[str, float], policy: str) -> float:

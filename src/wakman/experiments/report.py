@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from wakman.experiments.regret import ALL_POLICIES as POLICIES
-from wakman.experiments.regret import ONLINE, regret_points, static_winner
+from wakman.experiments.regret import BEHIND_POINTS, ONLINE, regret_points, static_winner
 from wakman.experiments.workload_map import AXES
 from wakman.traces.io import atomic_path
 
@@ -271,15 +271,17 @@ def _findings(payload: dict[str, Any]) -> str:
     )
     plus = s["policies"]["wakman-plus"]
     over = [(m["name"], regret_points(m["hit_rate"], "wakman-plus")) for m in mixes]
-    over = [(n, r) for n, r in over if r > 0.5]
+    over = [(n, r) for n, r in over if r > BEHIND_POINTS]
     lines.append(
         f"- **wakman-plus** has mean regret {plus['mean_regret_points']:.2f} and max "
         f"{plus['max_regret_points']:.2f} "
         "points; "
         + (
-            "it is within 0.5 point of the better static policy on every mix."
+            f"it is within {BEHIND_POINTS:g} point of the better static policy on every mix."
             if not over
-            else "it is more than 0.5 point behind on " + ", ".join(f"{n} ({r:.2f})" for n, r in over) + "."
+            else f"it is more than {BEHIND_POINTS:g} point behind on "
+            + ", ".join(f"{n} ({r:.2f})" for n, r in over)
+            + "."
         )
     )
     run = payload.get("run", {})
@@ -540,7 +542,7 @@ def _capacity_row(mixes: list[dict[str, Any]], cap: str) -> list[str]:
     return out
 
 
-GOAL_GAIN_POINTS, GOAL_CLOSED_PCT, GOAL_WORST_POINTS = 3.0, 30.0, -0.5
+GOAL_GAIN_POINTS, GOAL_CLOSED_PCT, GOAL_WORST_POINTS = 3.0, 30.0, -BEHIND_POINTS
 
 
 def _new_policy_section(payload: dict[str, Any], policy: str, per_capacity: dict[str, Any]) -> str:
@@ -554,7 +556,7 @@ def _new_policy_section(payload: dict[str, Any], policy: str, per_capacity: dict
             "worst mix (gain)",
             "mean gap to Belady (points)",
             "gap closed",
-            "mixes > 0.5 below",
+            f"mixes > {BEHIND_POINTS:g} below",
         ],
         [
             [

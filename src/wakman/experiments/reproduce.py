@@ -29,6 +29,7 @@ from wakman.adaptive.config import ADAPTIVE_PRESETS
 from wakman.experiments.regret import (
     ADAPTIVE,
     ALL_POLICIES,
+    BEHIND_POINTS,
     NEW,
     ONLINE,
     regret_points,
@@ -405,7 +406,7 @@ def new_policy_summary(mixes: list[dict[str, Any]], policy: str) -> dict[str, di
             "worst_gain_points": worst[1],
             "mean_gap_to_belady_points": mean_gap,
             "gap_closed_pct": 100 * mean_gain / mean_gap if mean_gap > 0 else None,
-            "mixes_over_half_point_below": [name for name, g in gains if g < -0.5],
+            "mixes_over_half_point_below": [name for name, g in gains if g < -BEHIND_POINTS],
         }
     return out
 
