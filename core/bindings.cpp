@@ -155,6 +155,9 @@ NB_MODULE(_core, m) {
           "keys"_a, "full"_a, "outputs"_a, "now_s"_a,
           "Hint: a request arrived at now_s (s) with these block keys (keys[:full] its full prompt blocks) and "
           "output keys; the inserts that follow are its blocks. Policies that do not learn from requests ignore it.")
+      .def(
+          "in_session", [](Policy& p, nb::handle session) { p.in_session(to_key(session)); }, "session"_a,
+          "Hint: the on_request that follows belongs to this session (a 64-bit key).")
       .def_prop_ro("learns_from_requests", &Policy::learns_from_requests,
                    "Whether on_request changes anything (a host may skip building its keys otherwise).")
       .def(
@@ -200,8 +203,11 @@ NB_MODULE(_core, m) {
       .def_ro("main_capacity", &S3FIFO::main_capacity_)
       .def_ro("ghost_capacity", &S3FIFO::ghost_capacity_);
   nb::class_<ChainLRU, Policy>(m, "ChainLRU")
-      .def(nb::init<int64_t, double, double, double>(), "capacity"_a, "window_s"_a = 120.0, "threshold"_a = 0.2,
-           "ghost_ratio"_a = 1.0)
+      .def(nb::init<int64_t, double, double, double, bool>(), "capacity"_a, "window_s"_a = 120.0,
+           "threshold"_a = 0.2, "ghost_ratio"_a = 1.0, "sessions"_a = false)
+      .def_ro("sessions", &ChainLRU::sessions_)
+      .def_prop_ro("sessions_followed", &ChainLRU::sessions_followed)
+      .def_prop_ro("demoted", &ChainLRU::demoted, "Blocks moved to P's oldest end as an abandoned branch.")
       .def("in_ghost", [](const ChainLRU& p, nb::handle k) { return p.in_ghost(to_key(k)); })
       .def("in_probation", [](const ChainLRU& p, nb::handle k) { return p.in_probation(to_key(k)); })
       .def("extension_rate", [](const ChainLRU& p, nb::handle k) { return p.extension_rate(to_key(k)); }, "root"_a,

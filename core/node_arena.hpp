@@ -69,6 +69,16 @@ class List {
     ++size_;
   }
 
+  void push_tail(NodeArena& a, int32_t i) {
+    Node& n = a[i];
+    n.newer = tail_;
+    n.older = -1;
+    if (tail_ >= 0) a[tail_].older = i;
+    else head_ = i;
+    tail_ = i;
+    ++size_;
+  }
+
   void unlink(NodeArena& a, int32_t i) {
     Node& n = a[i];
     if (n.older >= 0) a[n.older].newer = n.newer;

@@ -15,6 +15,8 @@
 //   on_request(keys, full, outputs, n_out, now_s)  a request arrived at now_s (seconds): its full
 //                prompt block keys and its output block keys; the inserts that follow are its blocks
 //   inserting_for(root)  the inserts that follow belong to the chain whose first block is root
+//   in_session(session)  the on_request that follows belongs to this session (a trace's session id,
+//                as a 64-bit key), where the host knows one
 // The host owns capacity: the policy orders, the host decides when to evict. The exact semantics of
 // each policy are stated once, in the docstring of its Python module (src/wakman/policies/NAME.py).
 //
@@ -71,6 +73,7 @@ class Policy {
   virtual void on_request(const Key* /*keys*/, size_t /*full*/, const Key* /*outputs*/, size_t /*n_out*/,
                           double /*now_s*/) {}
   virtual void inserting_for(Key /*root*/) {}
+  virtual void in_session(Key /*session*/) {}
   // Whether on_request changes anything: a host that must build the keys for it (vLLM's queue)
   // skips the hint for a policy that ignores it.
   virtual bool learns_from_requests() const { return false; }

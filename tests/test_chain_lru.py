@@ -17,8 +17,11 @@ from wakman.workload import build_config, generate_requests
 class Model:
     """chain-lru as its docstring states it, written without the core's structures."""
 
-    def __init__(self, capacity: int, window_s: float = 120.0, threshold: float = 0.2) -> None:
-        self.capacity, self.window_s, self.threshold = capacity, window_s, threshold
+    def __init__(
+        self, capacity: int, window_s: float = 120.0, threshold: float = 0.2, sessions: bool = False
+    ) -> None:
+        self.capacity, self.window_s, self.threshold, self.sessions = capacity, window_s, threshold, sessions
+        self.session_last: dict[int, list[int]] = {}
         self.prob: OrderedDict[int, None] = OrderedDict()  # oldest first
         self.main: OrderedDict[int, None] = OrderedDict()
         self.rare: dict[int, bool] = {}
@@ -41,7 +44,21 @@ class Model:
             c[0] /= 2
             c[1] /= 2
 
-    def on_request(self, keys: list[int], full: int, outputs: list[int], now: float) -> None:
+    def on_request(
+        self, keys: list[int], full: int, outputs: list[int], now: float, session: int | None = None
+    ) -> None:
+        if self.sessions and session is not None:
+            chain = keys[:full] + outputs
+            last = self.session_last.get(session, [])
+            shared = 0
+            while shared < min(len(last), len(chain)) and last[shared] == chain[shared]:
+                shared += 1
+            for k in last[shared:]:  # each to P's oldest end: the deepest ends oldest, evicted first
+                if k in self.prob or k in self.main:
+                    (self.prob if k in self.prob else self.main).pop(k)
+                    self.prob[k] = None
+                    self.prob.move_to_end(k, last=False)
+            self.session_last[session] = chain
         for end, (t, root) in sorted(self.open.items(), key=lambda item: item[1][0]):
             if t <= now - self.window_s:
                 del self.open[end]
@@ -162,3 +179,49 @@ def test_single_turn_payloads_go_first_and_sessions_keep_lru():
     assert single["chain-lru"] > single["lru"] + 0.03
     agentic = _rates("mix03-pure-agentic", 4000)  # every root's requests are extended
     assert agentic["chain-lru"] == agentic["lru"]
+
+
+# Sessions whose next request extends their previous one, or keeps only part of it (a compacted or
+# edited context): the part left behind is the abandoned branch session mode sends to P's oldest end.
+session_requests = st.lists(
+    st.tuples(
+        st.integers(0, 3),  # session
+        st.sampled_from(["extend", "keep-half", "restart"]),
+        st.integers(1, 6),  # new full blocks
+        st.floats(0.0, 90.0),  # gap to the previous request (s)
+    ),
+    min_size=1,
+    max_size=60,
+)
+
+
+@settings(max_examples=200, deadline=None)
+@given(reqs=session_requests, capacity=st.integers(2, 24), sessions=st.booleans())
+def test_session_mode_follows_its_stated_semantics(reqs, capacity, sessions):
+    """With ``sessions=True`` and each request's session id, the blocks of a session's previous
+    request after the prefix it shares with the new one leave for P's oldest end (the deepest
+    first) before the new request is served; with ``sessions=False`` the ids change nothing."""
+    policy = make_policy("chain-lru", capacity, window_s=30.0, threshold=0.4, sessions=sessions)
+    model = Model(capacity, 30.0, threshold=0.4, sessions=sessions)
+    last: dict[int, list[int]] = {}
+    now, fresh = 0.0, 1000
+    for session, how, new, gap in reqs:
+        now += gap
+        before = last.get(session, [500 + session % 2])  # two roots, two sessions each
+        prefix = {"extend": before, "keep-half": before[: max(1, len(before) // 2)], "restart": before[:1]}[
+            how
+        ]
+        keys = prefix + list(range(fresh, fresh + new))
+        fresh += new
+        last[session] = keys
+        hits, _, _ = replay_request(policy, keys, len(keys) * 16 + 1, 16, (), now, f"s{session}")
+        model.on_request(keys, len(keys), [], now, session)
+        expected = 0
+        while expected < len(keys) and (keys[expected] in model.prob or keys[expected] in model.main):
+            expected += 1
+        for k in reversed(keys):
+            model.access(k)
+        assert hits == expected
+        assert policy.eviction_order() == model.order()
+    if not sessions:
+        assert policy.demoted == 0

@@ -149,8 +149,15 @@ class ChainLRU final : public Policy {
   // Node::freq: kRare (inserted for a rarely extended root) and the hits counted in M (at most 3)
   static constexpr uint8_t kRare = 0x80, kCount = 0x7f, kMaxCount = 3;
 
-  ChainLRU(int64_t capacity, double window_s, double threshold, double ghost_ratio)
-      : Policy(capacity), window_s_(window_s), threshold_(threshold), ghost_ratio_(ghost_ratio), stats_(window_s) {
+  static constexpr size_t kMaxSessions = 4096;  // sessions past it are not followed
+
+  ChainLRU(int64_t capacity, double window_s, double threshold, double ghost_ratio, bool sessions = false)
+      : Policy(capacity),
+        window_s_(window_s),
+        threshold_(threshold),
+        ghost_ratio_(ghost_ratio),
+        sessions_(sessions),
+        stats_(window_s) {
     if (!(window_s > 0) || !(threshold >= 0 && threshold <= 1) || !(ghost_ratio >= 0))
       throw std::invalid_argument("chain-lru: need window_s > 0, 0 <= threshold <= 1, ghost_ratio >= 0");
     ghost_capacity_ = static_cast<int64_t>(static_cast<double>(capacity) * ghost_ratio);
@@ -200,10 +207,18 @@ class ChainLRU final : public Policy {
   }
 
   void on_request(const Key* keys, size_t full, const Key* outputs, size_t n_out, double now_s) override {
+    if (sessions_ && has_session_) follow_session(keys, full, outputs, n_out);
+    has_session_ = false;
     int32_t root = stats_.observe(keys, full, outputs, n_out, now_s);
     rarely_extended_ = root >= 0 && stats_.extension_rate(root) < threshold_;
   }
   bool learns_from_requests() const override { return true; }
+  void in_session(Key session) override {
+    session_ = session;
+    has_session_ = true;
+  }
+  size_t sessions_followed() const { return session_index_.size(); }
+  int64_t demoted() const { return demoted_; }
   void inserting_for(Key root) override {
     int32_t r = stats_.find_root(root);
     rarely_extended_ = r >= 0 && stats_.extension_rate(r) < threshold_;
@@ -310,20 +325,60 @@ class ChainLRU final : public Policy {
     pinned_ = 0;
     stats_.clear();
     rarely_extended_ = false;
+    session_index_.clear();
+    session_last_.clear();
+    has_session_ = false;
   }
   void eviction_order(std::vector<Key>& out, size_t limit) const override {
     probation_.append_keys(s_.nodes, out, limit);
     main_.append_keys(s_.nodes, out, limit);
   }
   void pinned_keys(std::vector<Key>& out) const override { s_.pinned_keys(out); }
-  size_t bytes() const override { return s_.bytes() + stats_.bytes(); }
+  size_t bytes() const override {
+    size_t held = session_index_.bytes() + session_last_.capacity() * sizeof(std::vector<Key>);
+    for (const auto& last : session_last_) held += last.capacity() * sizeof(Key);
+    return s_.bytes() + stats_.bytes() + held;
+  }
   WAKMAN_DRIVEN(ChainLRU)
 
   double window_s_, threshold_, ghost_ratio_;
+  bool sessions_;
   int64_t ghost_capacity_ = 0;
 
  private:
   List& queue(uint8_t where) { return where == kProbation ? probation_ : main_; }
+
+  // Session mode: the session's previous request (its full prompt blocks, then its outputs) against
+  // this one; the blocks after their common prefix are the session's abandoned branch (a compacted
+  // or edited context): each resident, unpinned one goes to P's oldest end, the deepest last, so
+  // it is evicted first and never before a block under it.
+  void follow_session(const Key* keys, size_t full, const Key* outputs, size_t n_out) {
+    int32_t slot = session_index_.find(session_);
+    if (slot < 0) {
+      if (session_last_.size() >= kMaxSessions) return;
+      slot = static_cast<int32_t>(session_last_.size());
+      session_index_.insert(session_, slot);
+      session_last_.emplace_back();
+    } else {
+      const std::vector<Key>& last = session_last_[static_cast<size_t>(slot)];
+      auto now_at = [&](size_t j) { return j < full ? keys[j] : outputs[j - full]; };
+      size_t shared = 0;
+      while (shared < last.size() && shared < full + n_out && last[shared] == now_at(shared)) ++shared;
+      for (size_t j = shared; j < last.size(); ++j) demote(last[j]);
+    }
+    std::vector<Key>& last = session_last_[static_cast<size_t>(slot)];
+    last.assign(keys, keys + full);
+    last.insert(last.end(), outputs, outputs + n_out);
+  }
+  void demote(Key key) {
+    int32_t i = find_resident(key);
+    if (i < 0 || s_.nodes[i].pinned) return;
+    Node& n = s_.nodes[i];
+    queue(n.where).unlink(s_.nodes, i);
+    n.where = kProbation;
+    probation_.push_tail(s_.nodes, i);
+    ++demoted_;
+  }
   int32_t resident(Key key) const {
     int32_t i = find_resident(key);
     if (i < 0) bad_key("not resident", key);
@@ -335,6 +390,11 @@ class ChainLRU final : public Policy {
   size_t pinned_ = 0;
   ExtensionStats stats_;
   bool rarely_extended_ = false;  // the insert context: blocks inserted now go to P
+  bool has_session_ = false;      // in_session came before this on_request
+  Key session_ = 0;
+  KeyMap session_index_;                        // session key -> its slot in session_last_
+  std::vector<std::vector<Key>> session_last_;  // per followed session: its last request's keys
+  int64_t demoted_ = 0;
 };
 
 }  // namespace wakman

@@ -32,7 +32,7 @@ from wakman.experiments.kv_memory import KVLayout, config_layout, dtype_bytes, m
 from wakman.experiments.plots import plot_advice
 from wakman.experiments.sweep import run_grid
 
-DEFAULT_POLICIES = "lru,fifo,s3fifo,sieve,arc,wakman,wakman-plus"
+DEFAULT_POLICIES = "lru,fifo,s3fifo,sieve,arc,chain-lru,wakman,wakman-plus"
 # serve mode simulates every request's prefill and decode in time; past these the run takes too long
 SERVE_MAX_MEAN_PROMPT = 32_768
 SERVE_MAX_PROMPT_TOKENS = 200_000_000

@@ -9,7 +9,9 @@ most ``prompt_tokens - 1`` tokens; ``Request.max_hit_blocks``).
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Sequence
+from functools import lru_cache
 
 from wakman import _core
 from wakman.policies import EvictionPolicy
@@ -19,6 +21,13 @@ cached_prefix = _core.cached_prefix
 StrandedCount = _core.StrandedCount
 
 
+@lru_cache(maxsize=65536)
+def session_key(session_id: str) -> int:
+    """A session id as the core's 64-bit key (the first 8 bytes of its BLAKE2b digest: the same in
+    every process, unlike Python's string hash)."""
+    return int.from_bytes(hashlib.blake2b(session_id.encode(), digest_size=8).digest(), "little")
+
+
 def replay_request(
     policy: EvictionPolicy,
     keys: Sequence[int],
@@ -26,12 +35,16 @@ def replay_request(
     block_size: int,
     output_keys: Sequence[int] = (),
     arrival_s: float = 0.0,
+    session_id: str | None = None,
 ) -> tuple[int, int, int]:
     """One request through ``policy`` as a plain cache, vLLM's way: the policy hears of the request
-    (``on_request``, at ``arrival_s`` seconds), then its hit prefix by the first-miss rule, then its full
-    prompt blocks and ``output_keys`` accessed deepest first. Returns (hit blocks, blocks accessed,
-    accesses that hit)."""
+    (``in_session`` where it has a session id and the policy learns from requests, then ``on_request``,
+    at ``arrival_s`` seconds), then its hit prefix by the first-miss rule, then its full prompt blocks
+    and ``output_keys`` accessed deepest first. Returns (hit blocks, blocks accessed, accesses that
+    hit)."""
     n = len(keys)
+    if session_id is not None and policy.learns_from_requests:
+        policy.in_session(session_key(session_id))
     return _core.replay_request(
         policy,
         keys,
@@ -42,4 +55,4 @@ def replay_request(
     )
 
 
-__all__ = ["StrandedCount", "cached_prefix", "full_blocks", "hit_limit", "replay_request"]
+__all__ = ["StrandedCount", "cached_prefix", "full_blocks", "hit_limit", "replay_request", "session_key"]

@@ -38,6 +38,17 @@ Semantics (C = capacity in blocks; times in seconds, from the request stream):
   of its segment. ``adopt`` puts inherited keys in M, oldest first; ``remove`` takes a key out
   without a ghost entry; ``reset`` forgets the statistics too.
 
+Session mode (``sessions=True``, off by default), for hosts that know each request's session id
+(a trace's ``session_id``: kv-cache-tester conversations and sub-agents, AIPerf sessions; sent by
+``replay_request`` as ``in_session(key)`` before ``on_request``): per session (at most 4,096
+followed) chain-lru keeps its previous request's chain (full prompt blocks, then outputs). When the
+session's next request shares only a prefix of it (a compacted or edited context, a restart), the
+rest is the session's abandoned branch: each of its resident, unpinned blocks moves to P's oldest
+end, shallowest first, so the deepest is evicted first and none before a block under it (a later
+hit still moves it to M). Memory: 8 bytes per block of each followed session's last request.
+Only cache mode and ``replay_request``'s callers give the session hint so far: the serve loop,
+vLLM and the offload tier do not.
+
 Without the hints (``replay``, ``access``, a driver that sees no requests) no block is rare, every
 insert goes to M and chain-lru is exactly LRU; the same holds for traffic whose every root is
 extended (agentic and chat sessions). Within a request the blocks are inserted deepest first (as vLLM frees
@@ -51,7 +62,7 @@ first block); vLLM's CPU offload tier (a request's chunks when it finishes, and 
 each store; docs/vllm.md).
 
 Parameters: ``window_s=120`` (seconds an end waits to be extended), ``threshold=0.2``,
-``ghost_ratio=1.0``.
+``ghost_ratio=1.0``, ``sessions=False``.
 
 Memory: per resident block one node (24 bytes) and its index entry (16 bytes, the table at most
 half full: 32-64 bytes), the same per ghost key (at most ``ghost_ratio * C``); per open end 24 bytes

@@ -35,7 +35,7 @@ def replay_prefixes(
             policy = controller.cache_policy(req.arrival_s, policy)
         keys, bs = req.block_keys, req.block_size
         hits, accessed, access_hits = replay_request(
-            policy, keys, req.prompt_tokens, bs, req.output_keys, req.arrival_s
+            policy, keys, req.prompt_tokens, bs, req.output_keys, req.arrival_s, req.session_id
         )
         misses += accessed - access_hits
         if req.arrival_s >= warmup_s and index >= warmup_requests:
