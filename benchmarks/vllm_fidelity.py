@@ -89,7 +89,14 @@ SUITE: dict[str, tuple[Callable[[], list[Request]], tuple[int, int]]] = {
     "thirds": (lambda: generated((0.34, 0.33, 0.33), 120.0, 3.0, 7, outputs(5, 40, 200)), (500, 1000)),
     "agentic": (lambda: generated((0, 0, 1), 90.0, 3.0, 9, SHORT_OUTPUTS | SHORT_PROMPTS), (300, 600)),
     "mooncake-piece": (mooncake_piece, (60, 120)),
+    # half single-turn (a fixed prompt's payloads, never extended), half chat, 400 s: long enough for
+    # chain-lru's 120-s window to learn which roots are extended (not in the default suite)
+    "single-multi": (
+        lambda: generated((0.5, 0.5, 0), 400.0, 1.5, 1, SHORT_OUTPUTS | SHORT_PROMPTS),
+        (400, 800),
+    ),
 }
+DEFAULT_TRACES = tuple(name for name in SUITE if name != "single-multi")
 
 
 def run_trace(name: str, policies: tuple[str, ...], workdir: Path, which: str = "both") -> list[dict]:
@@ -145,7 +152,7 @@ def winners(rows: list[dict]) -> list[str]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--traces", default=",".join(SUITE), help=f"some of {', '.join(SUITE)}")
+    parser.add_argument("--traces", default=",".join(DEFAULT_TRACES), help=f"some of {', '.join(SUITE)}")
     parser.add_argument("--policies", default=",".join(POLICIES))
     parser.add_argument("--capacities", choices=("both", "first", "second"), default="both")
     parser.add_argument("--json", type=Path, help="write the rows here")
