@@ -419,7 +419,8 @@ void bind_free_queue(nb::module_& m) {
       .def(
           "inserting_for",
           [](PyFreeQueue& q, nb::handle root_hash, uint32_t group) {
-            q.queue.policy().inserting_for(group_key(root_hash.ptr(), group));
+            Policy& policy = q.queue.policy();
+            if (policy.learns_from_requests()) policy.inserting_for(group_key(root_hash.ptr(), group));
           },
           "root_hash"_a, "group"_a,
           "The blocks cached next belong to the request whose first full block has this BlockHash\n"
