@@ -110,6 +110,16 @@ class Model:
                 continue
             return key
 
+    def serve(self, keys: list[int]) -> int:
+        """A request's blocks as replay_request drives them (after ``on_request``): its cached prefix
+        by the first-miss rule, then every block accessed deepest first. Returns the prefix's blocks."""
+        hits = 0
+        while hits < len(keys) and (keys[hits] in self.prob or keys[hits] in self.main):
+            hits += 1
+        for k in reversed(keys):
+            self.access(k)
+        return hits
+
     def order(self) -> list[int]:
         return [*self.prob, *self.main]
 
@@ -142,12 +152,7 @@ def test_chain_lru_follows_its_stated_semantics(reqs, capacity, window):
         last[root] = keys
         hits, _, _ = replay_request(policy, keys, len(keys) * 16 + 1, 16, (), now)
         model.on_request(keys, len(keys), [], now)
-        expected = 0
-        while expected < len(keys) and (keys[expected] in model.prob or keys[expected] in model.main):
-            expected += 1
-        for k in reversed(keys):
-            model.access(k)
-        assert hits == expected
+        assert hits == model.serve(keys)
         assert policy.eviction_order() == model.order()
         assert [k for k in model.ghost] == [k for k in model.ghost if policy.in_ghost(k)]
 
@@ -216,12 +221,7 @@ def test_session_mode_follows_its_stated_semantics(reqs, capacity, sessions):
         last[session] = keys
         hits, _, _ = replay_request(policy, keys, len(keys) * 16 + 1, 16, (), now, f"s{session}")
         model.on_request(keys, len(keys), [], now, session)
-        expected = 0
-        while expected < len(keys) and (keys[expected] in model.prob or keys[expected] in model.main):
-            expected += 1
-        for k in reversed(keys):
-            model.access(k)
-        assert hits == expected
+        assert hits == model.serve(keys)
         assert policy.eviction_order() == model.order()
     if not sessions:
         assert policy.demoted == 0

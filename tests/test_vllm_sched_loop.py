@@ -76,6 +76,17 @@ def test_policies_differ_from_lru_under_pressure(trace, lru_run, policy):
     assert ours.hit_tokens != lru_run.hit_tokens
 
 
+def _whole_prompt(keys: list[int], arrival_s: float) -> TraceRequest:
+    """A request whose prompt is exactly these 32-token blocks plus one token, with a 1-token answer."""
+    return TraceRequest(
+        arrival_s=arrival_s,
+        block_keys=np.array(keys, dtype=np.uint64),
+        prompt_tokens=32 * len(keys) + 1,
+        output_tokens=1,
+        block_size=32,
+    )
+
+
 def _whole_prompts(seed: int, count: int = 160) -> list:
     """One request at a time (100 s apart), each a whole prompt drawn (Pareto popularity) from 14
     unrelated chains of 3-8 blocks, so prompts come back after their blocks were evicted."""
@@ -84,15 +95,7 @@ def _whole_prompts(seed: int, count: int = 160) -> list:
     out = []
     for i in range(count):
         keys = chains[min(int(rng.paretovariate(0.8)) - 1, len(chains) - 1)]
-        out.append(
-            TraceRequest(
-                arrival_s=100.0 * i,
-                block_keys=np.array(keys, dtype=np.uint64),
-                prompt_tokens=32 * len(keys) + 1,
-                output_tokens=1,
-                block_size=32,
-            )
-        )
+        out.append(_whole_prompt(keys, 100.0 * i))
     return out
 
 
@@ -144,15 +147,7 @@ def _chats_and_singles(seed: int, count: int = 200) -> list:
             chats[c] = chats[c] + [chats[c][-1] + 1, chats[c][-1] + 2]
             turns[c] += 1
             keys = chats[c]
-        out.append(
-            TraceRequest(
-                arrival_s=10.0 * i,
-                block_keys=np.array(keys, dtype=np.uint64),
-                prompt_tokens=32 * len(keys) + 1,
-                output_tokens=1,
-                block_size=32,
-            )
-        )
+        out.append(_whole_prompt(keys, 10.0 * i))
     return out
 
 
