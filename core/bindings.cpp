@@ -203,8 +203,26 @@ NB_MODULE(_core, m) {
       .def_ro("main_capacity", &S3FIFO::main_capacity_)
       .def_ro("ghost_capacity", &S3FIFO::ghost_capacity_);
   nb::class_<ChainLRU, Policy>(m, "ChainLRU")
-      .def(nb::init<int64_t, double, double, double, bool>(), "capacity"_a, "window_s"_a = 120.0,
-           "threshold"_a = 0.2, "ghost_ratio"_a = 1.0, "sessions"_a = false)
+      .def(
+          "__init__",
+          [](ChainLRU* self, int64_t capacity, double window_s, double threshold, double ghost_ratio,
+             bool sessions, const std::string& mode, double small_ratio) {
+            ChainLRU::Mode m = mode == "adaptive"  ? ChainLRU::Mode::kAdaptive
+                               : mode == "recency" ? ChainLRU::Mode::kRecency
+                               : mode == "filter"  ? ChainLRU::Mode::kFilter
+                                                   : throw std::invalid_argument(
+                                                         "chain-lru: mode must be adaptive, recency or filter, not " + mode);
+            new (self) ChainLRU(capacity, window_s, threshold, ghost_ratio, sessions, m, small_ratio);
+          },
+          "capacity"_a, "window_s"_a = 120.0, "threshold"_a = 0.2, "ghost_ratio"_a = 1.0, "sessions"_a = false,
+          "mode"_a = "adaptive", "small_ratio"_a = 0.1)
+      .def_prop_ro("mode", &ChainLRU::mode, "The mode the cache runs now: recency or filter.")
+      .def_prop_ro("adaptive", &ChainLRU::adaptive, "Whether the duel of two miniatures chooses the mode.")
+      .def_prop_ro("sample_every", &ChainLRU::sample_every, "The duel samples one block key in this many.")
+      .def_prop_ro("mode_switches", &ChainLRU::mode_switches)
+      .def_prop_ro("requests_heard", &ChainLRU::requests_heard, "Requests heard through on_request.")
+      .def_prop_ro("requests_filtered", &ChainLRU::requests_filtered, "Of them, those heard in the filter mode.")
+      .def_ro("small_ratio", &ChainLRU::small_ratio_)
       .def_ro("sessions", &ChainLRU::sessions_)
       .def_prop_ro("sessions_followed", &ChainLRU::sessions_followed)
       .def_prop_ro("demoted", &ChainLRU::demoted, "Blocks moved to P's oldest end as an abandoned branch.")

@@ -16,12 +16,15 @@ using Key = uint64_t;
 // blocks): splitmix64 of the key and n. A copy takes the first of key, copy_key(key, 1), ... that no
 // other copy holds, so a block re-duplicated after its copy was evicted meets that copy's ghost, in
 // the simulator's pool and in the vLLM plugin's queue alike.
-inline Key copy_key(Key key, uint64_t n) {
-  Key z = key + 0x9E3779B97F4A7C15ULL * (n + 1);
+// splitmix64's output function of x + golden ratio: a well-mixed 64-bit hash of x.
+inline uint64_t splitmix64(uint64_t x) {
+  uint64_t z = x + 0x9E3779B97F4A7C15ULL;
   z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
   z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
   return z ^ (z >> 31);
 }
+
+inline Key copy_key(Key key, uint64_t n) { return splitmix64(key + 0x9E3779B97F4A7C15ULL * n); }
 
 // The policy key a new copy of `key` takes: the first of key, copy_key(key, 1), ... for which
 // taken(k) is false (taken: some cached block holds k as its policy key).

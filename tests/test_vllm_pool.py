@@ -29,19 +29,20 @@ def stream():
     return [(vllm_keys(r.block_keys[: r.full_blocks]), r.max_hit_blocks, r) for r in reqs]
 
 
-def _sim_hits(reqs, policy: str, capacity: int, hints: bool = False) -> list[int]:
+def _sim_hits(items, policy: str, capacity: int, hints: bool = False) -> list[int]:
     """Each request's hit blocks through the simulator's pool, one request at a time (its admission:
-    lookup, misses, touch, allocate, cache; then the release). With ``hints`` the policy hears each
-    request as the serve loop tells it (``on_request`` at arrival, request i at i seconds, without
-    outputs as vLLM at arrival; ``inserting_for`` its root before the admission)."""
+    lookup, misses, touch, allocate, cache; then the release), under the keys vLLM's queue gives the
+    policy (``policy_key`` of each hash: chain-lru's duel samples blocks by key). With ``hints`` the
+    policy hears each request as the serve loop tells it (``on_request`` at arrival, request i at i
+    seconds, without outputs as vLLM at arrival; ``inserting_for`` its root before the admission)."""
     chosen = make_policy(policy, capacity)
     pool, out = SimPool(capacity, chosen), []
-    for i, r in enumerate(reqs):
-        keys = r.block_keys[: r.full_blocks]
+    for i, (hashes, limit, _) in enumerate(items):
+        keys = [policy_key(h) for h in hashes]
         if hints:
             chosen.on_request(keys, len(keys), [], float(i))
             chosen.inserting_for(keys[0])
-        out.append(pool.admit(0, keys, r.max_hit_blocks, len(keys), len(keys)))
+        out.append(pool.admit(0, keys, limit, len(keys), len(keys)))
         pool.release_run(0)
     return out
 
@@ -69,7 +70,7 @@ def test_hosted_policy_agrees_with_the_simulator(stream, policy):
     pool = make_pool(capacity, policy)
     hosted = [serve_one(pool, k, lim) for k, lim, _ in items]
     pool.check()
-    simulated = _sim_hits([r for _, _, r in items], policy, capacity)
+    simulated = _sim_hits(items, policy, capacity)
     assert hosted == simulated
     # FIFO re-enters a released block at its newest end, so with every hit pinning and releasing
     # it orders blocks by release time, as stock vLLM does; the others must differ from stock.
@@ -87,7 +88,7 @@ def test_chain_lru_hears_the_requests_as_in_the_simulator(stream):
     pool = make_pool(capacity, "chain-lru")
     hosted = [serve_one(pool, k, lim, arrival_s=float(i)) for i, (k, lim, _) in enumerate(items)]
     pool.check()
-    assert hosted == _sim_hits([r for _, _, r in items], "chain-lru", capacity, hints=True)
+    assert hosted == _sim_hits(items, "chain-lru", capacity, hints=True)
     stock = make_pool(capacity, None)
     assert hosted != [serve_one(stock, k, lim) for k, lim, _ in items]
 

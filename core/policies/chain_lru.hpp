@@ -6,15 +6,22 @@
 //                   full prompt block, its last output block) was extended by a later request within
 //                   window_s seconds; open ends wait in a FIFO until they are extended or expire.
 //   ChainLRU        the cache's side: probation P and main M (LRU queues; M gives a rarely extended
-//                   root's hit blocks second chances), ghost G (FIFO of keys evicted from P), and the
-//                   insert context (whether the blocks inserted next belong to a rarely extended root).
+//                   root's hit blocks second chances), ghost G (FIFO of keys evicted from P), the
+//                   insert context (whether the blocks inserted next belong to a rarely extended root)
+//                   and its mode (recency or filter).
+//                   In the adaptive mode it also owns two miniatures: plain ChainLRUs, one per mode,
+//                   fed a sample of every request's blocks; the cache runs the mode whose miniature
+//                   has more prefix hits.
 #pragma once
 
+#include <algorithm>
 #include <deque>
+#include <memory>
 #include <utility>
 
 #include "../driver.hpp"
 #include "../node_arena.hpp"
+#include "../prefix.hpp"
 
 namespace wakman {
 
@@ -146,21 +153,43 @@ class ExtensionStats {
 class ChainLRU final : public Policy {
  public:
   enum : uint8_t { kProbation, kMain, kGhost, kPending };
+  enum class Mode : uint8_t { kRecency, kFilter, kAdaptive };
   // Node::freq: kRare (inserted for a rarely extended root) and the hits counted in M (at most 3)
   static constexpr uint8_t kRare = 0x80, kCount = 0x7f, kMaxCount = 3;
 
   static constexpr size_t kMaxSessions = 4096;  // sessions past it are not followed
 
-  ChainLRU(int64_t capacity, double window_s, double threshold, double ghost_ratio, bool sessions = false)
+  // The adaptive mode's miniatures: blocks sampled 1 in `sample_every` (a power of two: the largest
+  // <= capacity / kMiniBlocks, at least 2, at most 64), each miniature capacity / sample_every blocks.
+  static constexpr int64_t kMiniBlocks = 2048, kMinSampleEvery = 2, kMaxSampleEvery = 64;
+  static constexpr double kHorizon = 16.0;  // the duel's counts halve every kHorizon * mini capacity blocks
+  static constexpr double kMargin = 0.01;   // switch when the other mode's prefix hits lead by this share
+
+  ChainLRU(int64_t capacity, double window_s, double threshold, double ghost_ratio, bool sessions = false,
+           Mode mode = Mode::kAdaptive, double small_ratio = 0.1)
       : Policy(capacity),
         window_s_(window_s),
         threshold_(threshold),
         ghost_ratio_(ghost_ratio),
+        small_ratio_(small_ratio),
         sessions_(sessions),
-        stats_(window_s) {
-    if (!(window_s > 0) || !(threshold >= 0 && threshold <= 1) || !(ghost_ratio >= 0))
-      throw std::invalid_argument("chain-lru: need window_s > 0, 0 <= threshold <= 1, ghost_ratio >= 0");
+        stats_(window_s),
+        adaptive_(mode == Mode::kAdaptive),
+        filter_(mode == Mode::kFilter) {
+    if (!(window_s > 0) || !(threshold >= 0 && threshold <= 1) || !(ghost_ratio >= 0) ||
+        !(small_ratio >= 0 && small_ratio <= 1))
+      throw std::invalid_argument(
+          "chain-lru: need window_s > 0, 0 <= threshold <= 1, ghost_ratio >= 0, 0 <= small_ratio <= 1");
     ghost_capacity_ = static_cast<int64_t>(static_cast<double>(capacity) * ghost_ratio);
+    if (adaptive_) {
+      sample_every_ = kMinSampleEvery;
+      while (sample_every_ * 2 <= capacity / kMiniBlocks && sample_every_ < kMaxSampleEvery) sample_every_ *= 2;
+      const int64_t mini = std::max<int64_t>(1, capacity / sample_every_);
+      for (int m = 0; m < 2; ++m)
+        minis_[m] = std::make_unique<ChainLRU>(mini, window_s, threshold, ghost_ratio, false,
+                                               m ? Mode::kFilter : Mode::kRecency, small_ratio);
+      sampled_.reserve(256);
+    }
   }
   const char* name() const override { return "chain-lru"; }
 
@@ -188,6 +217,14 @@ class ChainLRU final : public Policy {
     return r < 0 ? ExtensionStats::kPriorExtended / ExtensionStats::kPriorResolved : stats_.extension_rate(r);
   }
   bool context_rarely_extended() const { return rarely_extended_; }
+  // "recency" or "filter": the mode the cache runs now.
+  const char* mode() const { return filter_ ? "filter" : "recency"; }
+  bool adaptive() const { return adaptive_; }
+  int64_t sample_every() const { return sample_every_; }
+  int64_t mode_switches() const { return switches_; }
+  // Requests heard in the filter mode, and in all (the share of the traffic served filtered).
+  int64_t requests_filtered() const { return requests_filtered_; }
+  int64_t requests_heard() const { return requests_heard_; }
 
   void begin_access(Key) {}
   int32_t find_resident(Key key) const {
@@ -196,14 +233,14 @@ class ChainLRU final : public Policy {
   }
   void hit_node(int32_t i) {
     Node& n = s_.nodes[i];
-    if (n.where == kMain && (n.freq & kRare) && (n.freq & kCount) < kMaxCount) ++n.freq;
+    if (n.where == kMain && (filter_ || (n.freq & kRare)) && (n.freq & kCount) < kMaxCount) ++n.freq;
     if (n.pinned) {
       n.where = kMain;
-      return;
+    } else {
+      (n.where == kMain ? main_ : probation_).unlink(s_.nodes, i);
+      n.where = kMain;
+      main_.push_head(s_.nodes, i);
     }
-    (n.where == kMain ? main_ : probation_).unlink(s_.nodes, i);
-    n.where = kMain;
-    main_.push_head(s_.nodes, i);
   }
 
   void on_request(const Key* keys, size_t full, const Key* outputs, size_t n_out, double now_s) override {
@@ -211,6 +248,7 @@ class ChainLRU final : public Policy {
     has_session_ = false;
     int32_t root = stats_.observe(keys, full, outputs, n_out, now_s);
     rarely_extended_ = root >= 0 && stats_.extension_rate(root) < threshold_;
+    if (adaptive_) duel(keys, full, outputs, n_out);
   }
   bool learns_from_requests() const override { return true; }
   void in_session(Key session) override {
@@ -236,7 +274,9 @@ class ChainLRU final : public Policy {
   }
 
   Key evict() override {
-    if (!probation_.empty()) {
+    if (!probation_.empty() &&
+        (!filter_ || main_.empty() ||
+         static_cast<double>(probation_.size()) > small_ratio_ * static_cast<double>(bound_))) {
       int32_t i = probation_.pop_tail(s_.nodes);
       Node& n = s_.nodes[i];
       Key key = n.key;
@@ -266,7 +306,7 @@ class ChainLRU final : public Policy {
 
   void insert(Key key, bool pinned) override {
     int32_t i = s_.index.find(key);
-    uint8_t where = rarely_extended_ ? kProbation : kMain;
+    uint8_t where = (rarely_extended_ || filter_) ? kProbation : kMain;
     if (i >= 0) {
       Node& n = s_.nodes[i];
       if (n.where <= kMain) bad_key("insert of a resident key", key);
@@ -328,6 +368,12 @@ class ChainLRU final : public Policy {
     session_index_.clear();
     session_last_.clear();
     has_session_ = false;
+    if (adaptive_) {
+      for (auto& mini : minis_) mini->reset();
+      filter_ = false;
+      duel_blocks_ = duel_hits_[0] = duel_hits_[1] = 0.0;
+      switches_ = requests_heard_ = requests_filtered_ = 0;
+    }
   }
   void eviction_order(std::vector<Key>& out, size_t limit) const override {
     probation_.append_keys(s_.nodes, out, limit);
@@ -337,15 +383,53 @@ class ChainLRU final : public Policy {
   size_t bytes() const override {
     size_t held = session_index_.bytes() + session_last_.capacity() * sizeof(std::vector<Key>);
     for (const auto& last : session_last_) held += last.capacity() * sizeof(Key);
+    if (adaptive_) held += minis_[0]->bytes() + minis_[1]->bytes() + sampled_.capacity() * sizeof(Key);
     return s_.bytes() + stats_.bytes() + held;
   }
   WAKMAN_DRIVEN(ChainLRU)
 
-  double window_s_, threshold_, ghost_ratio_;
+  double window_s_, threshold_, ghost_ratio_, small_ratio_;
   bool sessions_;
   int64_t ghost_capacity_ = 0;
 
  private:
+  // The adaptive mode's duel, at each request. Its sampled blocks (splitmix64(key) divisible by
+  // sample_every), in prefix order, go through both miniatures as a plain cache would take the whole
+  // request, in the cache's insert context (a miniature has no pinned blocks: the cache's pinned
+  // blocks are resident and hit too): the first-miss rule over the sampled full prompt blocks counts
+  // each miniature's prefix hits, then the sampled outputs and prompt blocks are accessed deepest
+  // first. The counts halve every kHorizon * mini capacity sampled prompt blocks; the cache switches
+  // mode when the other miniature's hits lead by more than kMargin of those blocks.
+  void duel(const Key* keys, size_t full, const Key* outputs, size_t n_out) {
+    ++requests_heard_;
+    requests_filtered_ += filter_;
+    const uint64_t mask = static_cast<uint64_t>(sample_every_ - 1);
+    sampled_.clear();
+    for (size_t i = 0; i < full; ++i)
+      if (!(splitmix64(keys[i]) & mask)) sampled_.push_back(keys[i]);
+    const size_t sampled_full = sampled_.size();
+    for (size_t i = 0; i < n_out; ++i)
+      if (!(splitmix64(outputs[i]) & mask)) sampled_.push_back(outputs[i]);
+    if (sampled_.empty()) return;
+    for (int m = 0; m < 2; ++m) {
+      ChainLRU& mini = *minis_[m];
+      mini.rarely_extended_ = rarely_extended_;
+      duel_hits_[m] += static_cast<double>(cached_prefix(mini, sampled_.data(), sampled_full));
+      for (size_t i = sampled_.size(); i-- > 0;) drive_access<ChainLRU>(mini, sampled_[i]);
+    }
+    duel_blocks_ += static_cast<double>(sampled_full);
+    if (duel_blocks_ >= kHorizon * static_cast<double>(minis_[0]->capacity_)) {
+      duel_blocks_ *= 0.5;
+      duel_hits_[0] *= 0.5;
+      duel_hits_[1] *= 0.5;
+    }
+    const int now = filter_ ? 1 : 0;
+    if (duel_hits_[1 - now] - duel_hits_[now] > kMargin * duel_blocks_) {
+      filter_ = !filter_;
+      ++switches_;
+    }
+  }
+
   List& queue(uint8_t where) { return where == kProbation ? probation_ : main_; }
 
   // Session mode: the session's previous request (its full prompt blocks, then its outputs) against
@@ -390,6 +474,13 @@ class ChainLRU final : public Policy {
   size_t pinned_ = 0;
   ExtensionStats stats_;
   bool rarely_extended_ = false;  // the insert context: blocks inserted now go to P
+  bool adaptive_;                 // the duel chooses filter_
+  bool filter_;                   // the filter mode: every new block goes to P, P holds small_ratio of it
+  int64_t sample_every_ = 1;
+  std::unique_ptr<ChainLRU> minis_[2];  // the adaptive mode's miniatures: recency, filter
+  std::vector<Key> sampled_;            // one request's sampled blocks (scratch)
+  double duel_blocks_ = 0.0, duel_hits_[2] = {0.0, 0.0};
+  int64_t switches_ = 0, requests_heard_ = 0, requests_filtered_ = 0;
   bool has_session_ = false;      // in_session came before this on_request
   Key session_ = 0;
   KeyMap session_index_;                        // session key -> its slot in session_last_

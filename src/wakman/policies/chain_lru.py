@@ -1,7 +1,9 @@
-"""chain-lru: LRU that evicts first the new blocks of chains whose requests are rarely extended.
+"""chain-lru: LRU that evicts first the new blocks of chains whose requests are rarely extended, and
+filters every new block (as S3-FIFO does) while a sampled duel says that pays.
 
 wakman's own policy: it learns per chain root, from the hash chains of the request stream, whether a
-root's requests get a next turn; no request type, no prompt content.
+root's requests get a next turn, and from two miniature caches fed a sample of the same stream
+whether recency or filtering keeps more prefixes; no request type, no prompt content.
 
 A chain's root is the key of its first block (a system prompt or a fixed prompt: the application
 that sent it). A request's *ends* are its last full prompt block and its last output block; an end
@@ -34,6 +36,26 @@ Semantics (C = capacity in blocks; times in seconds, from the request stream):
   M's oldest: if its counter is above 0 it is decremented and the block goes to M's newest end (a
   second chance, as S3-FIFO's main queue; only rare blocks ever count), and the scan goes on;
   otherwise it is evicted (no ghost).
+- That is the *recency* mode. In the *filter* mode three rules change: insert puts every new block in
+  P (a key from G still goes to M); a hit in M counts for every block, rare or not; evict takes P's
+  oldest only while P holds more than ``small_ratio * C`` unpinned keys or M has none, else M's
+  oldest as above. Switching mode moves no block.
+
+Modes (``mode=``): ``"recency"`` and ``"filter"`` run one mode; ``"adaptive"`` (the default) starts in
+recency and lets a duel choose. The duel runs in ``on_request``, after the statistics: it samples
+the blocks whose ``splitmix64(key)`` is divisible by ``S`` (a power of two: the largest at most
+``C / 2048``, at least 2, at most 64) and keeps two miniatures, plain chain-lru caches of ``C // S``
+blocks with no duel, one per mode. The request's sampled full prompt blocks and sampled outputs go
+through each miniature as cache mode takes a request, in the request's insert context: the
+first-miss rule over the sampled prompt blocks (in prefix order) counts the miniature's prefix hits,
+then the sampled outputs and prompt blocks are accessed deepest first. The sampled prompt blocks
+and both hit counts are summed, and all three halve when the blocks reach ``16 * (C // S)``. When
+the other mode's miniature leads the running mode's by more than ``0.01`` of the summed blocks, the
+cache switches mode. A miniature has no pinned blocks (the cache's pinned blocks are resident and
+hit too), so it models the whole cache at ``1 / S`` scale (spatial sampling, as SHARDS and
+miniature simulations do); the first-miss rule over the sampled blocks keeps its counts from
+crediting blocks whose prefix is gone, which filtering leaves behind.
+
 - pinning: a pinned key leaves its queue and keeps its segment; ``unpin`` puts it at the newest end
   of its segment. ``adopt`` puts inherited keys in M, oldest first; ``remove`` takes a key out
   without a ghost entry; ``reset`` forgets the statistics too.
@@ -49,11 +71,11 @@ hit still moves it to M). Memory: 8 bytes per block of each followed session's l
 Only cache mode and ``replay_request``'s callers give the session hint so far: the serve loop,
 vLLM and the offload tier do not.
 
-Without the hints (``replay``, ``access``, a driver that sees no requests) no block is rare, every
-insert goes to M and chain-lru is exactly LRU; the same holds for traffic whose every root is
-extended (agentic and chat sessions). Within a request the blocks are inserted deepest first (as vLLM frees
-them), so P and M evict a chain's tail before its prefix, and no block outlives its parent in P
-longer than in LRU.
+Without the hints (``replay``, ``access``, a driver that sees no requests) no block is rare, the
+duel never runs, every insert goes to M and chain-lru is exactly LRU; in the recency mode the same
+holds for traffic whose every root is extended (agentic and chat sessions). Within a request the
+blocks are inserted deepest first (as vLLM frees them), so P and M evict a chain's tail before its
+prefix, and no block outlives its parent in P longer than in LRU.
 
 Where the hints come from: cache mode, the adaptive manager's shadows and the serve loop (outputs
 are the trace's output keys); vLLM's GPU pool (``add_request``: the prompt's full blocks, no
@@ -62,12 +84,15 @@ first block); vLLM's CPU offload tier (a request's chunks when it finishes, and 
 each store; docs/vllm.md).
 
 Parameters: ``window_s=120`` (seconds an end waits to be extended), ``threshold=0.2``,
-``ghost_ratio=1.0``, ``sessions=False``.
+``ghost_ratio=1.0``, ``sessions=False``, ``mode="adaptive"``, ``small_ratio=0.1`` (P's share of C in
+the filter mode, S3-FIFO's small queue).
 
 Memory: per resident block one node (24 bytes) and its index entry (16 bytes, the table at most
 half full: 32-64 bytes), the same per ghost key (at most ``ghost_ratio * C``); per open end 24 bytes
 and its index entry (about two ends per request that arrived in the last ``window_s``); 16 bytes per
-root (at most 4,097).
+root (at most 4,097). The adaptive mode's two miniatures hold ``C // S`` blocks and ghosts each:
+``2 / S`` of the cache's own per-block memory on top of it (as much again for ``C < 8192``, where
+``S = 2``; 1/32 at ``S = 64``).
 """
 
 from __future__ import annotations
