@@ -1,5 +1,7 @@
-"""chain-lru: LRU that evicts first the new blocks of chains whose requests are rarely extended, and
-filters every new block (as S3-FIFO does) while a sampled duel says that pays.
+"""chain-lru: LRU that evicts rarely extended chains' new blocks first; filters as S3-FIFO when a duel says.
+
+It evicts first the new blocks of chains whose requests are rarely extended, and filters every new
+block (as S3-FIFO does) while a duel of two sampled miniature caches says that keeps more prefixes.
 
 wakman's own policy: it learns per chain root, from the hash chains of the request stream, whether a
 root's requests get a next turn, and from two miniature caches fed a sample of the same stream
