@@ -232,6 +232,7 @@ NB_MODULE(_core, m) {
            "P(a request's end is extended within window_s), with the prior, for a chain root.")
       .def_prop_ro("ghost_size", &ChainLRU::ghost_size)
       .def_prop_ro("probation_size", &ChainLRU::probation_size, "Unpinned keys in P.")
+      .def_prop_ro("probation_pinned", &ChainLRU::probation_pinned, "Pinned keys whose segment is P.")
       .def_prop_ro("open_ends", [](const ChainLRU& p) { return p.stats().open_ends(); })
       .def_prop_ro("roots", [](const ChainLRU& p) { return p.stats().roots(); })
       .def_ro("window_s", &ChainLRU::window_s_)

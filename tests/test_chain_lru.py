@@ -150,7 +150,7 @@ class Model:
         return False
 
     def evict(self) -> int:
-        small = len(self.prob) > self.small_ratio * self.capacity
+        small = len(self.prob) >= self.small_ratio * self.capacity
         if self.prob and (not self.filter or not self.main or small):
             key, _ = self.prob.popitem(last=False)
             if len(self.ghost) >= self.capacity:
@@ -237,6 +237,41 @@ def test_the_sampled_duel_follows_its_stated_semantics():
     assert policy.sample_every == model.every == 8
     _check_against_model(policy, model, reqs, 16384)
     assert policy.mode_switches == model.switches > 0
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    ops=st.lists(
+        st.tuples(
+            st.sampled_from(["insert", "insert-pinned", "hit", "pin", "unpin", "remove", "evict"]),
+            st.integers(0, 11),
+        ),
+        max_size=80,
+    ),
+    mode=st.sampled_from(["recency", "filter"]),
+)
+def test_the_filter_counts_probations_pinned_blocks(ops, mode):
+    """The filter mode's share of P counts P's pinned blocks (as S3-FIFO counts its small queue's):
+    through any pinned life cycle the count equals the pinned keys whose segment is P (in the filter
+    mode every new block's; in the recency mode, without hints, none)."""
+    policy = make_policy("chain-lru", 8, mode=mode)
+    for op, key in ops:
+        resident = key in policy
+        pinned = resident and policy.is_pinned(key)
+        if op.startswith("insert") and not resident and len(policy) < 8:
+            policy.insert(key, op == "insert-pinned")
+        elif op == "hit" and resident:
+            policy.hit(key)
+        elif op == "pin" and resident:
+            policy.pin(key)
+        elif op == "unpin" and pinned:
+            policy.unpin(key)
+        elif op == "remove":
+            policy.remove(key)
+        elif op == "evict" and policy.num_evictable:
+            policy.evict()
+        held = [k for k in policy.pinned_keys() if policy.in_probation(k)]
+        assert policy.probation_pinned == len(held)
 
 
 def test_without_request_hints_it_is_lru():

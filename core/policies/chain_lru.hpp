@@ -210,6 +210,7 @@ class ChainLRU final : public Policy {
   }
   size_t ghost_size() const { return ghost_.size(); }
   size_t probation_size() const { return probation_.size(); }
+  size_t probation_pinned() const { return pinned_in_probation_; }
   const ExtensionStats& stats() const { return stats_; }
   // The extension rate of a root (the prior for an unseen one).
   double extension_rate(Key root) const {
@@ -235,6 +236,7 @@ class ChainLRU final : public Policy {
     Node& n = s_.nodes[i];
     if (n.where == kMain && (filter_ || (n.freq & kRare)) && (n.freq & kCount) < kMaxCount) ++n.freq;
     if (n.pinned) {
+      pinned_in_probation_ -= (n.where == kProbation);
       n.where = kMain;
     } else {
       (n.where == kMain ? main_ : probation_).unlink(s_.nodes, i);
@@ -276,7 +278,8 @@ class ChainLRU final : public Policy {
   Key evict() override {
     if (!probation_.empty() &&
         (!filter_ || main_.empty() ||
-         static_cast<double>(probation_.size()) > small_ratio_ * static_cast<double>(bound_))) {
+         static_cast<double>(probation_.size() + pinned_in_probation_) >=
+             small_ratio_ * static_cast<double>(bound_))) {
       int32_t i = probation_.pop_tail(s_.nodes);
       Node& n = s_.nodes[i];
       Key key = n.key;
@@ -321,6 +324,7 @@ class ChainLRU final : public Policy {
     if (pinned) {
       n.pinned = 1;
       ++pinned_;
+      pinned_in_probation_ += (where == kProbation);
     } else {
       queue(where).push_head(s_.nodes, i);
     }
@@ -333,6 +337,7 @@ class ChainLRU final : public Policy {
     queue(n.where).unlink(s_.nodes, i);
     n.pinned = 1;
     ++pinned_;
+    pinned_in_probation_ += (n.where == kProbation);
   }
   void unpin(Key key) override {
     int32_t i = resident(key);
@@ -340,14 +345,19 @@ class ChainLRU final : public Policy {
     if (!n.pinned) bad_key("unpin of an unpinned key", key);
     n.pinned = 0;
     --pinned_;
+    pinned_in_probation_ -= (n.where == kProbation);
     queue(n.where).push_head(s_.nodes, i);
   }
   void remove(Key key) override {
     int32_t i = find_resident(key);
     if (i < 0) return;
     Node& n = s_.nodes[i];
-    if (n.pinned) --pinned_;
-    else queue(n.where).unlink(s_.nodes, i);
+    if (n.pinned) {
+      --pinned_;
+      pinned_in_probation_ -= (n.where == kProbation);
+    } else {
+      queue(n.where).unlink(s_.nodes, i);
+    }
     s_.drop(i);
   }
   // Inherited blocks go to M, oldest first.
@@ -362,7 +372,7 @@ class ChainLRU final : public Policy {
     main_.clear();
     ghost_.clear();
     pending_.clear();
-    pinned_ = 0;
+    pinned_ = pinned_in_probation_ = 0;
     stats_.clear();
     rarely_extended_ = false;
     session_index_.clear();
@@ -472,10 +482,11 @@ class ChainLRU final : public Policy {
   Store s_;
   List probation_, main_, ghost_, pending_;
   size_t pinned_ = 0;
+  size_t pinned_in_probation_ = 0;  // of pinned_, those whose segment is P
   ExtensionStats stats_;
   bool rarely_extended_ = false;  // the insert context: blocks inserted now go to P
   bool adaptive_;                 // the duel chooses filter_
-  bool filter_;                   // the filter mode: every new block goes to P, P holds small_ratio of it
+  bool filter_;                   // the filter mode: every new block goes to P, P kept near small_ratio
   int64_t sample_every_ = 1;
   std::unique_ptr<ChainLRU> minis_[2];  // the adaptive mode's miniatures: recency, filter
   std::vector<Key> sampled_;            // one request's sampled blocks (scratch)

@@ -40,8 +40,9 @@ Semantics (C = capacity in blocks; times in seconds, from the request stream):
   otherwise it is evicted (no ghost).
 - That is the *recency* mode. In the *filter* mode three rules change: insert puts every new block in
   P (a key from G still goes to M); a hit in M counts for every block, rare or not; evict takes P's
-  oldest only while P holds more than ``small_ratio * C`` unpinned keys or M has none, else M's
-  oldest as above. Switching mode moves no block.
+  oldest unpinned key only while P's blocks, its pinned ones included (as S3-FIFO counts its small
+  queue), are at least ``small_ratio * C``, or M has no unpinned key; else M's oldest as above.
+  Switching mode moves no block.
 
 Modes (``mode=``): ``"recency"`` and ``"filter"`` run one mode; ``"adaptive"`` (the default) starts in
 recency and lets a duel choose. The duel runs in ``on_request``, after the statistics: it samples
