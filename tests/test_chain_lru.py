@@ -17,15 +17,15 @@ from wakman.simulation.server import ServerModel
 from wakman.traces import read_trace
 from wakman.workload import build_config, generate_requests
 
+MASK64 = (1 << 64) - 1
+
 
 def splitmix64(x: int) -> int:
+    """splitmix64's output function of x + golden ratio (the duel's sampling hash)."""
     z = (x + 0x9E3779B97F4A7C15) & MASK64
     z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & MASK64
     z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & MASK64
     return z ^ (z >> 31)
-
-
-MASK64 = (1 << 64) - 1
 
 
 class Model:
@@ -192,7 +192,7 @@ requests = st.lists(
 )
 
 
-def _check_against_model(policy, model: Model, reqs, capacity: int) -> None:
+def _check_against_model(policy, model: Model, reqs) -> None:
     last: dict[int, list[int]] = {}
     now, fresh = 0.0, 1000
     for root, extends, new, gap in reqs:
@@ -222,7 +222,7 @@ def test_chain_lru_follows_its_stated_semantics(reqs, capacity, window, mode, sm
         "chain-lru", capacity, window_s=window, threshold=0.4, mode=mode, small_ratio=small_ratio
     )
     model = Model(capacity, window, threshold=0.4, mode=mode, small_ratio=small_ratio)
-    _check_against_model(policy, model, reqs, capacity)
+    _check_against_model(policy, model, reqs)
 
 
 def test_the_sampled_duel_follows_its_stated_semantics():
@@ -235,7 +235,7 @@ def test_the_sampled_duel_follows_its_stated_semantics():
     ]
     policy, model = make_policy("chain-lru", 16384, threshold=0.4), Model(16384, threshold=0.4)
     assert policy.sample_every == model.every == 8
-    _check_against_model(policy, model, reqs, 16384)
+    _check_against_model(policy, model, reqs)
     assert policy.mode_switches == model.switches > 0
 
 

@@ -274,8 +274,8 @@ def test_kv_events_stay_exact_under_each_policy_and_forced_switches(trace, polic
 @pytest.mark.parametrize("policy", ["wakman", "wakman-plus"])
 def test_kv_events_stay_exact_across_live_switches(policy):
     """The adaptive manager switching on its own (phased traffic, a decision every 5 trace s).
-    wakman-plus's chain-lru keeps single-turn phases out of the way by itself (its own duel takes
-    the filter mode there), so with its 2-point hysteresis it stays; without one it switches."""
+    wakman-plus's chain-lru keeps single-turn phases out of the way by itself, so with its 2-point
+    hysteresis the manager stays on it here; without a hysteresis it switches."""
     trace = phased_trace()
     env = {"WAKMAN_INTERVAL_S": "5", "WAKMAN_REPLAY": "inline"}
     if policy == "wakman-plus":
