@@ -14,13 +14,15 @@ namespace wakman {
 
 // The future a Belady run is given: the whole key sequence and, per access, the index of the same
 // key's next access (kNever if none), from one backward pass, as libCacheSim's next_access_vtime.
-// Read-only once built, so one future serves every Belady that replays it (one per capacity).
+// Read-only once built (but for the occurrence index pool use builds on first need), so one future
+// serves every Belady that replays it (one per capacity). Memory: 12 bytes per access, plus 4 per
+// access once the occurrences are built.
 struct BeladyFuture {
-  static constexpr int64_t kNever = int64_t(1) << 62;
+  static constexpr int32_t kNever = INT32_MAX;  // above every index: the future holds < INT32_MAX keys
 
   explicit BeladyFuture(std::vector<Key> sequence) : keys(std::move(sequence)) {
     const size_t n = keys.size();
-    if (n > static_cast<size_t>(INT32_MAX)) throw std::length_error("belady: the future exceeds 2**31 accesses");
+    if (n >= static_cast<size_t>(INT32_MAX)) throw std::length_error("belady: the future exceeds 2**31 - 2 accesses");
     next_index.assign(n, kNever);
     // `last` maps a key to its latest position seen so far. It is sized by the distinct keys as they
     // come (the table doubles), not by the accesses: a trace reuses its keys, and a table of n/2
@@ -36,13 +38,52 @@ struct BeladyFuture {
     }
   }
 
+  // First occurrence of `key` at or after `clock` (kNever if none), from the positions grouped by
+  // key (built on the first call).
+  int32_t first_at_or_after(Key key, int64_t clock) const {
+    if (!occurrences_built_) build_occurrences();
+    int32_t g = occ_index_.find(key);
+    if (g < 0) return kNever;
+    auto first = occ_positions_.begin() + occ_start_[g], last = occ_positions_.begin() + occ_start_[g + 1];
+    auto it = std::lower_bound(first, last, clock);
+    return it == last ? kNever : *it;
+  }
+  size_t occurrence_bytes() const {
+    return occ_positions_.capacity() * 4 + occ_start_.capacity() * 4 + occ_index_.bytes();
+  }
+
   std::vector<Key> keys;
-  std::vector<int64_t> next_index;
+  std::vector<int32_t> next_index;
+
+ private:
+  // Each key's positions in order, one group per key: a position no access names as its next use
+  // starts a key's chain, which next_index then walks. O(accesses).
+  void build_occurrences() const {
+    const size_t n = keys.size();
+    std::vector<bool> is_next(n, false);
+    for (size_t j = 0; j < n; ++j)
+      if (next_index[j] != kNever) is_next[static_cast<size_t>(next_index[j])] = true;
+    occ_index_ = KeyMap();
+    occ_start_.assign(1, 0);
+    occ_positions_.assign(n, 0);
+    int32_t filled = 0;
+    for (size_t j = 0; j < n; ++j) {
+      if (is_next[j]) continue;
+      occ_index_.insert(keys[j], static_cast<int32_t>(occ_start_.size() - 1));
+      for (int32_t p = static_cast<int32_t>(j); p != kNever; p = next_index[p]) occ_positions_[filled++] = p;
+      occ_start_.push_back(filled);
+    }
+    occurrences_built_ = true;
+  }
+
+  mutable bool occurrences_built_ = false;
+  mutable KeyMap occ_index_;
+  mutable std::vector<int32_t> occ_start_, occ_positions_;
 };
 
 class Belady final : public StoredPolicy {
  public:
-  static constexpr int64_t kNever = BeladyFuture::kNever;
+  static constexpr int32_t kNever = BeladyFuture::kNever;
 
   Belady(int64_t capacity, std::shared_ptr<const BeladyFuture> future)
       : StoredPolicy(capacity), shared_(std::move(future)), future_(shared_->keys), next_index_(shared_->next_index) {}
@@ -69,7 +110,7 @@ class Belady final : public StoredPolicy {
     clock_ = i + 1;
   }
   void hit_node(int32_t i) {
-    int64_t next = next_use_for(s_.nodes[i].key);
+    int32_t next = next_use_for(s_.nodes[i].key);
     if (s_.nodes[i].pinned) next_use_[i] = next;
     else set(i, next);
   }
@@ -77,7 +118,7 @@ class Belady final : public StoredPolicy {
   void miss(Key) override {}
   Key evict() override {
     if (heap_.empty()) no_evictable();
-    int32_t i = heap_[0];
+    int32_t i = heap_[0].node;
     heap_erase(i);
     Key key = s_.nodes[i].key;
     s_.drop(i);
@@ -87,10 +128,9 @@ class Belady final : public StoredPolicy {
     int32_t i = add(key, pinned);
     if (static_cast<size_t>(i) >= next_use_.size()) {
       next_use_.resize(i + 1);
-      set_order_.resize(i + 1);
       heap_pos_.resize(i + 1, kNotInHeap);
     }
-    int64_t next = next_use_for(key);
+    int32_t next = next_use_for(key);
     if (pinned) next_use_[i] = next;
     else set(i, next);
   }
@@ -103,7 +143,7 @@ class Belady final : public StoredPolicy {
   void unpin(Key key) override {
     int32_t i = resident(key);
     mark_unpinned(i);
-    set(i, occurrences_built_ ? next_after_clock(key) : next_use_[i]);
+    set(i, pool_use_ ? shared_->first_at_or_after(key, clock_) : next_use_[i]);
   }
   void remove(Key key) override {
     int32_t i = s_.index.find(key);
@@ -120,130 +160,108 @@ class Belady final : public StoredPolicy {
     has_current_ = false;
   }
   void eviction_order(std::vector<Key>& out, size_t limit) const override {
-    std::vector<int32_t> order(heap_);
-    std::sort(order.begin(), order.end(), [this](int32_t a, int32_t b) { return above(a, b); });
-    for (int32_t i : order) {
+    std::vector<Entry> order(heap_);
+    std::sort(order.begin(), order.end(), [](const Entry& a, const Entry& b) { return a.above(b); });
+    for (const Entry& e : order) {
       if (out.size() >= limit) break;
-      out.push_back(s_.nodes[i].key);
+      out.push_back(s_.nodes[e.node].key);
     }
   }
   size_t bytes() const override {
-    return s_.bytes() + heap_.capacity() * 4 + next_use_.capacity() * 20 + future_.capacity() * 16 +
-           occ_positions_.capacity() * 8 + occ_start_.capacity() * 8 + occ_index_.bytes();
+    return s_.bytes() + heap_.capacity() * sizeof(Entry) + next_use_.capacity() * 4 + heap_pos_.capacity() * 4 +
+           future_.capacity() * 8 + next_index_.capacity() * 4 + shared_->occurrence_bytes();
   }
   WAKMAN_DRIVEN(Belady)
 
  private:
   static constexpr int32_t kNotInHeap = -1;
+  static constexpr size_t kArity = 4;  // a 4-ary heap: half the levels of a binary one, siblings adjacent
 
-  // The victim order, a strict total order: the later next use first; among equal ones (keys never
-  // used again) the one whose next use was set first.
-  bool above(int32_t a, int32_t b) const {
-    return next_use_[a] != next_use_[b] ? next_use_[a] > next_use_[b] : set_order_[a] < set_order_[b];
-  }
+  // A heap slot: an unpinned resident node with its next use and when that was set, inline so that a
+  // sift compares adjacent memory.
+  struct Entry {
+    uint64_t order;  // when its next use was set (ties among kNever: the earlier goes first)
+    int32_t next;
+    int32_t node;
+    // The victim order, a strict total order: the later next use first, then the earlier set.
+    bool above(const Entry& b) const { return next != b.next ? next > b.next : order < b.order; }
+  };
+
   // Node i (unpinned, resident) takes next use `next`: it enters the heap or moves in place.
-  void set(int32_t i, int64_t next) {
+  void set(int32_t i, int32_t next) {
     next_use_[i] = next;
-    set_order_[i] = ++order_;
+    const Entry e{++order_, next, i};
+    size_t pos;
     if (heap_pos_[i] == kNotInHeap) {
-      heap_pos_[i] = static_cast<int32_t>(heap_.size());
-      heap_.push_back(i);
+      pos = heap_.size();
+      heap_.push_back(e);
+    } else {
+      pos = static_cast<size_t>(heap_pos_[i]);
+      heap_[pos] = e;
     }
-    sift_down(sift_up(heap_pos_[i]));
+    sift_down(sift_up(pos, e), e);
   }
   void heap_erase(int32_t i) {
-    const int32_t pos = heap_pos_[i];
-    const int32_t last = heap_.back();
+    const size_t pos = static_cast<size_t>(heap_pos_[i]);
+    const Entry last = heap_.back();
     heap_.pop_back();
     heap_pos_[i] = kNotInHeap;
-    if (last == i) return;
-    place(last, pos);
-    sift_down(sift_up(pos));
+    if (last.node == i) return;
+    sift_down(sift_up(pos, last), last);
   }
-  void place(int32_t node, int32_t pos) {
-    heap_[pos] = node;
-    heap_pos_[node] = pos;
+  void place(const Entry& e, size_t pos) {
+    heap_[pos] = e;
+    heap_pos_[e.node] = static_cast<int32_t>(pos);
   }
-  // Moves the node at `pos` towards the root while it belongs above its parent; returns its position.
-  int32_t sift_up(int32_t pos) {
-    const int32_t node = heap_[pos];
+  // Moves `e` (bound for slot `pos`) towards the root while it belongs above its parent; returns
+  // the slot it takes.
+  size_t sift_up(size_t pos, const Entry& e) {
     while (pos > 0) {
-      const int32_t parent = (pos - 1) / 2;
-      if (!above(node, heap_[parent])) break;
+      const size_t parent = (pos - 1) / kArity;
+      if (!e.above(heap_[parent])) break;
       place(heap_[parent], pos);
       pos = parent;
     }
-    place(node, pos);
+    place(e, pos);
     return pos;
   }
-  void sift_down(int32_t pos) {
-    const int32_t node = heap_[pos];
-    const int32_t n = static_cast<int32_t>(heap_.size());
+  void sift_down(size_t pos, const Entry& e) {
+    const size_t n = heap_.size();
     while (true) {
-      int32_t child = 2 * pos + 1;
-      if (child >= n) break;
-      if (child + 1 < n && above(heap_[child + 1], heap_[child])) ++child;
-      if (!above(heap_[child], node)) break;
-      place(heap_[child], pos);
-      pos = child;
+      const size_t first = kArity * pos + 1;
+      if (first >= n) break;
+      size_t best = first;
+      const size_t end = std::min(first + kArity, n);
+      for (size_t c = first + 1; c < end; ++c)
+        if (heap_[c].above(heap_[best])) best = c;
+      if (!heap_[best].above(e)) break;
+      place(heap_[best], pos);
+      pos = best;
     }
-    place(node, pos);
+    place(e, pos);
   }
 
-  int64_t next_use_for(Key key) {
+  int32_t next_use_for(Key key) {
     if (has_current_ && key == current_key_) {
       has_current_ = false;
       return current_next_;
     }
-    return next_after_clock(key);
-  }
-
-  // First occurrence of `key` at or after the clock (kNever if none): positions grouped by key.
-  int64_t next_after_clock(Key key) {
-    if (!occurrences_built_) build_occurrences();
-    int32_t g = occ_index_.find(key);
-    if (g < 0) return kNever;
-    auto first = occ_positions_.begin() + occ_start_[g], last = occ_positions_.begin() + occ_start_[g + 1];
-    auto it = std::lower_bound(first, last, clock_);
-    return it == last ? kNever : *it;
-  }
-  void build_occurrences() {
-    const size_t n = future_.size();
-    std::vector<int32_t> group(n);
-    std::vector<int64_t> count;
-    for (size_t j = 0; j < n; ++j) {
-      int32_t g = occ_index_.find(future_[j]);
-      if (g < 0) {
-        g = static_cast<int32_t>(count.size());
-        occ_index_.insert(future_[j], g);
-        count.push_back(0);
-      }
-      group[j] = g;
-      ++count[g];
-    }
-    occ_start_.assign(count.size() + 1, 0);
-    for (size_t g = 0; g < count.size(); ++g) occ_start_[g + 1] = occ_start_[g] + count[g];
-    std::vector<int64_t> fill(occ_start_.begin(), occ_start_.end() - 1);
-    occ_positions_.assign(n, 0);
-    for (size_t j = 0; j < n; ++j) occ_positions_[fill[group[j]]++] = static_cast<int64_t>(j);
-    occurrences_built_ = true;
+    pool_use_ = true;
+    return shared_->first_at_or_after(key, clock_);
   }
 
   std::shared_ptr<const BeladyFuture> shared_;
   const std::vector<Key>& future_;
-  const std::vector<int64_t>& next_index_;
-  std::vector<int64_t> next_use_;  // by node
-  std::vector<uint64_t> set_order_;  // by node: when its next use was last set (ties among kNever)
-  std::vector<int32_t> heap_pos_;    // by node: its index in heap_, or kNotInHeap (pinned, free slot)
-  std::vector<int32_t> heap_;        // the unpinned resident nodes, a binary heap on above()
+  const std::vector<int32_t>& next_index_;
+  std::vector<int32_t> next_use_;  // by node
+  std::vector<int32_t> heap_pos_;  // by node: its slot in heap_, or kNotInHeap (pinned, free slot)
+  std::vector<Entry> heap_;        // the unpinned resident nodes, a 4-ary heap on Entry::above
   uint64_t order_ = 0;
   int64_t clock_ = 0;
   bool has_current_ = false;
+  bool pool_use_ = false;  // a next use was looked up at the clock: the pool's, not the driver's
   Key current_key_ = 0;
-  int64_t current_next_ = 0;
-  bool occurrences_built_ = false;
-  KeyMap occ_index_;
-  std::vector<int64_t> occ_start_, occ_positions_;
+  int32_t current_next_ = 0;
 };
 
 }  // namespace wakman

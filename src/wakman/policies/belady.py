@@ -15,8 +15,9 @@ clock. With prefix caching and pinning this is a reference, not a proven optimum
 ``BeladyFuture`` built from it once: the next-use index is then shared by every Belady given it (one
 replay per capacity builds it once).
 
-Memory: 16 bytes per future access (shared by the Beladys of one ``BeladyFuture``), plus 16 per
-occurrence once pool use needs them.
+Memory: 12 bytes per future access (the key and its next use's index), plus 4 per access once pool
+use needs each key's occurrences, all shared by the Beladys of one ``BeladyFuture``; 24 per resident
+key besides the index and nodes every policy keeps (its heap slot, next use and heap position).
 """
 
 from __future__ import annotations
@@ -24,7 +25,6 @@ from __future__ import annotations
 from wakman import _core
 
 BeladyFuture = _core.BeladyFuture
-NEVER = 1 << 62  # next use of a key that is not accessed again
 
 
 class Belady(_core.Belady):
