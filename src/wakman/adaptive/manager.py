@@ -226,10 +226,13 @@ class AdaptiveManager:
         for name in names:
             if name not in self._shadows:
                 self._shadows[name] = self.make_policy(name, capacity)
-        shadows = [self._shadows[name] for name in names]
+        # one shadow at a time over the whole batch (the shadows are independent): its tables stay
+        # in the CPU's cache, where interleaving the shadows request by request made each evict the
+        # others' (about 1.5x the time on the Claude Code archive)
+        per_shadow = [[_first_miss_hits(r, self._shadows[name]) for r in new_requests] for name in names]
         scores = self._scores
-        for r in new_requests:
-            scores.add(r.arrival_s, r.prompt_tokens, [_first_miss_hits(r, shadow) for shadow in shadows])
+        for r, hits in zip(new_requests, zip(*per_shadow), strict=True):
+            scores.add(r.arrival_s, r.prompt_tokens, list(hits))
         if new_requests:
             scores.forget_before(new_requests[-1].arrival_s - self.config.window_s)
         # each request weighs 2^(-(newest arrival - its arrival) / half-life): hit tokens / prompt tokens
