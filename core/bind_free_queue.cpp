@@ -13,7 +13,6 @@
 #endif
 
 #include <algorithm>
-#include <cstring>
 #include <string>
 #include <vector>
 
@@ -99,40 +98,51 @@ int32_t block_id(PyObject* block) { return static_cast<int32_t>(block_id_field()
 long ref_cnt(PyObject* block) { return ref_cnt_field().get_int(block); }
 bool is_null_block(PyObject* block) { return is_null_field().get(block).ptr() == Py_True; }
 
+// The policy key rule (wakman.vllm_plugin.free_queue.policy_key): a vLLM hash key is the BlockHash's
+// bytes, then the KV-cache group id as 4 big-endian bytes (BlockHashWithGroupId, and the offload
+// tier's OffloadKey alike). Its policy key chains splitmix64 over the BlockHash's 8-byte big-endian
+// words (the last one shorter where the length is not a multiple of 8), then over the group id and
+// the hash's length: every byte counts, and the key is the same in every process (no PYTHONHASHSEED).
+Key hash_key(const char* hash, size_t n, uint32_t group) {
+  Key k = 0;
+  for (size_t i = 0; i < n; i += 8) {
+    Key word = 0;
+    for (size_t j = i; j < i + 8 && j < n; ++j) word = (word << 8) | static_cast<unsigned char>(hash[j]);
+    k = splitmix64(k ^ word);
+  }
+  return splitmix64(k ^ (static_cast<Key>(group) | (static_cast<Key>(n) << 32)));
+}
+// The key of a hash key's bytes object (hash, then group id); another object's: Python's hash.
+Key object_key(PyObject* obj) {
+  if (PyBytes_Check(obj)) {
+    const char* data = PyBytes_AS_STRING(obj);
+    const size_t n = static_cast<size_t>(PyBytes_GET_SIZE(obj));
+    if (n < 4) return hash_key(data, n, 0);
+    uint32_t group = 0;
+    for (size_t i = n - 4; i < n; ++i) group = (group << 8) | static_cast<unsigned char>(data[i]);
+    return hash_key(data, n - 4, group);
+  }
+  Py_hash_t h = PyObject_Hash(obj);
+  if (h == -1 && PyErr_Occurred()) throw nb::python_error();
+  return static_cast<Key>(h);
+}
+
 // Reads the block's hash (its _block_hash slot, which KVCacheBlock.block_hash returns): false if
-// it has none, else true with `out` = the policy key rule's hash(block_hash) mod 2**64.
+// it has none, else true with `out` = its policy key.
 bool block_hash(PyObject* block, Key& out) {
   nb::object v = hash_field().get(block);
   if (v.is_none()) return false;
-  Py_hash_t h = PyObject_Hash(v.ptr());
-  if (h == -1 && PyErr_Occurred()) throw nb::python_error();
-  out = static_cast<Key>(h);
+  out = object_key(v.ptr());
   return true;
 }
 
-// The policy key of a vLLM BlockHash in KV-cache group `group`: Python's hash of the
-// BlockHashWithGroupId bytes (the hash, then the group id as 4 big-endian bytes), what
-// block_hash() reads from a cached block, computed without building the bytes object.
+// The policy key of a vLLM BlockHash in KV-cache group `group`, what block_hash() reads from a block
+// cached under make_block_hash_with_group_id(block_hash, group), without building that bytes object.
 Key group_key(PyObject* block_hash, uint32_t group) {
   char* data = nullptr;
   Py_ssize_t size = 0;
   if (PyBytes_AsStringAndSize(block_hash, &data, &size) < 0) throw nb::python_error();
-  char local[68];  // a 64-byte hash and the group id without an allocation (vLLM's are 32 bytes)
-  std::string heap;
-  char* buf = local;
-  const size_t n = static_cast<size_t>(size) + 4;
-  if (n > sizeof(local)) {
-    heap.resize(n);
-    buf = heap.data();
-  }
-  std::memcpy(buf, data, static_cast<size_t>(size));
-  for (int i = 0; i < 4; ++i) buf[size + i] = static_cast<char>((group >> (24 - 8 * i)) & 0xFF);
-#if PY_VERSION_HEX >= 0x030E0000
-  Py_hash_t h = Py_HashBuffer(buf, static_cast<Py_ssize_t>(n));
-#else
-  Py_hash_t h = _Py_HashBytes(buf, static_cast<Py_ssize_t>(n));
-#endif
-  return static_cast<Key>(h);
+  return hash_key(data, static_cast<size_t>(size), group);
 }
 
 // reconcile() of free_queue.hpp for one Python block.
@@ -209,6 +219,10 @@ struct PyFreeQueue {
   std::vector<Key> expected;  // reused by expect_misses
 
   void expect_misses(nb::handle block_hashes, Py_ssize_t start, nb::handle groups) {
+    if (!queue.policy().hears_misses()) {  // no ghosts: the misses would change nothing
+      queue.drop_expected_misses();
+      return;
+    }
     std::vector<uint32_t> ids;
     for (nb::handle g : groups) ids.push_back(nb::cast<uint32_t>(g));
     expected.clear();
@@ -343,6 +357,12 @@ void bind_free_queue(nb::module_& m) {
       .def("__iter__", [](nb::handle self) { return nb::borrow(self); })
       .def("__next__", &FreeBlockIter::next);
 
+  m.def(
+      "policy_key", [](nb::handle key) { return object_key(key.ptr()); }, "hash_key"_a,
+      "The core's 64-bit key for a vLLM hash key (BlockHashWithGroupId or OffloadKey bytes: a BlockHash,\n"
+      "then the group id as 4 big-endian bytes): the BlockHash's last 8 bytes big-endian (vLLM's KV-event\n"
+      "form), XOR splitmix64(group) for a group other than 0. Another object: Python's hash, mod 2**64.");
+
   nb::class_<PyFreeQueue>(m, "FreeBlockQueue", nb::type_slots(queue_slots),
                           "vLLM's free-block queue ordered by a wakman policy (core/free_queue.hpp).")
       .def(nb::init<nb::handle, nb::handle, nb::object>(), "blocks"_a, "free_blocks"_a, "policy"_a,
@@ -406,7 +426,7 @@ void bind_free_queue(nb::module_& m) {
           },
           "blocks"_a, "start"_a = 0, "stop"_a = -1,
           "Reconcile blocks[start:stop] with their hashes, after a pool call that set or removed some: a\n"
-          "first hash makes the block the policy key hash(block_hash) mod 2**64 (copy_key(key, n) for the\n"
+          "first hash makes the block the policy key policy_key(block_hash) (copy_key(key, n) for the\n"
           "first free n while another block holds that key), pinned while ref_cnt > 0; a lost hash takes the key out of\n"
           "the policy in O(1) (a free block then joins blank's head); a changed hash re-keys the block.")
       .def("expect_misses", &PyFreeQueue::expect_misses, "block_hashes"_a, "start"_a, "groups"_a,

@@ -160,6 +160,8 @@ NB_MODULE(_core, m) {
           "Hint: the on_request that follows belongs to this session (a 64-bit key).")
       .def_prop_ro("learns_from_requests", &Policy::learns_from_requests,
                    "Whether on_request changes anything (a host may skip building its keys otherwise).")
+      .def_prop_ro("hears_misses", &Policy::hears_misses,
+                   "Whether miss() changes anything (it finds ghosts): vLLM's queue skips misses otherwise.")
       .def(
           "inserting_for", [](Policy& p, nb::handle root) { p.inserting_for(to_key(root)); }, "root"_a,
           "Hint: the inserts that follow belong to the chain whose first block key is root.")

@@ -77,6 +77,9 @@ class Policy {
   // Whether on_request changes anything: a host that must build the keys for it (vLLM's queue)
   // skips the hint for a policy that ignores it.
   virtual bool learns_from_requests() const { return false; }
+  // Whether miss() changes anything (a ghost to find): a host that must build a key for each miss
+  // (vLLM's queue) skips them for a policy without ghosts.
+  virtual bool hears_misses() const { return true; }
 
   // Unpinned keys, likeliest victim first (exact for LRU and FIFO, the policy's queue order otherwise),
   // appended to `out` until it holds `limit` keys: the first k victims cost O(k), not O(resident).

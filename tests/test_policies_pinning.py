@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import random
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -248,3 +250,53 @@ def test_s3fifo_ghost_hit_is_seen_before_eviction():
         ghost_full.evict()  # S evictions push new keys into G
     ghost_full.insert(oldest_ghost)
     assert oldest_ghost in ghost_full and oldest_ghost in ghost_full.eviction_order()[2:]
+
+
+@pytest.mark.parametrize("name", NAMES)
+@settings(max_examples=40, deadline=None)
+@given(stream=st.lists(st.integers(0, 40), min_size=1, max_size=200), capacity=st.integers(1, 12))
+def test_a_policy_that_does_not_hear_misses_ignores_them(name, stream, capacity):
+    """``hears_misses`` False (vLLM's queue then skips building the misses' keys) must mean that
+    miss() changes nothing: the same stream with and without a miss before each insert leaves the same
+    eviction order. Where it is True, some stream tells the two apart (S3-FIFO and ARC's ghosts,
+    chain-lru's), checked below."""
+    policy = build(name, capacity)
+    if policy.hears_misses:
+        return
+    heard, deaf = build(name, capacity), build(name, capacity)
+    for key in stream[: len(FUTURE)] if name == "belady" else stream:
+        key = FUTURE[0] if name == "belady" else key
+        for p, tell in ((heard, True), (deaf, False)):
+            if key in p:
+                p.hit(key)
+                continue
+            if tell:
+                p.miss(key)
+            while name in BOUNDED and len(p) >= capacity:  # the infinite ceiling never evicts
+                p.evict()
+            p.insert(key, False)
+    assert heard.eviction_order() == deaf.eviction_order()
+
+
+@pytest.mark.parametrize("name", [n for n in NAMES if build(n, 4).hears_misses])
+def test_a_policy_that_hears_misses_uses_them(name):
+    """The ghost policies' misses matter: the same stream without them goes through other states."""
+    rng = random.Random(0)
+    stream = [rng.randrange(9) for _ in range(100)]
+    runs: list[list] = []
+    for tell in (True, False):
+        # chain-lru's ghosts come from its probation queue, which its filter mode feeds without hints
+        p = make_policy(name, 4, mode="filter") if name == "chain-lru" else build(name, 4)
+        states = []
+        for key in stream:
+            if key in p:
+                p.hit(key)
+                continue
+            if tell:
+                p.miss(key)
+            while len(p) >= 4:
+                p.evict()
+            p.insert(key, False)
+            states.append(p.eviction_order())
+        runs.append(states)
+    assert runs[0] != runs[1]

@@ -244,3 +244,63 @@ def test_hashes_set_or_removed_on_unhooked_paths_are_caught_at_release():
     pool.free_blocks([b])  # no hash: stock hands it to prepend_n, which drops the key
     assert queue.key_of(b) is None and queue.get_all_free_blocks()[0] is b
     pool.check()
+
+
+def _splitmix64(x: int) -> int:
+    z = (x + 0x9E3779B97F4A7C15) & (2**64 - 1)
+    z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & (2**64 - 1)
+    z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & (2**64 - 1)
+    return z ^ (z >> 31)
+
+
+def _stated_key(block_hash: bytes, group: int) -> int:
+    """``policy_key`` as its docstring states it, written again here."""
+    k = 0
+    for i in range(0, len(block_hash), 8):
+        k = _splitmix64(k ^ int.from_bytes(block_hash[i : i + 8], "big"))
+    return _splitmix64(k ^ (group | len(block_hash) << 32))
+
+
+@settings(max_examples=200, deadline=None)
+@given(block_hash=st.binary(min_size=0, max_size=70), group=st.integers(0, 2**32 - 1))
+def test_policy_key_follows_its_stated_rule(block_hash, group):
+    from vllm.v1.core.kv_cache_utils import make_block_hash_with_group_id
+
+    assert policy_key(make_block_hash_with_group_id(block_hash, group)) == _stated_key(block_hash, group)
+
+
+def test_the_queue_keys_blocks_and_misses_by_policy_key(stream):
+    """The key a cached block gets (read from its hash) and the key an announced miss gets (made from
+    the BlockHash and the group id, without the bytes object) are both ``policy_key`` of the block's
+    hash key: a ghost is found again."""
+    pool = make_pool(400, "s3fifo")
+    for keys, limit, _ in stream[:40]:
+        if len(keys) <= 400:
+            serve_one(pool, keys, limit)
+    queue = pool.free_block_queue
+    cached = [b for b in pool.blocks if b.block_hash is not None]
+    assert cached and all(queue.key_of(b) == policy_key(b.block_hash) for b in cached)
+    assert all(queue.block_of(policy_key(b.block_hash)) is b for b in cached)
+
+
+def test_policy_keys_are_the_same_in_every_process():
+    """Python's hash of bytes changes with PYTHONHASHSEED; the policy keys (and so chain-lru's sampled
+    duel and every tie the keys decide) must not."""
+    import os
+    import subprocess
+    import sys
+
+    code = (
+        "from wakman.vllm_plugin.free_queue import policy_key\n"
+        "print([policy_key(bytes([i]) * 32 + bytes(4)) for i in range(5)], hash(b'x' * 32))"
+    )
+    outs = []
+    for seed in ("1", "2"):
+        env = {**os.environ, "PYTHONHASHSEED": seed}
+        run = subprocess.run(
+            [sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True
+        )
+        keys, python_hash = run.stdout.rsplit(" ", 1)
+        outs.append((keys, python_hash))
+    assert outs[0][0] == outs[1][0]
+    assert outs[0][1] != outs[1][1]  # the check can fail: Python's own hash did change

@@ -115,7 +115,6 @@ class Belady final : public StoredPolicy {
     else set(i, next);
   }
 
-  void miss(Key) override {}
   Key evict() override {
     if (heap_.empty()) no_evictable();
     int32_t i = heap_[0].node;

@@ -22,7 +22,6 @@ class Recency final : public StoredPolicy {
     if (kMoveOnHit && !s_.nodes[i].pinned) order_.move_to_head(s_.nodes, i);
   }
 
-  void miss(Key) override {}
   Key evict() override {
     if (!kEvicts) throw NoEvictable("infinite: never evicts");
     if (order_.empty()) no_evictable();

@@ -13,7 +13,6 @@ class Sieve final : public StoredPolicy {
 
   void hit_node(int32_t i) { s_.nodes[i].freq = 1; }
 
-  void miss(Key) override {}
   Key evict() override {
     if (queue_.empty()) no_evictable();
     int32_t i = hand_ >= 0 ? hand_ : queue_.tail();

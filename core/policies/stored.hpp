@@ -21,6 +21,9 @@ class StoredPolicy : public Policy {
   void pinned_keys(std::vector<Key>& out) const override { s_.pinned_keys(out); }
   size_t bytes() const override { return s_.bytes(); }
 
+  void miss(Key) override {}  // no ghosts: a miss changes nothing
+  bool hears_misses() const override { return false; }
+
   void begin_access(Key) {}
   int32_t find_resident(Key key) const { return s_.index.find(key); }
 

@@ -231,7 +231,7 @@ class AdaptiveManager:
         # others' (about 1.5x the time on the Claude Code archive)
         per_shadow = [[_first_miss_hits(r, self._shadows[name]) for r in new_requests] for name in names]
         scores = self._scores
-        for r, hits in zip(new_requests, zip(*per_shadow), strict=True):
+        for r, hits in zip(new_requests, zip(*per_shadow, strict=True), strict=True):
             scores.add(r.arrival_s, r.prompt_tokens, list(hits))
         if new_requests:
             scores.forget_before(new_requests[-1].arrival_s - self.config.window_s)

@@ -28,17 +28,22 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from wakman import _core
 from wakman._core import FreeBlockQueue
 
-KEY_MASK = (1 << 64) - 1
+policy_key = _core.policy_key
+"""``policy_key(hash_key)``: the core's 64-bit key for a vLLM hash key (``BlockHashWithGroupId`` or the
+offload tier's ``OffloadKey``: the ``BlockHash`` bytes, then the KV-cache group id as 4 big-endian
+bytes). With ``splitmix64`` as in the core (``core/key_map.hpp``)::
 
+    k = 0
+    for each 8-byte word w of the BlockHash, big-endian (the last one shorter if need be):
+        k = splitmix64(k ^ w)
+    key = splitmix64(k ^ (group | len(BlockHash) << 32))
 
-def policy_key(block_hash: object) -> int:
-    """The core's 64-bit key for a vLLM block hash: Python's hash of it (cached on the bytes
-    object, so a second call is one load), as an unsigned 64-bit integer, the rule
-    ``PolicyFreeQueue.cached`` applies. Two distinct hashes collide with probability ~n^2 / 2^65
-    for n cached blocks."""
-    return hash(block_hash) & KEY_MASK
+Every byte counts, and the key is the same in every process (Python's ``hash`` of bytes changes with
+PYTHONHASHSEED). Another object gets Python's hash, mod 2**64. Two distinct hash keys collide with
+probability ~n^2 / 2^65 for n cached blocks."""
 
 
 class PolicyFreeQueue(FreeBlockQueue):

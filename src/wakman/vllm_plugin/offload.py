@@ -12,9 +12,10 @@ policy nothing but its capacity). This
 module is the only one of wakman that imports vLLM's offload code; it works with vLLM 0.32 and 0.33.
 
 State: the core policy (capacity = the tier's chunks) holds one 64-bit key per resident chunk,
-``policy_key(offload_key)`` (Python's hash of the key bytes, as for the GPU pool); a dict maps that
-key to ``(OffloadKey, ChunkStatus)``. A chunk is pinned in the core iff its ``ref_cnt != 0`` (-1: its
-store is in flight; > 0: loads read it), so the core never offers it as a victim.
+``policy_key(offload_key)`` (the GPU pool's rule: an ``OffloadKey`` is a ``BlockHash`` and a group
+id); a dict maps that key to ``(OffloadKey, ChunkStatus)``. A chunk is pinned in the core iff its
+``ref_cnt != 0`` (-1: its store is in flight; > 0: loads read it), so the core never offers it as a
+victim.
 
 What each vLLM call does to the core policy ``P``:
 
