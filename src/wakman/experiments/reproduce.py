@@ -261,7 +261,7 @@ def _claude_rows(plan: Plan, rates: list[dict[int, float]]) -> list[dict[str, An
 def _expected_cost(stage: str, name: Any) -> float:
     """Roughly the task's seconds on one core, only to order the tasks (measured once)."""
     if stage == "claude code":
-        return {"belady": 30.0, "wakman-plus": 21.0, "wakman": 17.0}.get(name, 8.0)
+        return {"wakman-plus": 32.0, "wakman": 16.0, "belady": 15.0}.get(name, 7.0)
     if stage == "real traces":
         return 1.0
     if stage == "map":  # (axis, value): long agentic sessions cost the most
