@@ -360,8 +360,9 @@ void bind_free_queue(nb::module_& m) {
   m.def(
       "policy_key", [](nb::handle key) { return object_key(key.ptr()); }, "hash_key"_a,
       "The core's 64-bit key for a vLLM hash key (BlockHashWithGroupId or OffloadKey bytes: a BlockHash,\n"
-      "then the group id as 4 big-endian bytes): the BlockHash's last 8 bytes big-endian (vLLM's KV-event\n"
-      "form), XOR splitmix64(group) for a group other than 0. Another object: Python's hash, mod 2**64.");
+      "then the group id as 4 big-endian bytes): splitmix64 chained over the BlockHash's 8-byte big-endian\n"
+      "words, then over group | len(BlockHash) << 32 (free_queue.policy_key states it). Another object:\n"
+      "Python's hash, mod 2**64.");
 
   nb::class_<PyFreeQueue>(m, "FreeBlockQueue", nb::type_slots(queue_slots),
                           "vLLM's free-block queue ordered by a wakman policy (core/free_queue.hpp).")
