@@ -6,6 +6,17 @@ import hashlib
 
 import numpy as np
 
+MASK64 = (1 << 64) - 1
+
+
+def splitmix64(x: int) -> int:
+    """splitmix64's output function of x + golden ratio, written here apart from the core's
+    (``core/key_map.hpp``): the duel's sampling hash, the copy keys and vLLM's policy keys use it."""
+    z = (x + 0x9E3779B97F4A7C15) & MASK64
+    z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & MASK64
+    z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & MASK64
+    return z ^ (z >> 31)
+
 
 def key_of(label: object) -> int:
     """A deterministic 64-bit block key for a readable test label ("a", ("a", 2), ...)."""

@@ -9,6 +9,7 @@ from collections import OrderedDict
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from streams import splitmix64
 from wakman.data import BUNDLED_MOONCAKE
 from wakman.drivers import replay_request
 from wakman.policies import make_policy
@@ -16,16 +17,6 @@ from wakman.simulation import simulate
 from wakman.simulation.server import ServerModel
 from wakman.traces import read_trace
 from wakman.workload import build_config, generate_requests
-
-MASK64 = (1 << 64) - 1
-
-
-def splitmix64(x: int) -> int:
-    """splitmix64's output function of x + golden ratio (the duel's sampling hash)."""
-    z = (x + 0x9E3779B97F4A7C15) & MASK64
-    z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & MASK64
-    z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & MASK64
-    return z ^ (z >> 31)
 
 
 class Model:

@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from streams import key_of
+from streams import key_of, splitmix64
 from wakman.policies import handover, make_policy
 from wakman.simulation import BlockPool, ServerModel, simulate
 from wakman.simulation.pool import PoolExhausted
@@ -220,11 +220,7 @@ def test_flat_dict_statistics_are_numpys_bit_for_bit(values):
 
 def copy_key(key: int, n: int) -> int:
     """The policy key of a key's n-th extra copy (pool.py): splitmix64 of the key and n."""
-    mask = (1 << 64) - 1
-    z = (key + 0x9E3779B97F4A7C15 * (n + 1)) & mask
-    z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & mask
-    z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & mask
-    return z ^ (z >> 31)
+    return splitmix64(key + 0x9E3779B97F4A7C15 * n)
 
 
 class ReferencePool:

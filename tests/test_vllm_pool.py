@@ -7,6 +7,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from streams import splitmix64
 from vllm_support import need_vllm
 from wakman.simulation.pool import BlockPool as SimPool
 from wakman.workload.build import build_config, generate_requests
@@ -246,19 +247,12 @@ def test_hashes_set_or_removed_on_unhooked_paths_are_caught_at_release():
     pool.check()
 
 
-def _splitmix64(x: int) -> int:
-    z = (x + 0x9E3779B97F4A7C15) & (2**64 - 1)
-    z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & (2**64 - 1)
-    z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & (2**64 - 1)
-    return z ^ (z >> 31)
-
-
 def _stated_key(block_hash: bytes, group: int) -> int:
     """``policy_key`` as its docstring states it, written again here."""
     k = 0
     for i in range(0, len(block_hash), 8):
-        k = _splitmix64(k ^ int.from_bytes(block_hash[i : i + 8], "big"))
-    return _splitmix64(k ^ (group | len(block_hash) << 32))
+        k = splitmix64(k ^ int.from_bytes(block_hash[i : i + 8], "big"))
+    return splitmix64(k ^ (group | len(block_hash) << 32))
 
 
 @settings(max_examples=200, deadline=None)
