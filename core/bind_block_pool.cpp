@@ -19,6 +19,7 @@
 #include "free_block_log.hpp"
 #include "key_batch.hpp"
 #include "serve.hpp"
+#include "steps.hpp"
 
 namespace nb = nanobind;
 using namespace nb::literals;
@@ -109,20 +110,21 @@ class PyServeHooks final : public ServeHooks {
   std::vector<nb::object> names_;
 };
 
-// serve.py's run(): read the requests once into flat arrays, run the loop, hand back the figures.
-nb::dict serve(nb::handle pool, nb::handle requests, double prefill_tokens_per_s, double prefill_overhead_s,
-               double decode_tokens_per_s, int64_t max_running, double warmup_s, int64_t warmup_requests,
-               double interval_s, nb::handle controller, nb::handle belady_offsets, bool cache_outputs,
-               bool admit_when_lane_free) {
-  PyBlockPool& p = nb::cast<PyBlockPool&>(pool);
+// A trace read once into the flat arrays the loops take.
+struct FlatTrace {
   std::vector<ServeRequest> reqs;
   std::vector<Key> keys, outputs;
   std::vector<uint8_t> measured;
+  std::vector<int64_t> belady_offsets;
+};
+
+FlatTrace flat_trace(nb::handle requests, double warmup_s, int64_t warmup_requests, nb::handle belady_offsets) {
+  FlatTrace t;
   std::vector<Key> scratch;
   Py_ssize_t n = PyObject_Length(requests.ptr());
   if (n < 0) throw nb::python_error();
-  reqs.reserve(static_cast<size_t>(n));
-  measured.reserve(static_cast<size_t>(n));
+  t.reqs.reserve(static_cast<size_t>(n));
+  t.measured.reserve(static_cast<size_t>(n));
   size_t i = 0;
   for (nb::handle r : requests) {
     ServeRequest q;
@@ -133,31 +135,29 @@ nb::dict serve(nb::handle pool, nb::handle requests, double prefill_tokens_per_s
     if (q.block_size < 1 || q.prompt_tokens < 1) throw nb::value_error("serve: a request needs block_size >= 1 and a prompt");
     {
       Keys k(r.attr("block_keys"), scratch);
-      q.key_at = keys.size();
+      q.key_at = t.keys.size();
       q.n_keys = k.size();
-      keys.insert(keys.end(), k.data(), k.data() + k.size());
+      t.keys.insert(t.keys.end(), k.data(), k.data() + k.size());
     }
     {
       Keys k(r.attr("output_keys"), scratch);
-      q.out_at = outputs.size();
+      q.out_at = t.outputs.size();
       q.n_out = k.size();
-      outputs.insert(outputs.end(), k.data(), k.data() + k.size());
+      t.outputs.insert(t.outputs.end(), k.data(), k.data() + k.size());
     }
-    measured.push_back(q.arrival_s >= warmup_s && static_cast<int64_t>(i) >= warmup_requests);
-    reqs.push_back(q);
+    t.measured.push_back(q.arrival_s >= warmup_s && static_cast<int64_t>(i) >= warmup_requests);
+    t.reqs.push_back(q);
     ++i;
   }
-  std::vector<int64_t> offsets;
   if (!belady_offsets.is_none())
-    for (nb::handle o : belady_offsets) offsets.push_back(nb::cast<int64_t>(o));
-  if (!offsets.empty() && offsets.size() != reqs.size() + 1)
+    for (nb::handle o : belady_offsets) t.belady_offsets.push_back(nb::cast<int64_t>(o));
+  if (!t.belady_offsets.empty() && t.belady_offsets.size() != t.reqs.size() + 1)
     throw nb::value_error("serve: belady_offsets needs one offset per request, plus the end");
-  ServerParams server{prefill_tokens_per_s, prefill_overhead_s, decode_tokens_per_s, max_running, cache_outputs,
-                      admit_when_lane_free};
-  PyServeHooks hooks(pool, requests, controller);
-  ServeLoop loop(p.pool, server, std::move(reqs), std::move(keys), std::move(outputs), std::move(measured), interval_s,
-                 std::move(offsets), hooks);
-  ServeTotals& t = loop.run();
+  return t;
+}
+
+// A loop's figures for Python (serve.py's fill_result reads them).
+nb::dict totals_dict(const ServeTotals& t, const PyServeHooks& hooks) {
   nb::dict out;
   out["measured_requests"] = t.measured_requests;
   out["prompt_tokens"] = t.prompt_tokens;
@@ -186,6 +186,36 @@ nb::dict serve(nb::handle pool, nb::handle requests, double prefill_tokens_per_s
   out["ttfts_s"] = ttfts;
   out["intervals"] = cells;
   return out;
+}
+
+// serve.py's run(): read the requests once into flat arrays, run the loop, hand back the figures.
+nb::dict serve(nb::handle pool, nb::handle requests, double prefill_tokens_per_s, double prefill_overhead_s,
+               double decode_tokens_per_s, int64_t max_running, double warmup_s, int64_t warmup_requests,
+               double interval_s, nb::handle controller, nb::handle belady_offsets, bool cache_outputs,
+               bool admit_when_lane_free) {
+  PyBlockPool& p = nb::cast<PyBlockPool&>(pool);
+  FlatTrace t = flat_trace(requests, warmup_s, warmup_requests, belady_offsets);
+  ServerParams server{prefill_tokens_per_s, prefill_overhead_s, decode_tokens_per_s, max_running, cache_outputs,
+                      admit_when_lane_free};
+  PyServeHooks hooks(pool, requests, controller);
+  ServeLoop loop(p.pool, server, std::move(t.reqs), std::move(t.keys), std::move(t.outputs), std::move(t.measured),
+                 interval_s, std::move(t.belady_offsets), hooks);
+  return totals_dict(loop.run(), hooks);
+}
+
+// steps.py's run(): the same, step by step on a vLLM configuration.
+nb::dict serve_steps(nb::handle pool, nb::handle requests, int64_t max_num_batched_tokens, int64_t max_num_seqs,
+                     double step_s, double token_s, double warmup_s, int64_t warmup_requests, double interval_s,
+                     nb::handle controller, nb::handle belady_offsets, bool cache_outputs) {
+  if (max_num_batched_tokens < 1 || max_num_seqs < 1 || !(step_s > 0) || !(token_s >= 0))
+    throw nb::value_error("serve_steps: max_num_batched_tokens and max_num_seqs must be >= 1, step_s > 0, token_s >= 0");
+  PyBlockPool& p = nb::cast<PyBlockPool&>(pool);
+  FlatTrace t = flat_trace(requests, warmup_s, warmup_requests, belady_offsets);
+  StepParams params{max_num_batched_tokens, max_num_seqs, step_s, token_s, cache_outputs};
+  PyServeHooks hooks(pool, requests, controller);
+  StepLoop loop(p.pool, params, std::move(t.reqs), std::move(t.keys), std::move(t.outputs), std::move(t.measured),
+                interval_s, std::move(t.belady_offsets), hooks);
+  return totals_dict(loop.run(), hooks);
 }
 
 }  // namespace
@@ -326,4 +356,8 @@ void bind_block_pool(nb::module_& m) {
         "decode_tokens_per_s"_a, "max_running"_a, "warmup_s"_a, "warmup_requests"_a, "interval_s"_a,
         "controller"_a.none(), "belady_offsets"_a.none(), "cache_outputs"_a = true, "admit_when_lane_free"_a = false,
         "Serve mode's event loop over pool (semantics: wakman.simulation.serve); returns its figures.");
+  m.def("serve_steps", &serve_steps, "pool"_a, "requests"_a, "max_num_batched_tokens"_a, "max_num_seqs"_a, "step_s"_a,
+        "token_s"_a, "warmup_s"_a, "warmup_requests"_a, "interval_s"_a, "controller"_a.none(), "belady_offsets"_a.none(),
+        "cache_outputs"_a = true,
+        "Serve mode step by step on a vLLM configuration (semantics: wakman.simulation.steps); returns its figures.");
 }

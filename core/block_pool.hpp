@@ -204,8 +204,7 @@ class BlockPool {
     size_t hits = longest_hit(keys, max_hit);
     int64_t fresh = static_cast<int64_t>(total - hits);
     if (fresh + static_cast<int64_t>(evictable_among(keys, hits)) > free_now) return -1;
-    for (size_t j = hits; j < full; ++j)
-      if (!holds_policy_key(keys[j])) policy_->miss(keys[j]);
+    miss_uncached(keys, hits, full);
     held.clear();
     touch(keys, hits, &held);
     allocate(fresh);
@@ -244,6 +243,30 @@ class BlockPool {
     release(h.data(), h.size());
     h.clear();
   }
+
+  // ------------------------------------------------------------------ per run, in chunks (steps.hpp)
+  // vLLM's scheduler admits a waiting request as run `run`: keys[:known] are its full blocks, the
+  // first `hits` of them cached (the caller checked that the run fits). Each of keys[hits:known] that
+  // no copy holds is a policy miss, before any eviction; then the hits are touched into its blocks.
+  void start_run(size_t run, const Key* keys, size_t hits, size_t known) {
+    miss_uncached(keys, hits, known);
+    Held& h = held(run);
+    h.clear();
+    touch(keys, hits, &h);
+  }
+  // The run holds at least `blocks` blocks: the missing ones are allocated (anonymous, evicting).
+  void grow_run(size_t run, size_t blocks) {
+    Held& h = held(run);
+    if (blocks <= h.size()) return;
+    allocate(static_cast<int64_t>(blocks - h.size()));
+    h.resize(blocks, kAnonymous);
+  }
+  // Held block j of the run is full with `key`: cache it (a copy, see cache()) if it is anonymous.
+  void fill_at(size_t run, size_t j, Key key, Key parent, bool has_parent) {
+    Held& h = held(run);
+    if (h[j] == kAnonymous) h[j] = cache(key, parent, has_parent);
+  }
+  size_t run_blocks(size_t run) { return held(run).size(); }
 
   // The adaptive manager's switch: `policy` already holds this pool's cached keys and pins
   // (handover); the pool's slots carry over unchanged. `generation` counts the switches.
@@ -324,6 +347,11 @@ class BlockPool {
     return s;
   }
   [[noreturn]] static void fail(const std::string& what) { throw PoolBroken("block pool: " + what); }
+  // A lookup missed on keys[from:to]: each that no copy holds as its policy key is a policy miss.
+  void miss_uncached(const Key* keys, size_t from, size_t to) {
+    for (size_t j = from; j < to; ++j)
+      if (!holds_policy_key(keys[j])) policy_->miss(keys[j]);
+  }
   // Slot s (an evicted copy) leaves its key's chain and the indexes.
   void drop_copy(int32_t s) {
     const Key key = key_[s];

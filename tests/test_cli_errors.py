@@ -466,7 +466,7 @@ def test_generate_to_mooncake_says_how_to_read_it_back(tmp_path):
 def test_vllm_server_model_by_flags_or_file(trace, tmp_path):
     """`--server-model` reads `wakman replay --json`'s `server_model` (or the object alone); the
     flags by vLLM's names give the same model; mixing them with the throughput flags is an error."""
-    settings = {"max_num_batched_tokens": 2048, "max_num_seqs": 16, "step_s": 0.05}
+    settings = {"max_num_batched_tokens": 2048, "max_num_seqs": 16, "step_s": 0.05, "tokens_per_s": None}
     replay_json = tmp_path / "replay.json"
     replay_json.write_text(json.dumps({"hit_rate": 0.5, "server_model": settings}))
     base = ("simulate", trace, "--policy", "lru", "--capacity-blocks", 500, "--json")
@@ -486,3 +486,10 @@ def test_vllm_server_model_by_flags_or_file(trace, tmp_path):
     clean_error(invoke(*base, "--server-model", tmp_path / "bad.json"), "max_num_seqs must be an integer")
     (tmp_path / "bad.json").write_text('{"step_s": 0}')
     clean_error(invoke(*base, "--server-model", tmp_path / "bad.json"), "step_s", "> 0")
+    (tmp_path / "bad.json").write_text('{"step_s": 0.05, "tokens_per_s": 0}')
+    clean_error(invoke(*base, "--server-model", tmp_path / "bad.json"), "tokens_per_s", "> 0")
+    clean_error(invoke(*base, "--step-tokens-per-s", -5), "--step-tokens-per-s", "> 0")
+    # a throughput makes each step longer by its scheduled tokens: later first tokens
+    timed = invoke(*base, "--server-model", replay_json, "--step-tokens-per-s", 20000)
+    assert timed.exit_code == 0, timed.output
+    assert json.loads(timed.stdout.strip().splitlines()[-1])["ttft_s_mean"] > last[0]["ttft_s_mean"]

@@ -7,13 +7,13 @@ the way ``EngineCore`` does, from a ``VllmConfig`` built offline (the tiny Llama
 also runs against vLLM 0.33's pure-Python modules.
 
 ``SchedulerLoop.run`` feeds it a trace's requests on a virtual clock (``step_s`` trace seconds per
-step; an idle scheduler jumps to the next arrival): prompt token ids from the block keys
-(``TokenBuilder``, equal keys give equal tokens), block hashes from vLLM's own request hasher.
-After each ``schedule()`` it answers with a ``ModelRunnerOutput`` holding one sampled token for
-every request whose prompt is fully computed (none for a partial prefill chunk), and calls
-``update_from_output``; a request finishes at its output length (``ignore_eos``). Sampled tokens
-are a pure function of (request index, output position), so two schedulers given the same trace
-see the same tokens.
+step; a scheduler with no unfinished request jumps to the next arrival, as the engine replay
+does): prompt token ids from the block keys (``TokenBuilder``, equal keys give equal tokens),
+block hashes from vLLM's own request hasher. After each ``schedule()`` it answers with a
+``ModelRunnerOutput`` holding one sampled token for every request whose prompt is fully computed
+(none for a partial prefill chunk), and calls ``update_from_output``; a request finishes at its
+output length (``ignore_eos``). Sampled tokens are a pure function of (request index, output
+position), so two schedulers given the same trace see the same tokens.
 """
 
 from __future__ import annotations
@@ -240,8 +240,10 @@ class SchedulerLoop:
         if requests and not self._started:
             self.clock, self._started = requests[0].arrival_s, True
         i, n = 0, len(requests)
-        while i < n or scheduler.has_requests():
-            if not scheduler.has_requests():
+        # as the engine replay does (wakman.vllm_plugin.replay): the engine's output side knows a
+        # request is finished in the step that finishes it, so no step runs for finished ids alone
+        while i < n or scheduler.has_unfinished_requests():
+            if not scheduler.has_unfinished_requests():
                 self.clock = max(self.clock, requests[i].arrival_s)
             while i < n and requests[i].arrival_s <= self.clock:
                 req = requests[i]

@@ -61,6 +61,19 @@ def small_trace(
     return [msgspec.structs.replace(r, output_keys=[]) for r in generate_requests(cfg, seed=seed)]
 
 
+def long_outputs_trace(
+    duration_s: float = 90.0, rate: float = 5.0, seed: int = 12, mix=(0.34, 0.33, 0.33)
+) -> list:
+    """A generated trace with the default (long) prompts and outputs of 20-400 tokens, no output
+    keys: many requests overlap, long prompts take several steps' budgets (chunked prefill) and
+    a small cache preempts."""
+    overrides = {"warmup_s": "0", "multi_turn.gap_s.median": "10"}
+    for p in ("single_turn", "multi_turn", "agentic"):
+        overrides |= {f"{p}.output.median": "100", f"{p}.output.min": "20", f"{p}.output.max": "400"}
+    cfg = build_config(mix=list(mix), duration_s=duration_s, rate=rate, overrides=overrides)
+    return [msgspec.structs.replace(r, output_keys=[]) for r in generate_requests(cfg, seed=seed)]
+
+
 def phased_trace(phase_s: float = 40.0, phases: int = 4) -> list:
     """Single-turn traffic (S3-FIFO ahead at 600 blocks) and agentic traffic (LRU ahead), taking turns
     every ``phase_s`` seconds, so a manager deciding every few seconds has reasons to switch."""

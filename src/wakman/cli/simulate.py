@@ -50,6 +50,12 @@ SEQS = typer.Option(None, "--max-num-seqs", help="vLLM's max_num_seqs (a vLLM se
 STEP = typer.Option(
     None, "--step-s", help="Seconds per vLLM engine step (a vLLM server model; default 1/40)."
 )
+STEP_TPS = typer.Option(
+    None,
+    "--step-tokens-per-s",
+    help="A vLLM server model's step also takes 1 s per this many tokens it schedules "
+    "(default: fixed steps).",
+)
 SERVER_FILE = typer.Option(
     None,
     "--server-model",
@@ -72,12 +78,12 @@ def _vllm_settings(path: Path) -> dict:
         raise ValueError(f"--server-model: {path} is not a JSON file ({exc})") from None
     if isinstance(data, dict) and isinstance(data.get("server_model"), dict):
         data = data["server_model"]
-    kinds = {"max_num_batched_tokens": int, "max_num_seqs": int, "step_s": float}
+    kinds = {"max_num_batched_tokens": int, "max_num_seqs": int, "step_s": float, "tokens_per_s": float}
     if not isinstance(data, dict) or not set(kinds) & set(data):
         raise ValueError(f"--server-model: {path} holds none of {', '.join(sorted(kinds))}")
     settings = {}
     for name, kind in kinds.items():
-        if name not in data:
+        if data.get(name) is None:  # absent, or null (tokens_per_s: fixed steps)
             continue
         value = data[name]
         if isinstance(value, bool) or not isinstance(value, (int, float) if kind is float else int):
@@ -87,7 +93,7 @@ def _vllm_settings(path: Path) -> dict:
         settings[name] = kind(value)
     check_numbers(
         *(
-            (f"--server-model {name}", value, ">0" if name == "step_s" else ">=1")
+            (f"--server-model {name}", value, ">0" if kinds[name] is float else ">=1")
             for name, value in settings.items()
         )
     )
@@ -104,9 +110,11 @@ def _server(
     step_s: float | None = None,
     server_model: Path | None = None,
     cache_outputs: bool = True,
-) -> ServerModel:
+    step_tokens_per_s: float | None = None,
+) -> ServerModel | VllmServer:
     """The CLI's server model: the throughputs given, or a vLLM configuration by vLLM's names
-    (``--server-model`` first, then the flags over it), never both (checked, with ``--warmup-s``)."""
+    (``--server-model`` first, then the flags over it; simulated step by step), never both
+    (checked, with ``--warmup-s``)."""
     check_numbers(
         ("--prefill-tps", prefill_tps, ">0"),
         ("--decode-tps", decode_tps, ">0"),
@@ -114,22 +122,25 @@ def _server(
         ("--max-num-batched-tokens", max_num_batched_tokens, ">=1"),
         ("--max-num-seqs", max_num_seqs, ">=1"),
         ("--step-s", step_s, ">0"),
+        ("--step-tokens-per-s", step_tokens_per_s, ">0"),
         ("--warmup-s", warmup_s, ">=0"),
     )
     vllm_flags = {
         "max_num_batched_tokens": max_num_batched_tokens,
         "max_num_seqs": max_num_seqs,
         "step_s": step_s,
+        "tokens_per_s": step_tokens_per_s,
     }
     if server_model is not None or any(v is not None for v in vllm_flags.values()):
         if any(v is not None for v in (prefill_tps, decode_tps, max_running)):
             raise ValueError(
                 "give either --prefill-tps / --decode-tps / --max-running or a vLLM server model "
-                "(--server-model, --max-num-batched-tokens, --max-num-seqs, --step-s), not both"
+                "(--server-model, --max-num-batched-tokens, --max-num-seqs, --step-s, --step-tokens-per-s), "
+                "not both"
             )
         settings = _vllm_settings(server_model) if server_model is not None else {}
         settings.update({k: v for k, v in vllm_flags.items() if v is not None})
-        return ServerModel.from_vllm(VllmServer(**settings), cache_outputs=cache_outputs)
+        return VllmServer(**settings, cache_outputs=cache_outputs)
     throughputs = {
         "prefill_tokens_per_s": prefill_tps,
         "decode_tokens_per_s": decode_tps,
@@ -161,6 +172,7 @@ def simulate(
     max_num_batched_tokens: int | None = BATCHED,
     max_num_seqs: int | None = SEQS,
     step_s: float | None = STEP,
+    step_tokens_per_s: float | None = STEP_TPS,
     server_model: Path | None = SERVER_FILE,
     cache_outputs: bool = CACHE_OUTPUTS,
     block_size: int | None = BlockSizeOption,
@@ -184,6 +196,7 @@ def simulate(
             step_s,
             server_model,
             cache_outputs,
+            step_tokens_per_s,
         )
         check_plot(plot)
         # progress on stderr (stdout may be --json), only on a terminal, gone once done
@@ -245,6 +258,7 @@ def sweep(
     max_num_batched_tokens: int | None = BATCHED,
     max_num_seqs: int | None = SEQS,
     step_s: float | None = STEP,
+    step_tokens_per_s: float | None = STEP_TPS,
     server_model: Path | None = SERVER_FILE,
     cache_outputs: bool = CACHE_OUTPUTS,
     block_size: int | None = BlockSizeOption,
@@ -270,6 +284,7 @@ def sweep(
             step_s,
             server_model,
             cache_outputs,
+            step_tokens_per_s,
         )
         check_output_dir(out, "--out")
         with progress_bars() as progress:

@@ -10,7 +10,7 @@ from concurrent.futures import ProcessPoolExecutor, as_completed
 from typing import Any
 
 from wakman.adaptive import simulate
-from wakman.simulation import ServerModel
+from wakman.simulation import ServerModel, VllmServer
 from wakman.traces.model import Request
 
 _REQUESTS: list[Request] = []  # set before forking: workers inherit it instead of unpickling it
@@ -75,7 +75,7 @@ def run_grid(
     policies: Sequence[str],
     capacities: Sequence[int],
     mode: str = "serve",
-    server: ServerModel | None = None,
+    server: ServerModel | VllmServer | None = None,
     warmup_s: float = 0.0,
     warmup_requests: int = 0,
     jobs: int | None = None,

@@ -12,7 +12,7 @@ from wakman.simulation.controller import Controller
 from wakman.simulation.pool import BlockPool
 from wakman.simulation.results import SimResult
 from wakman.simulation.serve import ServeSimulation
-from wakman.simulation.server import ServerModel
+from wakman.simulation.server import ServerModel, VllmServer
 from wakman.traces.model import Request
 
 if TYPE_CHECKING:
@@ -53,7 +53,7 @@ def simulate(
     policy: str | EvictionPolicy,
     capacity_blocks: int,
     mode: str = "serve",
-    server: ServerModel | None = None,
+    server: ServerModel | VllmServer | None = None,
     warmup_s: float = 0.0,
     warmup_requests: int = 0,
     interval_s: float = 60.0,

@@ -16,7 +16,8 @@ The run also reports whether the modelled server kept up (``server.saturation``)
 
 The loop itself is the core's (``core/serve.hpp``, ``wakman._core.serve``): one pass over the
 requests' keys (lists of ints or numpy uint64 arrays), the pool's per-request calls inlined, the
-controller reached from C++.
+controller reached from C++. Given a vLLM configuration (``VllmServer``) instead of a
+``ServerModel``, the run goes step by step as vLLM's scheduler does (``wakman.simulation.steps``).
 """
 
 from __future__ import annotations
@@ -27,7 +28,8 @@ from wakman import _core
 from wakman.simulation.controller import Controller
 from wakman.simulation.pool import BlockPool
 from wakman.simulation.results import IntervalStats, SimResult
-from wakman.simulation.server import ServerModel, saturation
+from wakman.simulation.server import ServerModel, VllmServer, saturation
+from wakman.simulation.steps import serve_steps
 from wakman.traces.model import Request
 
 
@@ -36,7 +38,7 @@ class ServeSimulation:
         self,
         requests: Sequence[Request],
         pool: BlockPool,
-        server: ServerModel,
+        server: ServerModel | VllmServer,
         result: SimResult,
         warmup_s: float = 0.0,
         interval_s: float = 60.0,
@@ -50,51 +52,68 @@ class ServeSimulation:
         self.warmup_requests = warmup_requests
 
     def run(self) -> SimResult:
-        server, pool, res = self.server, self.pool, self.result
-        out = _core.serve(
-            pool,
-            self.requests,
-            float(server.prefill_tokens_per_s),
-            float(server.prefill_overhead_s),
-            float(server.decode_tokens_per_s),
-            server.max_running,
-            float(self.warmup_s),
-            self.warmup_requests,
-            float(self.interval_s),
-            self.controller,
-            self.belady_offsets,
-            server.cache_outputs,
-            server.admit_when_lane_free,
-        )
-        for name in ("measured_requests", "prompt_tokens", "hit_tokens", "block_lookups", "block_hits"):
-            setattr(res, name, getattr(res, name) + out[name])
-        res.preemptions += out["preemptions"]
-        res.rejected += out["rejected"]
-        res.queueing_delays_s.extend(out["queueing_delays_s"])
-        res.ttfts_s.extend(out["ttfts_s"])
-        res.first_hit_tokens.extend(out["first_hit_tokens"])
-        res.intervals.extend(
-            IntervalStats(
-                start_s=start,
-                admissions=admissions,
-                prompt_tokens=prompt,
-                hit_tokens=hit,
-                evictions=evictions,
-                free_block_seconds=free_s,
-                seconds=seconds,
-                policy=policy,
+        server, pool = self.server, self.pool
+        if isinstance(server, VllmServer):
+            out = serve_steps(
+                self.requests,
+                pool,
+                server,
+                self.warmup_s,
+                self.warmup_requests,
+                self.interval_s,
+                self.controller,
+                self.belady_offsets,
             )
-            for start, admissions, prompt, hit, evictions, free_s, seconds, policy in out["intervals"]
+        else:
+            out = _core.serve(
+                pool,
+                self.requests,
+                float(server.prefill_tokens_per_s),
+                float(server.prefill_overhead_s),
+                float(server.decode_tokens_per_s),
+                server.max_running,
+                float(self.warmup_s),
+                self.warmup_requests,
+                float(self.interval_s),
+                self.controller,
+                self.belady_offsets,
+                server.cache_outputs,
+                server.admit_when_lane_free,
+            )
+        return fill_result(self.result, out, pool, len(self.requests))
+
+
+def fill_result(res: SimResult, out: dict, pool: BlockPool, requests: int) -> SimResult:
+    """Add a loop's figures (``_core.serve`` or ``_core.serve_steps``) to ``res``."""
+    for name in ("measured_requests", "prompt_tokens", "hit_tokens", "block_lookups", "block_hits"):
+        setattr(res, name, getattr(res, name) + out[name])
+    res.preemptions += out["preemptions"]
+    res.rejected += out["rejected"]
+    res.queueing_delays_s.extend(out["queueing_delays_s"])
+    res.ttfts_s.extend(out["ttfts_s"])
+    res.first_hit_tokens.extend(out["first_hit_tokens"])
+    res.intervals.extend(
+        IntervalStats(
+            start_s=start,
+            admissions=admissions,
+            prompt_tokens=prompt,
+            hit_tokens=hit,
+            evictions=evictions,
+            free_block_seconds=free_s,
+            seconds=seconds,
+            policy=policy,
         )
-        res.requests = len(self.requests)
-        span = out["now"] - (out["t0"] or 0.0)
-        res.mean_free_blocks = out["free_area"] / span if span > 0 else float(pool.free)
-        res.saturation = saturation(
-            out["measured_arrivals_s"],
-            out["ttfts_s"],
-            out["prefill_busy_s"],
-            out["backlog_at_last_arrival"],
-        )
-        res.evictions = pool.evictions
-        res.stranded_blocks = pool.stranded()
-        return res
+        for start, admissions, prompt, hit, evictions, free_s, seconds, policy in out["intervals"]
+    )
+    res.requests = requests
+    span = out["now"] - (out["t0"] or 0.0)
+    res.mean_free_blocks = out["free_area"] / span if span > 0 else float(pool.free)
+    res.saturation = saturation(
+        out["measured_arrivals_s"],
+        out["ttfts_s"],
+        out["prefill_busy_s"],
+        out["backlog_at_last_arrival"],
+    )
+    res.evictions = pool.evictions
+    res.stranded_blocks = pool.stranded()
+    return res

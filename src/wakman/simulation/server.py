@@ -12,17 +12,13 @@ Defaults describe one 8B-parameter model on one H100-class GPU: prefill ~10k tok
 ~40 tokens/s per sequence at moderate batch, up to 64 concurrent sequences; they make 1.5
 requests/s of the generated workloads busy but stable, so queueing reflects cache misses.
 
-A vLLM configuration (``VllmServer``, by vLLM's own names): each engine step takes ``step_s``
-seconds and schedules at most ``max_num_batched_tokens`` tokens (chunked prefill) for at most
-``max_num_seqs`` running requests, each decoding one token per step. ``ServerModel.from_vllm``
-turns it into this model: prefill at ``max_num_batched_tokens / step_s`` tokens/s with no fixed
-overhead (the step that computes a prompt's last chunk also emits its first token; a step of
-overhead put the fidelity suite 0.18 point off on average instead of 0.12), decode at
-``1 / step_s`` tokens/s per request, ``max_num_seqs`` running at most, and admission when the
-prefill can start (``admit_when_lane_free``: vLLM looks a waiting request up and allocates its
-blocks only when it schedules it, so no request holds blocks while it queues for prefill).
-``wakman replay --engine vllm`` reports the configuration its engine ran (``server_model`` in
-``--json``), which ``wakman simulate --server-model`` reads back.
+A vLLM configuration (``VllmServer``, by vLLM's own names: ``max_num_batched_tokens``,
+``max_num_seqs``, and the time of an engine step, ``step_s`` seconds plus ``1 / tokens_per_s`` per
+scheduled token when a throughput is given) is not turned into this model: ``simulate`` runs it step
+by step as vLLM's scheduler does (``wakman.simulation.steps``: chunked prefill, admission only when
+the whole sequence fits, preemption of the most recent request, blocks cached as they are
+computed). ``wakman replay --engine vllm`` reports the configuration its engine ran (``server_model``
+in ``--json``), which ``wakman simulate --server-model`` reads back.
 
 Saturation (``saturation``): a modelled server that cannot keep up reports hit rates of a queue,
 not of a server, so every serve-mode run says whether it kept up. Two measures over the measured
@@ -53,24 +49,33 @@ QUEUE_GROWTH_LIMIT = 0.05  # seconds of queueing delay per second of traffic
 
 @dataclass(frozen=True)
 class VllmServer:
-    """A vLLM engine's scheduling settings, by vLLM's names; ``step_s`` is seconds per engine step
-    (1 / steps per second: what a GPU sustains at this batch, or the replay's virtual step)."""
+    """A vLLM engine's scheduling settings, by vLLM's names. A step takes ``step_s`` seconds (what a
+    GPU sustains at this batch, or the replay's virtual step) plus one second per ``tokens_per_s``
+    tokens it schedules (None: every step takes ``step_s``). ``cache_outputs`` False leaves the
+    blocks generated tokens fill uncached (vLLM caches them; a modelling switch, not a vLLM
+    setting)."""
 
     max_num_batched_tokens: int = 4096
     max_num_seqs: int = 64
     step_s: float = 1 / 40
+    tokens_per_s: float | None = None
+    cache_outputs: bool = True
 
     def __post_init__(self) -> None:
         if self.max_num_batched_tokens < 1 or self.max_num_seqs < 1 or not self.step_s > 0:
             raise ValueError(
                 "vLLM server: max_num_batched_tokens and max_num_seqs must be >= 1 and step_s > 0 seconds"
             )
+        if self.tokens_per_s is not None and not self.tokens_per_s > 0:
+            raise ValueError("vLLM server: tokens_per_s must be > 0 tokens per second (or None)")
 
-    def as_dict(self) -> dict[str, float | int]:
+    def as_dict(self) -> dict[str, float | int | None]:
+        """The settings by vLLM's names (what ``--server-model`` reads back)."""
         return {
             "max_num_batched_tokens": self.max_num_batched_tokens,
             "max_num_seqs": self.max_num_seqs,
             "step_s": self.step_s,
+            "tokens_per_s": self.tokens_per_s,
         }
 
 
@@ -81,23 +86,11 @@ class ServerModel:
     decode_tokens_per_s: float = 40.0
     max_running: int = 64
     cache_outputs: bool = True  # cache the blocks generated tokens fill, as vLLM does (serve.py)
-    admit_when_lane_free: bool = False  # admit only when the prefill can start, as vLLM's scheduler does
+    admit_when_lane_free: bool = False  # admit only when the prefill can start (the lane is free)
 
     def __post_init__(self) -> None:
         if self.prefill_tokens_per_s <= 0 or self.decode_tokens_per_s <= 0 or self.max_running < 1:
             raise ValueError("server model: throughputs must be > 0 and max_running >= 1")
-
-    @staticmethod
-    def from_vllm(config: VllmServer, cache_outputs: bool = True) -> ServerModel:
-        """The model of an engine run with ``config`` (this module's docstring)."""
-        return ServerModel(
-            prefill_tokens_per_s=config.max_num_batched_tokens / config.step_s,
-            prefill_overhead_s=0.0,
-            decode_tokens_per_s=1 / config.step_s,
-            max_running=config.max_num_seqs,
-            cache_outputs=cache_outputs,
-            admit_when_lane_free=True,
-        )
 
     @staticmethod
     def keeping_up(

@@ -1,0 +1,188 @@
+// What serve mode's two loops share: the trace in flat arrays, the controller's hooks, the figures
+// they count, per-interval cells, the free-block integral, and each request's block keys.
+//
+// ServeLoop (serve.hpp: continuous time, one prefill lane) and StepLoop (steps.hpp: vLLM's scheduler,
+// step by step) both derive from LoopState, so a request's keys, what is measured and how time
+// integrates the free blocks are written once. Units: seconds (times), tokens (lengths), blocks.
+#pragma once
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <vector>
+
+#include "block_pool.hpp"
+#include "policies/belady.hpp"
+
+namespace wakman {
+
+// The key of block `block` (0-based, over prompt and output) of request `request` when the trace
+// has none: what vLLM computes from tokens no other request shares (splitmix64 of both numbers
+// under a fixed tag; a collision with a trace key has probability about 2^-64 per pair).
+inline Key unique_output_key(uint64_t request, uint64_t block) {
+  Key z = 0x5EEDC0DE00000000ULL ^ (request * 0x9E3779B97F4A7C15ULL) ^ (block + 0xD1B54A32D192ED03ULL);
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
+  return z ^ (z >> 31);
+}
+
+// One request of the trace; its keys are keys[key_at : key_at + n_keys] and outputs[out_at : out_at + n_out]
+// of the loop's flat arrays.
+struct ServeRequest {
+  double arrival_s;
+  int64_t prompt_tokens, output_tokens, block_size;
+  size_t key_at, n_keys, out_at, n_out;
+};
+
+struct IntervalCell {
+  double start_s;
+  int64_t admissions = 0, prompt_tokens = 0, hit_tokens = 0, evictions = 0;
+  double free_block_seconds = 0.0, seconds = 0.0;
+  int32_t policy = -1;  // Hooks::policy_tag of the live policy
+};
+
+struct ServeTotals {
+  int64_t measured_requests = 0, prompt_tokens = 0, hit_tokens = 0, block_lookups = 0, block_hits = 0;
+  int64_t preemptions = 0, rejected = 0;
+  std::vector<double> queueing_delays_s, ttfts_s;
+  std::vector<double> measured_arrivals_s;  // arrival of each measured admission, in queueing_delays_s order
+  std::vector<int64_t> first_hit_tokens;    // per request: hit tokens at its first admission, -1 if never admitted
+  double prefill_busy_s = 0.0;              // the prefill lane's busy time over every admission (re-admissions too)
+  int64_t backlog_at_last_arrival = -1;     // requests waiting once the last arrival was admitted or queued
+  std::vector<IntervalCell> intervals;
+  double now = 0.0, t0 = 0.0, free_area = 0.0;
+  bool started = false;
+};
+
+class ServeHooks {
+ public:
+  virtual ~ServeHooks() = default;
+  virtual void on_arrival(double /*now*/, size_t /*request*/) {}
+  virtual void on_time(double /*now*/) {}
+  // A tag for the pool's live policy (called when the pool's policy object changes).
+  virtual int32_t policy_tag() = 0;
+};
+
+// Python's float floor division (CPython float_floor_div), bit for bit.
+inline double py_floor_div(double vx, double wx) {
+  double mod = std::fmod(vx, wx);
+  double div = (vx - mod) / wx;
+  if (mod != 0.0) {
+    if ((wx < 0) != (mod < 0)) div -= 1.0;
+  }
+  if (div != 0.0) {
+    double floordiv = std::floor(div);
+    if (div - floordiv > 0.5) floordiv += 1.0;
+    return floordiv;
+  }
+  return std::copysign(0.0, vx / wx);
+}
+
+class LoopState {
+ protected:
+  // belady_offsets: empty, or each request's start offset in a Belady policy's future (size n + 1).
+  LoopState(BlockPool& pool, std::vector<ServeRequest> requests, std::vector<Key> keys, std::vector<Key> outputs,
+            std::vector<uint8_t> measured, double interval_s, std::vector<int64_t> belady_offsets, ServeHooks& hooks)
+      : pool_(pool),
+        reqs_(std::move(requests)),
+        keys_(std::move(keys)),
+        outputs_(std::move(outputs)),
+        measured_(std::move(measured)),
+        interval_s_(interval_s),
+        belady_offsets_(std::move(belady_offsets)),
+        hooks_(hooks),
+        full_(reqs_.size()) {
+    for (size_t i = 0; i < reqs_.size(); ++i) {
+      const ServeRequest& r = reqs_[i];
+      full_[i] = std::min<int64_t>(static_cast<int64_t>(r.n_keys), r.prompt_tokens / r.block_size);
+    }
+    pool_.reserve_runs(reqs_.size());
+    out_.first_hit_tokens.assign(reqs_.size(), -1);
+  }
+
+  // The prompt blocks of request `index` that have trace keys (they can be cached and hit).
+  int64_t full(uint32_t index) const { return full_[index]; }
+
+  // The key of block j of request index: a prompt key, the trace's output key, or a unique one.
+  Key block_key(uint32_t index, int64_t j) const {
+    const ServeRequest& r = reqs_[index];
+    const int64_t full = full_[index];
+    if (j < full) return keys_[r.key_at + j];
+    const int64_t out = j - full;
+    if (out < static_cast<int64_t>(r.n_out)) return outputs_[r.out_at + out];
+    return unique_output_key(index, static_cast<uint64_t>(j));
+  }
+
+  // The policy hears of request i's arrival (its full prompt keys and its output keys).
+  void announce(size_t i, double now) {
+    const ServeRequest& r = reqs_[i];
+    pool_.policy().on_request(keys_.data() + r.key_at, static_cast<size_t>(full_[i]), outputs_.data() + r.out_at,
+                              r.n_out, now);
+  }
+
+  // Belady's clock moves past request index's accesses before it is admitted.
+  void seek_belady(uint32_t index) {
+    if (!belady_offsets_.empty())
+      if (auto* b = dynamic_cast<Belady*>(&pool_.policy())) b->seek(belady_offsets_[index + 1]);
+  }
+
+  IntervalCell& interval(double t) {
+    size_t index = static_cast<size_t>(py_floor_div(t, interval_s_));
+    auto& cells = out_.intervals;
+    while (cells.size() <= index) {
+      IntervalCell c;
+      c.start_s = static_cast<double>(cells.size()) * interval_s_;
+      cells.push_back(c);
+    }
+    return cells[index];
+  }
+
+  // Integrate the free-block count from now to t (time-weighted means), then tell the controller.
+  void advance(double t) {
+    if (!out_.started) {
+      out_.started = true;
+      out_.t0 = out_.now = t;
+    }
+    if (tag_ < 0 || pool_.generation() != tagged_) {
+      tagged_ = pool_.generation();
+      tag_ = hooks_.policy_tag();
+    }
+    {
+      IntervalCell& cell = interval(out_.now);
+      cell.evictions += pool_.evictions() - counted_evictions_;
+      cell.policy = tag_;
+      counted_evictions_ = pool_.evictions();
+    }
+    const double free = static_cast<double>(pool_.free());
+    double start = out_.now;
+    while (start < t) {
+      IntervalCell& cell = interval(start);
+      double end = std::min(t, cell.start_s + interval_s_);
+      cell.free_block_seconds += free * (end - start);
+      cell.seconds += end - start;
+      start = end > start ? end : t;
+    }
+    if (t > out_.now) {
+      out_.free_area += free * (t - out_.now);
+      out_.now = t;
+    }
+    hooks_.on_time(t);
+  }
+
+  BlockPool& pool_;
+  std::vector<ServeRequest> reqs_;
+  std::vector<Key> keys_, outputs_;
+  std::vector<uint8_t> measured_;
+  double interval_s_;
+  std::vector<int64_t> belady_offsets_;
+  ServeHooks& hooks_;
+  ServeTotals out_;
+
+ private:
+  std::vector<int64_t> full_;
+  int64_t counted_evictions_ = 0;
+  uint64_t tagged_ = 0;  // the pool's policy generation that tag_ names
+  int32_t tag_ = -1;
+};
+
+}  // namespace wakman

@@ -1,0 +1,80 @@
+"""Serve mode on a vLLM configuration (``VllmServer``): the engine's steps, as vLLM's V1 scheduler
+runs them over its block pool (vLLM 0.32 and 0.33 alike; no speculative decoding, connector or
+encoder inputs; FCFS; chunked prefill on, ``long_prefill_token_threshold`` 0, no watermark).
+
+Time moves by steps. The loop starts at the first arrival; before each step, the requests that have
+arrived by then join the waiting queue's tail (one whose prompt and outputs exceed the pool, vLLM's
+``max_model_len``, is rejected and never scheduled), and an idle engine jumps to the next arrival.
+A step takes ``step_s`` seconds plus ``1 / tokens_per_s`` per token it schedules (when set).
+
+A step schedules at most ``max_num_batched_tokens`` tokens:
+
+1. The running requests, in admission order. Each wants its tokens not yet computed (prompt tokens
+   and the outputs sampled so far): the rest of its prompt (a chunk, cut to the budget left), or
+   one token when decoding. It needs blocks for its computed tokens plus those; if the free blocks
+   fall short, the most recently admitted running request is preempted (its blocks freed deepest
+   first, its computed tokens forgotten, its outputs kept; it waits at the head of the queue) until
+   they suffice, or until the request itself is the one preempted, which ends this part.
+2. If nothing was preempted, the waiting requests, first come first served, while budget is left
+   and fewer than ``max_num_seqs`` run. The head's lookup finds the longest cached prefix of its
+   full blocks (the first-miss rule; at most its tokens - 1, over prompt blocks only for a fresh
+   request, outputs included after a preemption). It is admitted only if its whole sequence fits:
+   its blocks not hit plus its hit blocks that are free (touching takes them out of the free queue)
+   at most the free blocks; otherwise the step admits no one else. Admission, in libCacheSim's
+   order: each full block after the hit that no cached block holds is a policy miss, then the hits
+   are touched (a policy hit, pinned), then the first chunk's blocks are allocated (evicting).
+
+Every allocation caches the request's blocks that its computed tokens (after this step) fill, up to
+its known tokens: each becomes a cached copy under its key (a prompt block's trace key, then the
+trace's output keys, then a key of its own: vLLM hashes the tokens the model generated), pinned by
+the request. After scheduling, each request whose tokens are all computed samples one output token
+(its first: the time to first token, at the step's end); one that reaches its output length frees
+its blocks deepest first and leaves. Blocks are freed in scheduling order.
+
+Counted as in ``serve`` (vLLM's ``PrefixCacheStats``): each request's first admission after the
+warm-up (prompt tokens, hit tokens); admissions after a preemption are not. ``prefill_busy_s`` (the
+saturation rule's busy time) is each step's duration times the share of its token budget that
+computed prompt tokens (or recomputed ones after a preemption).
+
+The loop is the core's (``core/steps.hpp``, ``wakman._core.serve_steps``), over the same pool and
+controller hooks as ``serve``'s: a controller hears every arrival and the start of every step.
+``tests/test_vllm_sched_loop.py`` holds it to vLLM's own scheduler, request by request.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from wakman import _core
+from wakman.simulation.controller import Controller
+from wakman.simulation.pool import BlockPool
+from wakman.simulation.server import VllmServer
+from wakman.traces.model import Request
+
+
+def serve_steps(
+    requests: Sequence[Request],
+    pool: BlockPool,
+    server: VllmServer,
+    warmup_s: float,
+    warmup_requests: int,
+    interval_s: float,
+    controller: Controller | None,
+    belady_offsets: list[int] | None,
+) -> dict[str, Any]:
+    """Run the loop above; returns the core's figures (``serve.fill_result`` reads them)."""
+    return _core.serve_steps(
+        pool,
+        requests,
+        server.max_num_batched_tokens,
+        server.max_num_seqs,
+        float(server.step_s),
+        1.0 / server.tokens_per_s if server.tokens_per_s else 0.0,
+        float(warmup_s),
+        warmup_requests,
+        float(interval_s),
+        controller,
+        belady_offsets,
+        server.cache_outputs,
+    )

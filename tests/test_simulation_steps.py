@@ -1,0 +1,116 @@
+"""Serve mode on a vLLM configuration (``wakman.simulation.steps``) on hand-worked cases: chunked
+prefill, the token budget, max_num_seqs, whole-sequence admission, rejection, step time. (vLLM's
+own scheduler is the reference for whole traces: tests/test_vllm_sched_loop.py.)"""
+
+from __future__ import annotations
+
+import pytest
+
+from streams import key_of
+from wakman.policies import make_policy
+from wakman.simulation import VllmServer, simulate
+from wakman.traces import Request
+
+BS = 32
+
+
+def req(t: float, keys: list, prompt: int, out: int = 1) -> Request:
+    keys = [key_of(k) for k in keys]
+    return Request(arrival_s=t, block_keys=keys, prompt_tokens=prompt, output_tokens=out, block_size=BS)
+
+
+def chain(name: str, blocks: int) -> list:
+    return [f"{name}{j}" for j in range(blocks)]
+
+
+class Steps:
+    """A controller that records each step's start (the loop calls on_time once per step)."""
+
+    def __init__(self) -> None:
+        self.starts: list[float] = []
+
+    def on_arrival(self, now, request) -> None:
+        pass
+
+    def on_time(self, now, pool) -> None:
+        pool.check()
+        self.starts.append(now)
+
+
+def test_a_long_prompt_is_prefilled_in_budget_sized_chunks():
+    """10,000 prompt tokens at 4,096 a step: 3 steps of prefill; the first token ends the third,
+    then one token a step: 5 outputs take 3 + 4 steps."""
+    steps = Steps()
+    server = VllmServer(max_num_batched_tokens=4096, max_num_seqs=8, step_s=0.1)
+    trace = [req(0.0, chain("a", 313), 10_000, out=5)]
+    result = simulate(trace, "lru", 1000, server=server, controller=steps)
+    assert result.ttfts_s == pytest.approx([0.3])
+    assert steps.starts == pytest.approx([0.1 * k for k in range(7)])
+
+
+def test_each_step_takes_longer_by_the_tokens_it_schedules():
+    server = VllmServer(max_num_batched_tokens=4096, max_num_seqs=8, step_s=0.1, tokens_per_s=20_000)
+    result = simulate([req(0.0, chain("a", 313), 10_000, out=1)], "lru", 1000, server=server)
+    assert result.ttfts_s == pytest.approx([0.3 + 10_000 / 20_000])
+    assert result.saturation.prefill_utilization == 0.0  # one arrival: no span to load
+
+
+def test_a_second_request_hits_what_the_first_cached():
+    """The lookup stops at prompt - 1 tokens: 9,999 tokens cover 312 full blocks."""
+    server = VllmServer(4096, 8, 0.1)
+    trace = [req(0.0, chain("a", 313), 10_000), req(5.0, chain("a", 313), 10_000)]
+    result = simulate(trace, "lru", 1000, server=server)
+    assert result.first_hit_tokens == [0, 312 * BS]
+    assert result.ttfts_s[1] == pytest.approx(0.1)  # 16 tokens left: one step
+
+
+def test_max_num_seqs_holds_the_others_in_the_queue():
+    """Three one-token requests at once with one sequence allowed: each runs its prefill step (its
+    only output token), and the next is admitted in the following step."""
+    server = VllmServer(4096, 1, 0.5)
+    trace = [req(0.0, chain(c, 2), 2 * BS + 1) for c in "abc"]
+    result = simulate(trace, "lru", 100, server=server)
+    assert result.queueing_delays_s == pytest.approx([0.0, 0.5, 1.0])
+    assert result.ttfts_s == pytest.approx([0.5, 1.0, 1.5])
+
+
+def test_the_budget_is_shared_first_come_first_served():
+    """Two 3,000-token prompts at once, 4,096 tokens a step: the first takes 3,000, the second the
+    1,096 left (a chunk), and finishes its prefill in the next step."""
+    server = VllmServer(4096, 8, 0.1)
+    trace = [req(0.0, chain("a", 93), 3000), req(0.0, chain("b", 93), 3000)]
+    result = simulate(trace, "lru", 1000, server=server)
+    assert result.queueing_delays_s == [0.0, 0.0]
+    assert result.ttfts_s == pytest.approx([0.1, 0.2])
+
+
+def test_a_request_is_admitted_only_when_its_whole_sequence_fits():
+    """60 blocks: the first request holds 40 while it decodes (its 1,270 tokens and 10 outputs), the
+    second needs 40 too: it waits, unadmitted, until the first finishes, though its first chunk
+    would fit."""
+    server = VllmServer(512, 8, 0.1)
+    first = req(0.0, chain("a", 39), 1270, out=10)
+    second = req(0.0, chain("b", 39), 1270, out=1)
+    result = simulate([first, second], "lru", 60, server=server)
+    # the first: 3 prefill steps (512 + 512 + 246), then 9 decode steps; freed at the end of step 12
+    assert result.ttfts_s[0] == pytest.approx(0.3)
+    assert result.queueing_delays_s[1] == pytest.approx(1.2)
+    assert result.preemptions == 0
+
+
+def test_a_decoding_request_that_needs_a_block_preempts_the_latest():
+    """Both fit at admission (each 1 block of prompt), then grow by decoding past the pool: the one
+    admitted last is preempted, re-admitted later, and counted once (its first admission)."""
+    server = VllmServer(4096, 8, 0.1)
+    trace = [req(0.0, ["a"], 31, out=70), req(0.0, ["b"], 31, out=70)]
+    result = simulate(trace, "lru", 5, server=server)
+    assert result.preemptions >= 1 and result.measured_requests == 2 and result.rejected == 0
+
+
+def test_a_request_longer_than_the_pool_is_rejected():
+    """vLLM refuses prompt + outputs above max_model_len (the pool's tokens); the rest runs."""
+    server = VllmServer(4096, 8, 0.1)
+    trace = [req(0.0, chain("a", 4), 4 * BS, out=BS + 1), req(0.0, chain("b", 2), 2 * BS, out=1)]
+    policy = make_policy("lru", 5)
+    result = simulate(trace, policy, 5, server=server)
+    assert result.rejected == 1 and result.measured_requests == 1
