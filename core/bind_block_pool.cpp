@@ -191,12 +191,10 @@ nb::dict totals_dict(const ServeTotals& t, const PyServeHooks& hooks) {
 // serve.py's run(): read the requests once into flat arrays, run the loop, hand back the figures.
 nb::dict serve(nb::handle pool, nb::handle requests, double prefill_tokens_per_s, double prefill_overhead_s,
                double decode_tokens_per_s, int64_t max_running, double warmup_s, int64_t warmup_requests,
-               double interval_s, nb::handle controller, nb::handle belady_offsets, bool cache_outputs,
-               bool admit_when_lane_free) {
+               double interval_s, nb::handle controller, nb::handle belady_offsets, bool cache_outputs) {
   PyBlockPool& p = nb::cast<PyBlockPool&>(pool);
   FlatTrace t = flat_trace(requests, warmup_s, warmup_requests, belady_offsets);
-  ServerParams server{prefill_tokens_per_s, prefill_overhead_s, decode_tokens_per_s, max_running, cache_outputs,
-                      admit_when_lane_free};
+  ServerParams server{prefill_tokens_per_s, prefill_overhead_s, decode_tokens_per_s, max_running, cache_outputs};
   PyServeHooks hooks(pool, requests, controller);
   ServeLoop loop(p.pool, server, std::move(t.reqs), std::move(t.keys), std::move(t.outputs), std::move(t.measured),
                  interval_s, std::move(t.belady_offsets), hooks);
@@ -354,7 +352,7 @@ void bind_block_pool(nb::module_& m) {
 
   m.def("serve", &serve, "pool"_a, "requests"_a, "prefill_tokens_per_s"_a, "prefill_overhead_s"_a,
         "decode_tokens_per_s"_a, "max_running"_a, "warmup_s"_a, "warmup_requests"_a, "interval_s"_a,
-        "controller"_a.none(), "belady_offsets"_a.none(), "cache_outputs"_a = true, "admit_when_lane_free"_a = false,
+        "controller"_a.none(), "belady_offsets"_a.none(), "cache_outputs"_a = true,
         "Serve mode's event loop over pool (semantics: wakman.simulation.serve); returns its figures.");
   m.def("serve_steps", &serve_steps, "pool"_a, "requests"_a, "max_num_batched_tokens"_a, "max_num_seqs"_a, "step_s"_a,
         "token_s"_a, "warmup_s"_a, "warmup_requests"_a, "interval_s"_a, "controller"_a.none(), "belady_offsets"_a.none(),

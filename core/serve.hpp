@@ -25,9 +25,6 @@ struct ServerParams {
   // vLLM hashes and caches every block its generated tokens fill. A block past the trace's output
   // keys gets unique_output_key(request, block): cached, taking room, never looked up again.
   bool cache_outputs = true;
-  // vLLM admits (looks up, allocates) a waiting request only when it schedules its prefill: with
-  // this set, admission waits until the prefill lane is free instead of queueing on the lane.
-  bool admit_when_lane_free = false;
   double prefill_s(int64_t uncached_tokens) const {
     return prefill_overhead_s + static_cast<double>(uncached_tokens) / prefill_tokens_per_s;
   }
@@ -48,7 +45,6 @@ class ServeLoop : LoopState {
       const ServeRequest& r = reqs_[i];
       Run& run = runs_[i];
       run.total = (r.prompt_tokens + r.block_size - 1) / r.block_size;
-      run.full = full(static_cast<uint32_t>(i));
       run.max_hit = std::min<int64_t>(static_cast<int64_t>(r.n_keys), (r.prompt_tokens - 1) / r.block_size);
       run.last = r.prompt_tokens + std::max<int64_t>(r.output_tokens, 1) - 1;
     }
@@ -63,16 +59,14 @@ class ServeLoop : LoopState {
         Event e = events_.top();
         events_.pop();
         advance(e.t);
-        if (e.kind == kLane) {
-          lane_event_pending_ = false;
-        } else if (e.version != runs_[e.index].version) {
+        if (e.version != runs_[e.index].version) {
           continue;
         } else if (e.kind == kBlock) on_block(e.index);
         else on_finish(e.index);
       } else {
         advance(next_arrival);
         hooks_.on_arrival(next_arrival, i);
-        announce(i, next_arrival);
+        announce(i, next_arrival, true);
         waiting_.push_back(static_cast<uint32_t>(i));
         ++i;
         try_admit();
@@ -87,7 +81,7 @@ class ServeLoop : LoopState {
   ServeTotals& totals() { return out_; }
 
  private:
-  enum : uint8_t { kBlock = 0, kFinish = 1, kLane = 2 };
+  enum : uint8_t { kBlock = 0, kFinish = 1 };
   struct Event {
     double t;
     uint64_t seq;
@@ -99,7 +93,7 @@ class ServeLoop : LoopState {
   };
   struct Run {
     int64_t blocks = 0;  // held now
-    int64_t total = 0, full = 0, max_hit = 0, last = 0;  // prompt blocks, cacheable, may hit; KV tokens at the end
+    int64_t total = 0, max_hit = 0, last = 0;  // prompt blocks, blocks that may hit; KV tokens at the end
     uint32_t version = 0;
     bool started = false;
     double prefill_end = 0.0;
@@ -111,13 +105,6 @@ class ServeLoop : LoopState {
 
   void try_admit() {
     while (!waiting_.empty() && static_cast<int64_t>(running_.size()) < server_.max_running) {
-      if (server_.admit_when_lane_free && lane_free_ > out_.now) {
-        if (!lane_event_pending_) {
-          events_.push(Event{lane_free_, ++seq_, kLane, 0, 0});
-          lane_event_pending_ = true;
-        }
-        return;
-      }
       uint32_t index = waiting_.front();
       const ServeRequest& r = reqs_[index];
       if ((runs_[index].last + r.block_size - 1) / r.block_size > pool_.capacity()) {
@@ -136,28 +123,14 @@ class ServeLoop : LoopState {
     seek_belady(index);
     if (r.n_keys > 0) pool_.policy().inserting_for(keys_[r.key_at]);
     int64_t hits = pool_.admit_run(index, keys_.data() + r.key_at, static_cast<size_t>(run.max_hit),
-                                   static_cast<size_t>(run.total), static_cast<size_t>(run.full));
+                                   static_cast<size_t>(run.total), static_cast<size_t>(full(index)));
     if (hits < 0) return false;
     run.blocks = run.total;
     bool first = !run.started;
     run.started = true;
     running_.push_back(index);
     const int64_t hit_tokens = hits * r.block_size;
-    IntervalCell& cell = interval(out_.now);
-    ++cell.admissions;
-    cell.prompt_tokens += r.prompt_tokens;
-    cell.hit_tokens += hit_tokens;
-    if (first) out_.first_hit_tokens[index] = hit_tokens;
-    const bool counted = first && measured_[index];
-    if (counted) {
-      ++out_.measured_requests;
-      out_.prompt_tokens += r.prompt_tokens;
-      out_.hit_tokens += hit_tokens;
-      out_.block_lookups += static_cast<int64_t>(r.n_keys);
-      out_.block_hits += hits;
-      out_.queueing_delays_s.push_back(out_.now - r.arrival_s);
-      out_.measured_arrivals_s.push_back(r.arrival_s);
-    }
+    const bool counted = count_admission(index, hits, first);
     double start = std::max(out_.now, lane_free_);
     const double prefill = server_.prefill_s(r.prompt_tokens - hit_tokens);
     out_.prefill_busy_s += prefill;
@@ -182,7 +155,7 @@ class ServeLoop : LoopState {
     Run& run = runs_[index];
     const ServeRequest& r = reqs_[index];
     int64_t j = run.blocks - 1;  // the last held block just filled up
-    int64_t out = j - run.full;
+    int64_t out = j - full(index);
     if (out >= 0 && (out < static_cast<int64_t>(r.n_out) || server_.cache_outputs)) {
       bool has_parent = j > 0;
       Key parent = j > 0 ? block_key(index, j - 1) : 0;
@@ -221,7 +194,6 @@ class ServeLoop : LoopState {
   }
 
   ServerParams server_;
-  bool lane_event_pending_ = false;  // a kLane event is queued at lane_free_
   std::vector<Run> runs_;
   std::priority_queue<Event, std::vector<Event>, Later> events_;
   std::deque<uint32_t> waiting_;

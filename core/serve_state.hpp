@@ -47,7 +47,7 @@ struct ServeTotals {
   std::vector<double> queueing_delays_s, ttfts_s;
   std::vector<double> measured_arrivals_s;  // arrival of each measured admission, in queueing_delays_s order
   std::vector<int64_t> first_hit_tokens;    // per request: hit tokens at its first admission, -1 if never admitted
-  double prefill_busy_s = 0.0;              // the prefill lane's busy time over every admission (re-admissions too)
+  double prefill_busy_s = 0.0;              // seconds of prefill work, re-admissions included (each loop says how)
   int64_t backlog_at_last_arrival = -1;     // requests waiting once the last arrival was admitted or queued
   std::vector<IntervalCell> intervals;
   double now = 0.0, t0 = 0.0, free_area = 0.0;
@@ -113,11 +113,36 @@ class LoopState {
     return unique_output_key(index, static_cast<uint64_t>(j));
   }
 
-  // The policy hears of request i's arrival (its full prompt keys and its output keys).
-  void announce(size_t i, double now) {
+  // The policy hears of request i's arrival: its full prompt keys, and its output keys when the host
+  // knows them (vLLM does not: its plugin passes none).
+  void announce(size_t i, double now, bool with_outputs) {
     const ServeRequest& r = reqs_[i];
     pool_.policy().on_request(keys_.data() + r.key_at, static_cast<size_t>(full_[i]), outputs_.data() + r.out_at,
-                              r.n_out, now);
+                              with_outputs ? r.n_out : 0, now);
+  }
+
+  // An admission of request index at out_.now with `hits` hit blocks: the interval's counts and, at its
+  // first admission, first_hit_tokens; returns whether that first admission is measured (not in the
+  // warm-up), counted in the totals (prompt and hit tokens, lookups, queueing delay).
+  bool count_admission(uint32_t index, int64_t hits, bool first) {
+    const ServeRequest& r = reqs_[index];
+    const int64_t hit_tokens = hits * r.block_size;
+    IntervalCell& cell = interval(out_.now);
+    ++cell.admissions;
+    cell.prompt_tokens += r.prompt_tokens;
+    cell.hit_tokens += hit_tokens;
+    if (first) out_.first_hit_tokens[index] = hit_tokens;
+    const bool counted = first && measured_[index];
+    if (counted) {
+      ++out_.measured_requests;
+      out_.prompt_tokens += r.prompt_tokens;
+      out_.hit_tokens += hit_tokens;
+      out_.block_lookups += static_cast<int64_t>(r.n_keys);
+      out_.block_hits += hits;
+      out_.queueing_delays_s.push_back(out_.now - r.arrival_s);
+      out_.measured_arrivals_s.push_back(r.arrival_s);
+    }
+    return counted;
   }
 
   // Belady's clock moves past request index's accesses before it is admitted.

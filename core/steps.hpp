@@ -4,7 +4,7 @@
 //
 // Units: seconds (times), tokens (lengths), blocks (pool). Shares the trace, the figures and the
 // free-block integral with ServeLoop (serve_state.hpp); a controller is reached through the same
-// hooks, at every arrival and at the start of every step.
+// hooks, at every accepted arrival and at the start of every step.
 #pragma once
 
 #include <algorithm>
@@ -86,7 +86,7 @@ class StepLoop : LoopState {
       return;
     }
     hooks_.on_arrival(now, index);
-    announce(index, now);
+    announce(index, now, false);
     waiting_.push_back(index);
   }
 
@@ -100,12 +100,9 @@ class StepLoop : LoopState {
     for (size_t at = 0; at < running_.size() && budget > 0;) {
       const uint32_t index = running_[at];
       Run& r = runs_[index];
-      const int64_t want = std::min({tokens(r) - r.computed, budget,
-                                     pool_.capacity() * block_size(index) - r.computed - 1});
-      if (want <= 0) {
-        ++at;
-        continue;
-      }
+      // (never 0: a running request has sampled a token it has not computed; the rejection rule keeps
+      // it under vLLM's max_model_len)
+      const int64_t want = std::min(tokens(r) - r.computed, budget);
       bool grown = false;
       while (!(grown = grow(index, want))) {
         const uint32_t victim = running_.back();
@@ -124,7 +121,7 @@ class StepLoop : LoopState {
     while (!preempted && budget > 0 && !waiting_.empty() &&
            static_cast<int64_t>(running_.size()) < params_.max_num_seqs) {
       const uint32_t index = waiting_.front();
-      const int64_t took = admit(index, budget, now);
+      const int64_t took = admit(index, budget);
       if (took < 0) break;
       waiting_.pop_front();
       running_.push_back(index);
@@ -158,6 +155,7 @@ class StepLoop : LoopState {
     return took;
   }
 
+  // Decoding: past its first token, computing one token, its last (prefill_busy_s leaves these out).
   bool is_decode(const Run& r, int64_t want) const {
     return r.first_token && want == 1 && r.computed + 1 == tokens(r);
   }
@@ -179,7 +177,7 @@ class StepLoop : LoopState {
   // Admission of the head waiting request (fresh, or preempted: its outputs so far are tokens too):
   // lookup, then, if its whole sequence fits (new blocks plus the free hit blocks), misses, touch,
   // the first chunk's blocks and their caching. Returns the tokens scheduled, or -1 (nothing done).
-  int64_t admit(uint32_t index, int64_t budget, double now) {
+  int64_t admit(uint32_t index, int64_t budget) {
     Run& r = runs_[index];
     const ServeRequest& q = reqs_[index];
     const int64_t bs = q.block_size, total = tokens(r);
@@ -199,24 +197,8 @@ class StepLoop : LoopState {
     r.cached = hits;
     pool_.grow_run(index, static_cast<size_t>(blocks_for(r.computed + want, bs)));
     cache_through(index, std::min(r.computed + want, total) / bs);
-    const int64_t hit_tokens = hits * bs;
-    IntervalCell& cell = interval(out_.now);
-    ++cell.admissions;
-    cell.prompt_tokens += q.prompt_tokens;
-    cell.hit_tokens += hit_tokens;
-    if (r.preemptions == 0) {
-      out_.first_hit_tokens[index] = hit_tokens;
-      r.counted = measured_[index] != 0;
-      if (r.counted) {
-        ++out_.measured_requests;
-        out_.prompt_tokens += q.prompt_tokens;
-        out_.hit_tokens += hit_tokens;
-        out_.block_lookups += static_cast<int64_t>(q.n_keys);
-        out_.block_hits += hits;
-        out_.queueing_delays_s.push_back(now - q.arrival_s);
-        out_.measured_arrivals_s.push_back(q.arrival_s);
-      }
-    }
+    const bool counted = count_admission(index, hits, r.preemptions == 0);
+    if (r.preemptions == 0) r.counted = counted;
     return want;
   }
 
@@ -233,11 +215,10 @@ class StepLoop : LoopState {
     r.cached = std::max(r.cached, upto);
   }
 
-  // The blocks cached next belong to the request's chain (chain-lru's hint, as vLLM's plugin gives it
-  // before each allocation).
+  // The blocks cached next belong to the request's chain, named by its first block once its tokens
+  // fill one (chain-lru's hint, as vLLM's plugin gives it before each allocation: its first block hash).
   void hint_root(uint32_t index) {
-    const ServeRequest& q = reqs_[index];
-    if (q.n_keys > 0) pool_.policy().inserting_for(keys_[q.key_at]);
+    if (tokens(runs_[index]) >= block_size(index)) pool_.policy().inserting_for(block_key(index, 0));
   }
 
   // vLLM's preemption: the request frees its blocks (deepest first), forgets its computed tokens

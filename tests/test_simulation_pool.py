@@ -130,16 +130,14 @@ def test_blocks_filled_by_generated_tokens_are_cached_with_keys_of_their_own(cac
     assert result.block_hits == 2  # the prompt's full blocks, never a generated block
 
 
-@pytest.mark.parametrize("admit_when_lane_free", [False, True])
-def test_vllm_admits_a_request_only_when_its_prefill_can_start(admit_when_lane_free):
-    """Two requests at t = 0 on a 1,000 tokens/s lane: the second queues on the lane (admitted at
-    once, holding its blocks) or, as vLLM schedules, waits unadmitted until the first's prefill ends.
-    Either way its first token comes after both prefills."""
-    server = replace(FAST, prefill_tokens_per_s=1000.0, admit_when_lane_free=admit_when_lane_free)
+def test_a_second_request_queues_on_the_prefill_lane():
+    """Two requests at t = 0 on a 1,000 tokens/s lane: the second is admitted at once (holding its
+    blocks) and queues on the lane; its first token comes after both prefills."""
+    server = replace(FAST, prefill_tokens_per_s=1000.0)
     trace = [req(0.0, ["a", "b"], prompt=2 * BS), req(0.0, ["c", "d"], prompt=2 * BS)]
     result = simulate(trace, "lru", 100, server=server)
     first_prefill = 2 * BS / 1000.0
-    assert result.queueing_delays_s == [0.0, first_prefill if admit_when_lane_free else 0.0]
+    assert result.queueing_delays_s == [0.0, 0.0]
     assert result.ttfts_s == pytest.approx([first_prefill, 2 * first_prefill])
 
 

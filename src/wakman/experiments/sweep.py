@@ -29,7 +29,7 @@ def _ignore_sigint() -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
-def _run(task: tuple[str, int, str, ServerModel, float, int]) -> dict[str, Any]:
+def _run(task: tuple[str, int, str, ServerModel | VllmServer, float, int]) -> dict[str, Any]:
     policy, capacity, mode, server, warmup_s, warmup_requests = task
     result = simulate(
         _REQUESTS,
@@ -44,7 +44,7 @@ def _run(task: tuple[str, int, str, ServerModel, float, int]) -> dict[str, Any]:
 
 
 def _run_in_workers(
-    tasks: list[tuple[str, int, str, ServerModel, float, int]],
+    tasks: list[tuple[str, int, str, ServerModel | VllmServer, float, int]],
     jobs: int,
     results: dict[int, dict[str, Any]],
     on_done: Callable[[dict[str, Any]], None] | None,

@@ -78,7 +78,6 @@ class ServeSimulation:
                 self.controller,
                 self.belady_offsets,
                 server.cache_outputs,
-                server.admit_when_lane_free,
             )
         return fill_result(self.result, out, pool, len(self.requests))
 

@@ -51,9 +51,9 @@ QUEUE_GROWTH_LIMIT = 0.05  # seconds of queueing delay per second of traffic
 class VllmServer:
     """A vLLM engine's scheduling settings, by vLLM's names. A step takes ``step_s`` seconds (what a
     GPU sustains at this batch, or the replay's virtual step) plus one second per ``tokens_per_s``
-    tokens it schedules (None: every step takes ``step_s``). ``cache_outputs`` False leaves the
-    blocks generated tokens fill uncached (vLLM caches them; a modelling switch, not a vLLM
-    setting)."""
+    tokens it schedules (None: every step takes ``step_s``). ``cache_outputs`` False leaves uncached
+    the blocks generated tokens fill past the trace's output keys (vLLM caches them; a modelling
+    switch, not a vLLM setting)."""
 
     max_num_batched_tokens: int = 4096
     max_num_seqs: int = 64
@@ -86,7 +86,6 @@ class ServerModel:
     decode_tokens_per_s: float = 40.0
     max_running: int = 64
     cache_outputs: bool = True  # cache the blocks generated tokens fill, as vLLM does (serve.py)
-    admit_when_lane_free: bool = False  # admit only when the prefill can start (the lane is free)
 
     def __post_init__(self) -> None:
         if self.prefill_tokens_per_s <= 0 or self.decode_tokens_per_s <= 0 or self.max_running < 1:

@@ -3,9 +3,12 @@ runs them over its block pool (vLLM 0.32 and 0.33 alike; no speculative decoding
 encoder inputs; FCFS; chunked prefill on, ``long_prefill_token_threshold`` 0, no watermark).
 
 Time moves by steps. The loop starts at the first arrival; before each step, the requests that have
-arrived by then join the waiting queue's tail (one whose prompt and outputs exceed the pool, vLLM's
-``max_model_len``, is rejected and never scheduled), and an idle engine jumps to the next arrival.
-A step takes ``step_s`` seconds plus ``1 / tokens_per_s`` per token it schedules (when set).
+arrived by then join the waiting queue's tail, and an engine with no unfinished request jumps to the
+next arrival. A request generates ``max(output_tokens, 1)`` tokens; one whose prompt and outputs
+exceed the pool's tokens (vLLM's ``max_model_len``) is rejected, never scheduled, and neither the
+controller nor the policy hears of it. An accepted one is announced to the policy
+(``on_request``) with its full prompt blocks and no output keys, as vLLM's plugin does. A step
+takes ``step_s`` seconds plus ``1 / tokens_per_s`` per token it schedules (when set).
 
 A step schedules at most ``max_num_batched_tokens`` tokens:
 
@@ -16,28 +19,33 @@ A step schedules at most ``max_num_batched_tokens`` tokens:
    first, its computed tokens forgotten, its outputs kept; it waits at the head of the queue) until
    they suffice, or until the request itself is the one preempted, which ends this part.
 2. If nothing was preempted, the waiting requests, first come first served, while budget is left
-   and fewer than ``max_num_seqs`` run. The head's lookup finds the longest cached prefix of its
-   full blocks (the first-miss rule; at most its tokens - 1, over prompt blocks only for a fresh
-   request, outputs included after a preemption). It is admitted only if its whole sequence fits:
-   its blocks not hit plus its hit blocks that are free (touching takes them out of the free queue)
-   at most the free blocks; otherwise the step admits no one else. Admission, in libCacheSim's
-   order: each full block after the hit that no cached block holds is a policy miss, then the hits
-   are touched (a policy hit, pinned), then the first chunk's blocks are allocated (evicting).
+   and fewer than ``max_num_seqs`` run. The head's tokens are its prompt and the outputs it sampled
+   before a preemption. Its lookup finds the longest cached prefix of its full blocks (the
+   first-miss rule; at most its tokens - 1, over prompt blocks with trace keys only for a fresh
+   request, outputs included after a preemption). It is admitted only if all its tokens fit: its
+   blocks not hit plus its hit blocks that are free (touching takes them out of the free queue) at
+   most the free blocks; otherwise the step admits no one else. Admission, in libCacheSim's order:
+   each full block after the hit that no cached block holds is a policy miss, then the hits are
+   touched (a policy hit, pinned), then the first chunk's blocks are allocated (evicting).
 
-Every allocation caches the request's blocks that its computed tokens (after this step) fill, up to
-its known tokens: each becomes a cached copy under its key (a prompt block's trace key, then the
-trace's output keys, then a key of its own: vLLM hashes the tokens the model generated), pinned by
-the request. After scheduling, each request whose tokens are all computed samples one output token
-(its first: the time to first token, at the step's end); one that reaches its output length frees
-its blocks deepest first and leaves. Blocks are freed in scheduling order.
+Before every allocation the policy hears the request's chain (``inserting_for`` its first block's
+key, once its tokens fill a block: chain-lru's hint, given where vLLM's plugin gives it). Every
+allocation caches the request's blocks that its computed tokens (after this step) fill, up to its
+tokens: each becomes a cached copy under its key (a prompt block's trace key, then the trace's
+output keys, then a key of its own: vLLM hashes the tokens the model generated; with
+``cache_outputs`` False these last stay uncached), pinned by the request. After scheduling, each
+request whose tokens are all computed samples one output token (its first: the time to first token,
+at the step's end); one that reaches its output length frees its blocks deepest first and leaves.
+Requests finish in scheduling order.
 
 Counted as in ``serve`` (vLLM's ``PrefixCacheStats``): each request's first admission after the
 warm-up (prompt tokens, hit tokens); admissions after a preemption are not. ``prefill_busy_s`` (the
-saturation rule's busy time) is each step's duration times the share of its token budget that
-computed prompt tokens (or recomputed ones after a preemption).
+saturation rule's busy time) is each step's duration times the share of its token budget scheduled
+to requests that are not decoding (decoding: past its first token, computing one token, its last).
 
 The loop is the core's (``core/steps.hpp``, ``wakman._core.serve_steps``), over the same pool and
-controller hooks as ``serve``'s: a controller hears every arrival and the start of every step.
+controller hooks as ``serve``'s: a controller hears every accepted arrival and the start of every
+step.
 ``tests/test_vllm_sched_loop.py`` holds it to vLLM's own scheduler, request by request.
 """
 
