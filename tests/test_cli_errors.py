@@ -202,9 +202,22 @@ def test_read_only_folder_is_refused(trace, tmp_path):
 # 5. Ctrl-C
 
 
+def _sigint_as_on_a_terminal() -> None:
+    """Child set-up: SIGINT back to its default. A shell that starts the test run in the background
+    (``cmd &`` without job control) ignores SIGINT, children inherit that, and Python then installs no
+    KeyboardInterrupt handler: the child would not see the Ctrl-C these tests send."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def test_ctrl_c_during_generate_says_so_and_leaves_no_partial_file(tmp_path):
     out = tmp_path / "t.jsonl.gz"
-    proc = subprocess.Popen([*WAKMAN, "generate", "-o", out], cwd=tmp_path, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [*WAKMAN, "generate", "-o", out],
+        cwd=tmp_path,
+        stderr=subprocess.PIPE,
+        text=True,
+        preexec_fn=_sigint_as_on_a_terminal,
+    )
     deadline = time.monotonic() + 120
     while not list(tmp_path.glob(".*.part")) and proc.poll() is None and time.monotonic() < deadline:
         time.sleep(0.01)
@@ -442,7 +455,12 @@ def test_ctrl_c_while_the_cli_starts_is_clean(tmp_path):
     said = []
     for delay in (0.15, 0.3, 0.5, 0.8):
         proc = subprocess.Popen(
-            [script, "policies"], cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+            [script, "policies"],
+            cwd=tmp_path,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            preexec_fn=_sigint_as_on_a_terminal,
         )
         time.sleep(delay)
         proc.send_signal(signal.SIGINT)
