@@ -35,13 +35,13 @@ from wakman.experiments.sweep import GridInterrupted, run_grid
 from wakman.simulation import MODES, ServerModel, VllmServer
 
 PREFILL = typer.Option(
-    None, "--prefill-tps", help=f"Prefill tokens per second [default: {ServerModel.prefill_tokens_per_s:g}]."
+    None, "--prefill-tps", help=f"Prefill tokens per second (default {ServerModel.prefill_tokens_per_s:g})."
 )
 DECODE = typer.Option(
-    None, "--decode-tps", help=f"Decode tokens/s per request [default: {ServerModel.decode_tokens_per_s:g}]."
+    None, "--decode-tps", help=f"Decode tokens/s per request (default {ServerModel.decode_tokens_per_s:g})."
 )
 RUNNING = typer.Option(
-    None, "--max-running", help=f"Concurrent requests at most [default: {ServerModel.max_running}]."
+    None, "--max-running", help=f"Concurrent requests at most (default {ServerModel.max_running})."
 )
 BATCHED = typer.Option(
     None, "--max-num-batched-tokens", help="vLLM's token budget per engine step (a vLLM server model)."
