@@ -511,3 +511,40 @@ def test_vllm_server_model_by_flags_or_file(trace, tmp_path):
     timed = invoke(*base, "--server-model", replay_json, "--step-tokens-per-s", 20000)
     assert timed.exit_code == 0, timed.output
     assert json.loads(timed.stdout.strip().splitlines()[-1])["ttft_s_mean"] > last[0]["ttft_s_mean"]
+
+
+def test_a_replays_json_simulates_the_requests_as_the_replay_served_them(trace, tmp_path):
+    """`--server-model` on `wakman replay --json` output also takes the trace as the replay served
+    it (its request count, its output cap, fresh output keys: the engine samples its own tokens),
+    says so on stderr, and equals the flags that state the same; a flag overrides the file."""
+    from wakman.simulation import VllmServer, simulate
+    from wakman.traces import read_trace
+    from wakman.traces.model import as_engine_serves
+
+    settings = {"max_num_batched_tokens": 4096, "max_num_seqs": 64, "step_s": 0.025, "tokens_per_s": None}
+    replay_json = tmp_path / "replay.json"
+    replay_json.write_text(
+        json.dumps(
+            {
+                "mode": "vllm",
+                "requests": 120,
+                "max_output_tokens": 30,
+                "output_keys_ignored": True,
+                "server_model": settings,
+            }
+        )
+    )
+    base = ("simulate", trace, "--policy", "lru", "--capacity-blocks", 600, "--json", "--per-request")
+    by_file = invoke(*base, "--server-model", replay_json)
+    assert by_file.exit_code == 0, by_file.output
+    assert "as the replay in" in by_file.stderr and "the first 120 requests" in by_file.stderr
+    by_flags = invoke(*base, "--step-s", 0.025, "--limit", 120, "--max-output-tokens", 30, "--fresh-outputs")
+    kept = invoke(*base, "--server-model", replay_json, "--trace-outputs")
+    results = [json.loads(r.stdout.strip().splitlines()[-1]) for r in (by_file, by_flags, kept)]
+    served = as_engine_serves(list(read_trace(trace))[:120], max_output_tokens=30)
+    expected = simulate(served, "lru", 600, server=VllmServer(**settings)).first_hit_tokens
+    assert results[0]["first_hit_tokens"] == results[1]["first_hit_tokens"] == expected
+    assert results[2]["hit_tokens"] > results[0]["hit_tokens"]  # the answers' keys hit the next turns
+    clean_error(invoke(*base, "--limit", 0), "--limit", ">= 1")
+    replay_json.write_text(json.dumps({"mode": "vllm", "requests": "all", "server_model": settings}))
+    clean_error(invoke(*base, "--server-model", replay_json), "requests must be an integer")

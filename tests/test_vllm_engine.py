@@ -7,6 +7,7 @@ import contextlib
 import json
 import os
 import re
+import shlex
 import subprocess
 import sys
 import time
@@ -15,7 +16,15 @@ from pathlib import Path
 
 import pytest
 
-from vllm_support import need_vllm, phased_trace, small_trace, wakman_cli, write_small_trace, write_trace_file
+from vllm_support import (
+    need_vllm,
+    phased_trace,
+    small_trace,
+    wakman_cli,
+    with_output_keys_trace,
+    write_small_trace,
+    write_trace_file,
+)
 from wakman.adaptive import simulate
 from wakman.simulation import VllmServer
 from wakman.vllm_plugin.server import free_port
@@ -92,6 +101,29 @@ def test_simulator_names_vllms_winner(runs):
     best_vllm = max(runs[p]["hit_rate"] for p in SIMULATED)
     named = max(predicted, key=predicted.get)
     assert best_vllm - runs[named]["hit_rate"] <= 0.01, (named, {p: runs[p]["hit_rate"] for p in SIMULATED})
+
+
+def test_the_replays_simulate_command_gives_vllms_hits(tmp_path):
+    """A trace that carries its answers' keys, replayed on part of it with capped outputs: the
+    command the replay names (``simulate_command``) and ``--server-model`` on its JSON both simulate
+    the requests as the engine served them (its own tokens, so fresh output keys) and give vLLM's
+    hit tokens; with the trace's output keys the simulation would be off (the answers would hit)."""
+    path = write_trace_file(with_output_keys_trace(short_prompts=True), tmp_path / "answers.jsonl")
+    args = ("--policy", "s3fifo", "--limit", "100", "--max-output-tokens", "48")
+    replayed = wakman_cli("replay", "--engine", "vllm", "--capacity-blocks", "300", str(path), *args)
+    assert replayed["output_keys_ignored"] and replayed["requests"] == 100
+    (tmp_path / "replay.json").write_text(json.dumps(replayed))
+    command = shlex.split(replayed["simulate_command"])
+    assert command[:2] == ["wakman", "simulate"] and "--fresh-outputs" in command
+    by_command = wakman_cli(*command[1:])
+    file_args = ("--server-model", str(tmp_path / "replay.json"))
+    by_file = wakman_cli("simulate", str(path), "--policy", "s3fifo", "--capacity-blocks", "300", *file_args)
+    assert by_command["hit_tokens"] == by_file["hit_tokens"] == replayed["hit_tokens"]
+    assert by_command["prompt_tokens"] == replayed["prompt_tokens"]
+    kept = wakman_cli(
+        "simulate", str(path), "--policy", "s3fifo", "--capacity-blocks", "300", *file_args, "--trace-outputs"
+    )
+    assert abs(kept["hit_rate"] - replayed["hit_rate"]) > 0.01
 
 
 def test_replay_json_is_alone_on_stdout(tmp_path):

@@ -258,3 +258,29 @@ def test_bad_overrides_are_refused():
 def test_every_preset_builds_a_valid_configuration():
     for name in PRESETS:
         build_config(preset=name)
+
+
+def test_the_engines_view_keeps_the_output_keys_the_capped_output_fills():
+    """``as_engine_serves`` with the trace's outputs kept (``fresh_outputs=False``) and a cap at
+    least each output leaves every request as the generator made it (the generator counts the blocks
+    an output fills on its own); a cap keeps the keys of the blocks the capped output fills, a
+    prefix of the generator's; the engine's own view drops them all."""
+    from wakman.traces.model import as_engine_serves
+
+    cfg = build_config(mix=[0.2, 0.6, 0.2], duration_s=120, rate=2.0)
+    requests = list(generate_requests(cfg, seed=3))
+    longest = max(r.output_tokens for r in requests)
+    same = as_engine_serves(requests, fresh_outputs=False, max_output_tokens=longest)
+    assert all(a is b for a, b in zip(same, requests, strict=True))
+    capped = as_engine_serves(requests, fresh_outputs=False, max_output_tokens=40)
+    for before, after in zip(requests, capped, strict=True):
+        assert after.output_tokens == min(before.output_tokens, 40)
+        filled = (after.prompt_tokens + after.output_tokens - 1) // after.block_size - after.full_blocks
+        assert len(after.output_keys) == min(len(before.output_keys), max(filled, 0))
+        assert list(after.output_keys) == list(before.output_keys[: len(after.output_keys)])
+    assert sum(len(r.output_keys) for r in capped) < sum(len(r.output_keys) for r in requests)
+    fresh = as_engine_serves(requests)
+    assert all(
+        len(r.output_keys) == 0 and r.output_tokens == q.output_tokens
+        for r, q in zip(fresh, requests, strict=True)
+    )

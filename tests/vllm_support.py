@@ -74,6 +74,18 @@ def long_outputs_trace(
     return [msgspec.structs.replace(r, output_keys=[]) for r in generate_requests(cfg, seed=seed)]
 
 
+def with_output_keys_trace(
+    duration_s: float = 120.0, rate: float = 3.0, seed: int = 5, short_prompts: bool = False
+) -> list:
+    """A generated trace that keeps its output keys: mostly multi-turn chat with short gaps and
+    outputs of 20-200 tokens, so a next turn's prompt holds several blocks of the last answer."""
+    overrides = {"warmup_s": "0", "multi_turn.gap_s.median": "8", **(SHORT_PROMPTS if short_prompts else {})}
+    for p in ("single_turn", "multi_turn", "agentic"):
+        overrides |= {f"{p}.output.median": "90", f"{p}.output.min": "20", f"{p}.output.max": "200"}
+    cfg = build_config(mix=[0.2, 0.6, 0.2], duration_s=duration_s, rate=rate, overrides=overrides)
+    return list(generate_requests(cfg, seed=seed))
+
+
 def phased_trace(phase_s: float = 40.0, phases: int = 4) -> list:
     """Single-turn traffic (S3-FIFO ahead at 600 blocks) and agentic traffic (LRU ahead), taking turns
     every ``phase_s`` seconds, so a manager deciding every few seconds has reasons to switch."""

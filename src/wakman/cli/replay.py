@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shlex
 from pathlib import Path
 
 import typer
@@ -75,6 +76,7 @@ def replay(
             ("--limit", limit, ">=1"),
         )
         _check_vllm()
+        given_format = fmt
         fmt = fmt or detect_format(trace)
         sets_block_size = fmt in FORMATS_WITHOUT_BLOCK_SIZE
         requests = list(open_trace(trace, fmt, block_size if sets_block_size else None))
@@ -122,21 +124,36 @@ def replay(
                     after_step=after,
                     progress=lambda done, total: bar.update(task, completed=done),
                 )
+    sm = result.server
+    same = [
+        f"wakman simulate {shlex.quote(str(trace))}",
+        f"--policy {'lru' if policy == 'stock' else policy} --capacity-blocks {capacity}",
+        f"--max-num-batched-tokens {sm.max_num_batched_tokens} --max-num-seqs {sm.max_num_seqs}",
+        f"--step-s {sm.step_s!r}",
+    ]
+    if given_format is not None:
+        same.append(f"--format {given_format}")
+    if block_size is not None and sets_block_size:
+        same.append(f"--block-size {block_size}")
+    if limit is not None:
+        same.append(f"--limit {limit}")
+    if max_output_tokens is not None:
+        same.append(f"--max-output-tokens {max_output_tokens}")
+    if result.output_keys_ignored:
+        same.append("--fresh-outputs")
     flat = result.as_flat_dict(per_request=per_request)
+    # the same server and requests in the simulator (`--server-model` on this JSON does the same)
+    flat["simulate_command"] = " ".join(same)
     if as_json:
         print(json.dumps(flat, default=str))
         return
     table = Table(title=f"{policy} in vLLM at {capacity:,} blocks, {trace.name}", show_header=False)
     for key, value in flat.items():
-        if key not in ("decisions", "first_hit_tokens"):
+        if key not in ("decisions", "first_hit_tokens", "simulate_command"):
             table.add_row(key, f"{value:,.4f}" if isinstance(value, float) else str(value))
     console.print(table)
-    sm = result.server
     console.print(
-        "the same server in the simulator: wakman simulate "
-        f"{trace} --policy {'lru' if policy == 'stock' else policy} --capacity-blocks {capacity} "
-        f"--max-num-batched-tokens {sm.max_num_batched_tokens} --max-num-seqs {sm.max_num_seqs} "
-        f"--step-s {sm.step_s:g}",
+        f"the same server and requests in the simulator: {flat['simulate_command']}",
         markup=False,
         highlight=False,
         soft_wrap=True,

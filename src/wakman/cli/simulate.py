@@ -5,6 +5,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import typer
@@ -33,6 +34,7 @@ from wakman.cli.common import (
 )
 from wakman.experiments.sweep import GridInterrupted, run_grid
 from wakman.simulation import MODES, ServerModel, VllmServer
+from wakman.traces.model import Request, as_engine_serves
 
 PREFILL = typer.Option(
     None, "--prefill-tps", help=f"Prefill tokens per second (default {ServerModel.prefill_tokens_per_s:g})."
@@ -59,8 +61,17 @@ STEP_TPS = typer.Option(
 SERVER_FILE = typer.Option(
     None,
     "--server-model",
-    help="JSON with the vLLM settings: `wakman replay --json` output or its server_model.",
+    help="JSON with the vLLM settings: a server_model object, or `wakman replay --json` output (its "
+    "server, and the trace as the replay served it: first N requests, output keys, output cap).",
 )
+FRESH_OUTPUTS = typer.Option(
+    None,
+    "--fresh-outputs/--trace-outputs",
+    help="Give every generated block a key of its own, ignoring the trace's output keys, as a real "
+    "engine that samples its own tokens does (`wakman replay --engine vllm`).",
+)
+MAX_OUTPUT = typer.Option(None, "--max-output-tokens", help="Cap each request's output (tokens).")
+LIMIT = typer.Option(None, "--limit", help="Simulate only the first N requests.")
 CACHE_OUTPUTS = typer.Option(
     True, "--cache-outputs/--no-cache-outputs", help="Cache the blocks generated tokens fill, as vLLM does."
 )
@@ -68,15 +79,53 @@ WARMUP = typer.Option(0.0, "--warmup-s", help="Requests arriving earlier are lef
 MODE = typer.Option("serve", "--mode", help="serve (time, pinning) or cache (shadow replay).")
 
 
-def _vllm_settings(path: Path) -> dict:
-    """The vLLM settings in ``path``: a JSON object, or one holding them under ``server_model``."""
+@dataclass(frozen=True)
+class TraceView:
+    """Which requests a simulation takes, and how: the first ``limit``, each output capped at
+    ``max_output_tokens`` tokens, and with ``fresh_outputs`` the trace's output keys ignored (the
+    view of a trace that ``wakman replay --engine vllm`` serves; ``as_engine_serves``)."""
+
+    fresh_outputs: bool = False
+    max_output_tokens: int | None = None
+    limit: int | None = None
+
+    def apply(self, requests: list[Request]) -> list[Request]:
+        if self.limit is not None:
+            requests = requests[: self.limit]
+        if self.fresh_outputs or self.max_output_tokens is not None:
+            requests = as_engine_serves(
+                requests, fresh_outputs=self.fresh_outputs, max_output_tokens=self.max_output_tokens
+            )
+        return requests
+
+
+def _replay_view(path: Path, data: dict) -> TraceView:
+    """How the engine replay whose ``--json`` output ``data`` is served its trace (``mode`` "vllm");
+    checked like the flags."""
+    view = TraceView(
+        fresh_outputs=data.get("output_keys_ignored") is True,
+        max_output_tokens=data.get("max_output_tokens"),
+        limit=data.get("requests"),
+    )
+    for name, value in (("max_output_tokens", view.max_output_tokens), ("requests", view.limit)):
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+            raise ValueError(f"--server-model: {path}: {name} must be an integer >= 1")
+    return view
+
+
+def _vllm_settings(path: Path) -> tuple[dict, TraceView | None]:
+    """The vLLM settings in ``path`` (a JSON object, or one holding them under ``server_model``) and,
+    for a replay's ``--json`` output, how it served the trace."""
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
         raise ValueError(f"--server-model: {path} does not exist") from None
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise ValueError(f"--server-model: {path} is not a JSON file ({exc})") from None
+    view = None
     if isinstance(data, dict) and isinstance(data.get("server_model"), dict):
+        if data.get("mode") == "vllm":
+            view = _replay_view(path, data)
         data = data["server_model"]
     kinds = {"max_num_batched_tokens": int, "max_num_seqs": int, "step_s": float, "tokens_per_s": float}
     if not isinstance(data, dict) or not set(kinds) & set(data):
@@ -97,7 +146,7 @@ def _vllm_settings(path: Path) -> dict:
             for name, value in settings.items()
         )
     )
-    return settings
+    return settings, view
 
 
 def _server(
@@ -111,10 +160,14 @@ def _server(
     server_model: Path | None = None,
     cache_outputs: bool = True,
     step_tokens_per_s: float | None = None,
-) -> ServerModel | VllmServer:
+    fresh_outputs: bool | None = None,
+    max_output_tokens: int | None = None,
+    limit: int | None = None,
+) -> tuple[ServerModel | VllmServer, TraceView]:
     """The CLI's server model: the throughputs given, or a vLLM configuration by vLLM's names
     (``--server-model`` first, then the flags over it; simulated step by step), never both
-    (checked, with ``--warmup-s``)."""
+    (checked, with ``--warmup-s``); and the view of the trace (a replay's, from ``--server-model``,
+    then the flags over it; a note on stderr says what the replay's file set)."""
     check_numbers(
         ("--prefill-tps", prefill_tps, ">0"),
         ("--decode-tps", decode_tps, ">0"),
@@ -124,7 +177,11 @@ def _server(
         ("--step-s", step_s, ">0"),
         ("--step-tokens-per-s", step_tokens_per_s, ">0"),
         ("--warmup-s", warmup_s, ">=0"),
+        ("--max-output-tokens", max_output_tokens, ">=1"),
+        ("--limit", limit, ">=1"),
     )
+    flags = {"fresh_outputs": fresh_outputs, "max_output_tokens": max_output_tokens, "limit": limit}
+    given = {name: value for name, value in flags.items() if value is not None}
     vllm_flags = {
         "max_num_batched_tokens": max_num_batched_tokens,
         "max_num_seqs": max_num_seqs,
@@ -138,15 +195,34 @@ def _server(
                 "(--server-model, --max-num-batched-tokens, --max-num-seqs, --step-s, --step-tokens-per-s), "
                 "not both"
             )
-        settings = _vllm_settings(server_model) if server_model is not None else {}
+        settings, replayed = _vllm_settings(server_model) if server_model is not None else ({}, None)
         settings.update({k: v for k, v in vllm_flags.items() if v is not None})
-        return VllmServer(**settings, cache_outputs=cache_outputs)
+        view = replace(replayed or TraceView(), **given)
+        if replayed is not None:
+            _say_replay_view(server_model, replayed, given)
+        return VllmServer(**settings, cache_outputs=cache_outputs), view
     throughputs = {
         "prefill_tokens_per_s": prefill_tps,
         "decode_tokens_per_s": decode_tps,
         "max_running": max_running,
     }
-    return ServerModel(cache_outputs=cache_outputs, **{k: v for k, v in throughputs.items() if v is not None})
+    server = ServerModel(
+        cache_outputs=cache_outputs, **{k: v for k, v in throughputs.items() if v is not None}
+    )
+    return server, TraceView(**given)
+
+
+def _say_replay_view(path: Path, view: TraceView, overridden: dict) -> None:
+    """One stderr line: what the replay's file sets about the requests (flags given win)."""
+    parts = []
+    if view.limit is not None and "limit" not in overridden:
+        parts.append(f"the first {view.limit:,} requests")
+    if view.fresh_outputs and "fresh_outputs" not in overridden:
+        parts.append("fresh output keys (the engine samples its own tokens)")
+    if view.max_output_tokens is not None and "max_output_tokens" not in overridden:
+        parts.append(f"outputs capped at {view.max_output_tokens:,} tokens")
+    if parts:
+        err_console.print(f"as the replay in {path}: {', '.join(parts)}", markup=False, highlight=False)
 
 
 def simulate(
@@ -175,6 +251,9 @@ def simulate(
     step_tokens_per_s: float | None = STEP_TPS,
     server_model: Path | None = SERVER_FILE,
     cache_outputs: bool = CACHE_OUTPUTS,
+    fresh_outputs: bool | None = FRESH_OUTPUTS,
+    max_output_tokens: int | None = MAX_OUTPUT,
+    limit: int | None = LIMIT,
     block_size: int | None = BlockSizeOption,
     rate: float | None = RateOption,
     seed: int | None = SeedOption,
@@ -186,7 +265,7 @@ def simulate(
         check_numbers(("--capacity-blocks", capacity, ">=1"), ("--interval-s", interval_s, ">0"))
         if per_request and mode != "serve":
             raise ValueError("--per-request needs --mode serve (cache mode has no admissions)")
-        server = _server(
+        server, view = _server(
             prefill_tps,
             decode_tps,
             max_running,
@@ -197,11 +276,16 @@ def simulate(
             server_model,
             cache_outputs,
             step_tokens_per_s,
+            fresh_outputs,
+            max_output_tokens,
+            limit,
         )
         check_plot(plot)
         # progress on stderr (stdout may be --json), only on a terminal, gone once done
         with progress_bars(to=err_console, transient=True, disable=not err_console.is_terminal) as bar:
-            requests = list(counted(open_trace(trace, fmt, block_size, rate, seed), bar, "reading"))
+            requests = view.apply(
+                list(counted(open_trace(trace, fmt, block_size, rate, seed), bar, "reading"))
+            )
             bar.add_task(f"simulating {policy}", total=None)
             result = run_simulation(
                 requests, policy, capacity, mode=mode, server=server, warmup_s=warmup_s, interval_s=interval_s
@@ -261,6 +345,9 @@ def sweep(
     step_tokens_per_s: float | None = STEP_TPS,
     server_model: Path | None = SERVER_FILE,
     cache_outputs: bool = CACHE_OUTPUTS,
+    fresh_outputs: bool | None = FRESH_OUTPUTS,
+    max_output_tokens: int | None = MAX_OUTPUT,
+    limit: int | None = LIMIT,
     block_size: int | None = BlockSizeOption,
     rate: float | None = RateOption,
     seed: int | None = SeedOption,
@@ -274,7 +361,7 @@ def sweep(
         if mode not in MODES:
             raise ValueError(f"--mode must be one of {', '.join(MODES)}")
         check_numbers(("--jobs", jobs, ">=1"))
-        server = _server(
+        server, view = _server(
             prefill_tps,
             decode_tps,
             max_running,
@@ -285,10 +372,15 @@ def sweep(
             server_model,
             cache_outputs,
             step_tokens_per_s,
+            fresh_outputs,
+            max_output_tokens,
+            limit,
         )
         check_output_dir(out, "--out")
         with progress_bars() as progress:
-            requests = list(counted(open_trace(trace, fmt, block_size, rate, seed), progress, "reading"))
+            requests = view.apply(
+                list(counted(open_trace(trace, fmt, block_size, rate, seed), progress, "reading"))
+            )
             task = progress.add_task(f"sweeping {trace.name}", total=len(names) * len(sizes))
             try:
                 rows = run_grid(

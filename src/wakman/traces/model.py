@@ -110,6 +110,29 @@ def key_list(keys: Sequence[int]) -> list[int]:
     return keys.tolist() if hasattr(keys, "tolist") else list(keys)
 
 
+def as_engine_serves(
+    requests: Iterable[Request], *, fresh_outputs: bool = True, max_output_tokens: int | None = None
+) -> list[Request]:
+    """The requests as a model-driven engine serves them (``wakman replay --engine vllm``, whose
+    engine samples its own tokens): with ``fresh_outputs`` the trace's ``output_keys`` are dropped,
+    so each block the generated tokens fill gets a key no other request has (a next turn's prompt no
+    longer hits the previous answer); ``max_output_tokens`` caps each output (tokens), and the output
+    keys kept are those of the blocks the capped output fills (``(prompt + output - 1) // block_size``
+    blocks in all: the last sampled token has no KV). Requests needing no change are kept as they are."""
+    out = []
+    for req in requests:
+        tokens = req.output_tokens if max_output_tokens is None else min(req.output_tokens, max_output_tokens)
+        keep = 0
+        if not fresh_outputs:
+            filled = max(0, (req.prompt_tokens + max(tokens, 1) - 1) // req.block_size - req.full_blocks)
+            keep = min(len(req.output_keys), filled)
+        if tokens != req.output_tokens or keep != len(req.output_keys):
+            kept = req.output_keys[:keep] if keep else no_keys()
+            req = msgspec.structs.replace(req, output_tokens=tokens, output_keys=kept)
+        out.append(req)
+    return out
+
+
 class TraceFormatError(ValueError):
     """Bad trace input: names the file, the line (1-based, 0 = whole file) and the field."""
 

@@ -4,7 +4,8 @@ Token ids come from the block keys: block ``i`` of a prompt gets ``block_size`` 
 seeded by ``block_keys[i]``, so equal keys give equal tokens and vLLM's chained hashes match exactly
 where the trace's keys do. A prompt's tokens past its full blocks come from its partial key if the
 trace has one, else from a per-request seed (never shared). Generated tokens come from the model:
-a trace's ``output_keys`` cannot be honoured, and are reported as ``output_keys_ignored``.
+a trace's ``output_keys`` cannot be honoured (``as_engine_serves``: each generated block gets a
+fresh key, as ``wakman simulate --fresh-outputs`` gives it), and are reported as ``output_keys_ignored``.
 
 Time is compressed on a virtual clock: each engine step advances it by ``step_s`` (default 1/40 s,
 the simulator's decode rate), requests enter when the clock passes their arrival time, and an idle
@@ -24,7 +25,7 @@ from typing import Any
 import numpy as np
 
 from wakman.simulation.server import VllmServer
-from wakman.traces.model import Request, key_list
+from wakman.traces.model import Request, as_engine_serves, key_list
 from wakman.vllm_plugin.engine import TINY_VOCAB, build_llm, engine_core, prefix_cache_counters
 
 FIRST_TOKEN = 3  # ids 0-2 are left to special tokens
@@ -75,6 +76,7 @@ class ReplayResult:
     virtual_s: float
     wall_s: float
     output_keys_ignored: bool
+    max_output_tokens: int | None = None  # the cap on each request's output (tokens), if any
     server: VllmServer = field(default_factory=VllmServer)
     adaptive: dict[str, Any] | None = None
     # each request's prefix-cache hit tokens as vLLM reports them (RequestOutput.num_cached_tokens,
@@ -106,6 +108,7 @@ class ReplayResult:
             "engine_steps": self.steps,
             "virtual_s": self.virtual_s,
             "output_keys_ignored": self.output_keys_ignored,
+            "max_output_tokens": self.max_output_tokens,
             # the engine's scheduling settings: `wakman simulate --server-model` reads them back
             "server_model": self.server.as_dict(),
         }
@@ -141,6 +144,8 @@ def replay(
         raise ValueError(f"the trace's block size ({trace_bs}) differs from the engine's ({block_size})")
     if step_s <= 0:
         raise ValueError("step_s must be > 0 seconds")
+    output_keys_ignored = any(len(r.output_keys) for r in requests)
+    requests = as_engine_serves(requests, max_output_tokens=max_output_tokens)
     os.environ.setdefault("WAKMAN_REPLAY", "inline")
     from vllm import SamplingParams
     from vllm.inputs import TokensPrompt
@@ -173,10 +178,7 @@ def replay(
             clock["t"] = max(clock["t"], requests[i].arrival_s)
         while i < n and requests[i].arrival_s <= clock["t"]:
             req = requests[i]
-            out = max(
-                1,
-                req.output_tokens if max_output_tokens is None else min(req.output_tokens, max_output_tokens),
-            )
+            out = max(1, req.output_tokens)
             if req.prompt_tokens + out > max_len:
                 rejected += 1
             else:
@@ -212,7 +214,8 @@ def replay(
         steps=steps,
         virtual_s=clock["t"] - requests[0].arrival_s,
         wall_s=wall,
-        output_keys_ignored=any(len(r.output_keys) for r in requests),
+        output_keys_ignored=output_keys_ignored,
+        max_output_tokens=max_output_tokens,
         server=VllmServer(max_num_batched_tokens, max_num_seqs, step_s),
         adaptive=adaptive,
         first_hit_tokens=first_hits,
