@@ -35,8 +35,9 @@ import msgspec
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
 from vllm_support import SHORT_OUTPUTS, SHORT_PROMPTS, engine_replay, phased_trace, write_trace_file
+from wakman.adaptive import simulate
 from wakman.data import BUNDLED_MOONCAKE
-from wakman.simulation import VllmServer, simulate
+from wakman.simulation import VllmServer
 from wakman.traces import read_trace
 from wakman.traces.model import Request
 from wakman.workload import build_config, generate_requests

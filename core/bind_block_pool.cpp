@@ -9,6 +9,8 @@
 // Keys cross as Python ints (modulo 2**64) or numpy 8-byte integers; a numpy uint64/int64 array
 // of keys is read in place, a list is read into a reused buffer.
 #include <nanobind/nanobind.h>
+#include <nanobind/ndarray.h>
+#include <nanobind/stl/optional.h>
 #include <nanobind/stl/string.h>
 
 #include <algorithm>
@@ -62,8 +64,9 @@ struct PyBlockPool {
 // (wakman.simulation.controller states the protocol).
 class PyServeHooks final : public ServeHooks {
  public:
-  PyServeHooks(nb::handle pool, nb::handle requests, nb::handle controller)
-      : pool_(pool), requests_(requests), controller_(controller), py_pool_(nb::cast<PyBlockPool&>(pool)) {
+  PyServeHooks(nb::handle pool, nb::handle requests, nb::handle controller, int64_t* sampled = nullptr)
+      : pool_(pool), requests_(requests), controller_(controller), py_pool_(nb::cast<PyBlockPool&>(pool)),
+        sampled_(sampled) {
     if (!controller.is_none()) {
       on_arrival_ = controller.attr("on_arrival");
       on_time_ = controller.attr("on_time");
@@ -89,6 +92,9 @@ class PyServeHooks final : public ServeHooks {
     on_time_(now, pool_);
     if (has_wake_) wake_s_ = nb::cast<double>(controller_.attr("wake_s"));
   }
+  void on_sampled(size_t request, int64_t generated) override {
+    if (sampled_ != nullptr) sampled_[request] = generated;
+  }
   int32_t policy_tag() override {
     nb::object policy = py_pool_.policy_obj;
     nb::object name = nb::hasattr(policy, "name") ? policy.attr("name")
@@ -105,6 +111,7 @@ class PyServeHooks final : public ServeHooks {
   PyBlockPool& py_pool_;
   nb::object on_arrival_, on_time_, free_log_obj_;
   FreeBlockLog* free_log_ = nullptr;
+  int64_t* sampled_ = nullptr;  // output tokens each request has sampled, for the controller to read
   bool has_wake_ = false;
   double wake_s_ = 0.0;
   std::vector<nb::object> names_;
@@ -204,16 +211,27 @@ nb::dict serve(nb::handle pool, nb::handle requests, double prefill_tokens_per_s
 // steps.py's run(): the same, step by step on a vLLM configuration.
 nb::dict serve_steps(nb::handle pool, nb::handle requests, int64_t max_num_batched_tokens, int64_t max_num_seqs,
                      double step_s, double token_s, double warmup_s, int64_t warmup_requests, double interval_s,
-                     nb::handle controller, nb::handle belady_offsets, bool cache_outputs) {
+                     nb::handle controller, nb::handle belady_offsets, bool cache_outputs,
+                     std::optional<nb::ndarray<int64_t, nb::ndim<1>, nb::c_contig, nb::device::cpu>> sampled) {
   if (max_num_batched_tokens < 1 || max_num_seqs < 1 || !(step_s > 0) || !(token_s >= 0))
     throw nb::value_error("serve_steps: max_num_batched_tokens and max_num_seqs must be >= 1, step_s > 0, token_s >= 0");
   PyBlockPool& p = nb::cast<PyBlockPool&>(pool);
   FlatTrace t = flat_trace(requests, warmup_s, warmup_requests, belady_offsets);
   StepParams params{max_num_batched_tokens, max_num_seqs, step_s, token_s, cache_outputs};
-  PyServeHooks hooks(pool, requests, controller);
+  if (sampled && sampled->shape(0) != t.reqs.size())
+    throw nb::value_error("serve_steps: sampled_tokens needs one entry per request");
+  PyServeHooks hooks(pool, requests, controller, sampled ? sampled->data() : nullptr);
   StepLoop loop(p.pool, params, std::move(t.reqs), std::move(t.keys), std::move(t.outputs), std::move(t.measured),
                 interval_s, std::move(t.belady_offsets), hooks);
   return totals_dict(loop.run(), hooks);
+}
+
+// unique_output_key(request, first), ..., (request, first + count - 1), as a numpy uint64 array.
+nb::ndarray<nb::numpy, uint64_t, nb::ndim<1>> unique_output_keys(uint64_t request, uint64_t first, size_t count) {
+  auto* keys = new std::vector<uint64_t>(count);
+  for (size_t i = 0; i < count; ++i) (*keys)[i] = unique_output_key(request, first + i);
+  nb::capsule owner(keys, [](void* p) noexcept { delete static_cast<std::vector<uint64_t>*>(p); });
+  return nb::ndarray<nb::numpy, uint64_t, nb::ndim<1>>(keys->data(), {keys->size()}, owner);
 }
 
 }  // namespace
@@ -356,6 +374,9 @@ void bind_block_pool(nb::module_& m) {
         "Serve mode's event loop over pool (semantics: wakman.simulation.serve); returns its figures.");
   m.def("serve_steps", &serve_steps, "pool"_a, "requests"_a, "max_num_batched_tokens"_a, "max_num_seqs"_a, "step_s"_a,
         "token_s"_a, "warmup_s"_a, "warmup_requests"_a, "interval_s"_a, "controller"_a.none(), "belady_offsets"_a.none(),
-        "cache_outputs"_a = true,
-        "Serve mode step by step on a vLLM configuration (semantics: wakman.simulation.steps); returns its figures.");
+        "cache_outputs"_a = true, "sampled_tokens"_a.none() = nb::none(),
+        "Serve mode step by step on a vLLM configuration (semantics: wakman.simulation.steps); returns its figures. "
+        "sampled_tokens (int64, one per request) gets each request's output tokens sampled so far as the loop runs.");
+  m.def("unique_output_keys", &unique_output_keys, "request"_a, "first_block"_a, "count"_a,
+        "The serve loops' keys of blocks first_block.. of request `request` that have no trace key (unique_output_key).");
 }

@@ -59,6 +59,8 @@ class ServeHooks {
   virtual ~ServeHooks() = default;
   virtual void on_arrival(double /*now*/, size_t /*request*/) {}
   virtual void on_time(double /*now*/) {}
+  // Request `request` has sampled `generated` output tokens (the step loop, after each sample).
+  virtual void on_sampled(size_t /*request*/, int64_t /*generated*/) {}
   // A tag for the pool's live policy (called when the pool's policy object changes).
   virtual int32_t policy_tag() = 0;
 };

@@ -140,6 +140,7 @@ class StepLoop : LoopState {
       Run& r = runs_[s.index];
       if (r.computed < tokens(r)) continue;  // a prefill chunk
       ++r.generated;
+      hooks_.on_sampled(s.index, r.generated);
       if (!r.first_token) {
         r.first_token = true;
         if (r.counted) out_.ttfts_s.push_back(now + took - reqs_[s.index].arrival_s);

@@ -240,6 +240,54 @@ def test_a_trace_with_output_keys_is_simulated_as_the_engine_serves_it(policy):
     assert as_written.hit_rate > result.hit_rate + 0.01
 
 
+class _WithoutLiveView:
+    """A manager as a controller that takes no ``decoded_blocks`` from the loop: it logs the trace's
+    output keys, as the simulator did before the live view."""
+
+    def __init__(self, manager) -> None:
+        self._manager = manager
+
+    def __getattr__(self, name: str):
+        if name == "decoded_blocks":
+            raise AttributeError(name)
+        return getattr(self._manager, name)
+
+
+def test_wakman_plus_logs_decoded_blocks_as_vllm_shows_them():
+    """wakman-plus's estimator logs each request's decoded blocks (``log_outputs``); in vLLM it sees
+    them as decoding fills them. The step simulator gives its manager the same live view
+    (``DecodedBlocks``), so on long outputs (20-400 tokens, many requests still decoding at each
+    decision) its shadows score what vLLM's score, it makes vLLM's decisions and hits what vLLM
+    hits. Logging a trace without output keys as the simulator did before (no decoded blocks) makes
+    other decisions and misses by more than a point here."""
+    from wakman.adaptive.manager import AdaptiveManager
+    from wakman.simulation.run import simulate as simulate_static
+    from wakman.vllm_plugin.settings import PluginSettings
+
+    env = {"WAKMAN_INTERVAL_S": "10", "WAKMAN_REPLAY": "inline"}
+    requests, capacity = long_outputs_trace(), 500
+    scheduler = build_scheduler(
+        capacity, "wakman-plus", max_num_seqs=64, max_num_batched_tokens=4096, env=env
+    )
+    result = SchedulerLoop(scheduler).run(requests)
+    config = PluginSettings.from_env({**env, "WAKMAN_POLICY": "wakman-plus"}).adaptive
+    keyed = _under_vllms_keys(requests, capacity)
+    runs = {}
+    for view in (True, False):
+        manager = AdaptiveManager(config, capacity)
+        controller = manager if view else _WithoutLiveView(manager)
+        sim = simulate_static(
+            keyed, manager.initial_policy(), capacity, server=VllmServer(), controller=controller
+        )
+        runs[view] = (sim, [(d.time_s, d.choice) for d in manager.decisions])
+    vllm_decisions = [(d.time_s, d.choice) for d in scheduler.wakman.manager.decisions]
+    assert any(choice != "chain-lru" for _, choice in vllm_decisions)
+    assert runs[True][1] == vllm_decisions
+    assert runs[True][0].hit_rate == pytest.approx(result.hit_rate, abs=0.002)
+    assert runs[False][1] != vllm_decisions
+    assert abs(runs[False][0].hit_rate - result.hit_rate) > 0.01
+
+
 def test_wakman_decides_on_the_loops_clock(trace):
     scheduler, result = _run(trace, "wakman", env={"WAKMAN_INTERVAL_S": "10", "WAKMAN_REPLAY": "inline"})
     decisions = scheduler.wakman.manager.decisions

@@ -76,6 +76,9 @@ class AdaptiveManager:
         self._error_logged = False
         self._last_signature: tuple[float, float] | None = None
         self.live = self.config.start_policy
+        # set by the step loop (wakman.simulation.steps.DecodedBlocks): each request's decoded blocks
+        # so far, logged as vLLM's plugin logs them; otherwise the trace's output keys are logged
+        self.decoded_blocks: Any = None
         # persistent shadows: one per candidate, fed each request once; per request scored:
         # (arrival s, prompt tokens, hit tokens per candidate), the last window_s seconds kept
         self._shadows: dict[str, EvictionPolicy] = {}
@@ -91,7 +94,9 @@ class AdaptiveManager:
 
     # ------------------------------------------------------------------ Controller
     def on_arrival(self, now: float, request: Request) -> None:
-        outputs = request.output_keys if self.config.log_outputs else ()
+        outputs = ()
+        if self.config.log_outputs:
+            outputs = request.output_keys if self.decoded_blocks is None else self.decoded_blocks.of(request)
         self.estimator.record(now, request.block_keys, request.block_size, request.prompt_tokens, outputs)
 
     @property

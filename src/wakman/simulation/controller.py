@@ -20,7 +20,9 @@ class Controller(Protocol):
         policy switched (``pool.replace_policy``). Two optional attributes spare the loop a call
         into Python per event: ``free_log`` (a ``wakman._core.FreeBlockLog``), which the loop
         samples with the pool's free blocks at every event before this call, and ``wake_s``
-        (seconds, read again after each call): this is called only at events at or after it."""
+        (seconds, read again after each call): this is called only at events at or after it.
+        A third, ``decoded_blocks``, is set by the step loop (``wakman.simulation.steps``) before
+        the run to a ``DecodedBlocks``: each request's decoded blocks so far, as vLLM shows them."""
 
     def cache_policy(self, now: float, live: EvictionPolicy) -> EvictionPolicy:
         """Cache mode: the policy to replay the request that arrived at ``now`` with (``live`` or a

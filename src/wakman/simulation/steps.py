@@ -45,14 +45,19 @@ to requests that are not decoding (decoding: past its first token, computing one
 
 The loop is the core's (``core/steps.hpp``, ``wakman._core.serve_steps``), over the same pool and
 controller hooks as ``serve``'s: a controller hears every accepted arrival and the start of every
-step.
+step. A controller with a ``decoded_blocks`` attribute gets a ``DecodedBlocks`` there before the run:
+what vLLM's request objects show a host as decoding goes on (the output blocks each request's sampled
+tokens have filled so far), for the adaptive manager's log (``log_outputs``), as vLLM's plugin logs
+them.
 ``tests/test_vllm_sched_loop.py`` holds it to vLLM's own scheduler, request by request.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any
+
+import numpy as np
 
 from wakman import _core
 from wakman.simulation.controller import Controller
@@ -72,6 +77,10 @@ def serve_steps(
     belady_offsets: list[int] | None,
 ) -> dict[str, Any]:
     """Run the loop above; returns the core's figures (``serve.fill_result`` reads them)."""
+    sampled = None
+    if controller is not None and hasattr(controller, "decoded_blocks"):
+        sampled = np.zeros(len(requests), dtype=np.int64)
+        controller.decoded_blocks = DecodedBlocks(requests, sampled)
     return _core.serve_steps(
         pool,
         requests,
@@ -85,4 +94,47 @@ def serve_steps(
         controller,
         belady_offsets,
         server.cache_outputs,
+        sampled,
     )
+
+
+class DecodedBlocks:
+    """The output blocks each request's sampled tokens have filled so far, as vLLM's growing
+    ``request.block_hashes`` shows them to its plugin: blocks ``prompt // bs`` up to
+    ``(prompt + sampled) // bs - 1`` of the request (vLLM hashes a block once its tokens exist, so the
+    last may hold the final sampled token, whose KV is never computed or cached), keyed as the loop
+    caches them (the trace's output keys, then ``unique_output_keys``). ``sampled`` (output tokens
+    per request, trace order) is written by the loop as it runs; ``of(request)`` is a live view."""
+
+    def __init__(self, requests: Sequence[Request], sampled: np.ndarray) -> None:
+        self._requests = requests
+        self._index = {id(r): i for i, r in enumerate(requests)}
+        self.sampled = sampled
+
+    def of(self, request: Request) -> DecodedView:
+        """The view of ``request`` (one of the run's own request objects)."""
+        return DecodedView(self, self._index[id(request)])
+
+
+class DecodedView:
+    """One request's decoded blocks so far (``DecodedBlocks``); read when iterated."""
+
+    __slots__ = ("_blocks", "_index")
+
+    def __init__(self, blocks: DecodedBlocks, index: int) -> None:
+        self._blocks, self._index = blocks, index
+
+    def __len__(self) -> int:
+        r = self._blocks._requests[self._index]
+        filled = (r.prompt_tokens + int(self._blocks.sampled[self._index])) // r.block_size
+        return max(0, filled - r.prompt_tokens // r.block_size)
+
+    def __iter__(self) -> Iterator[int]:
+        count = len(self)
+        r = self._blocks._requests[self._index]
+        first = r.prompt_tokens // r.block_size
+        full = min(len(r.block_keys), first)
+        traced = max(0, min(count, len(r.output_keys) - (first - full)))
+        keys = [int(k) for k in r.output_keys[first - full : first - full + traced]]
+        keys += _core.unique_output_keys(self._index, first + traced, count - traced).tolist()
+        return iter(keys)
