@@ -374,7 +374,7 @@ void bind_block_pool(nb::module_& m) {
         "Serve mode's event loop over pool (semantics: wakman.simulation.serve); returns its figures.");
   m.def("serve_steps", &serve_steps, "pool"_a, "requests"_a, "max_num_batched_tokens"_a, "max_num_seqs"_a, "step_s"_a,
         "token_s"_a, "warmup_s"_a, "warmup_requests"_a, "interval_s"_a, "controller"_a.none(), "belady_offsets"_a.none(),
-        "cache_outputs"_a = true, "sampled_tokens"_a.none() = nb::none(),
+        "cache_outputs"_a = true, "sampled_tokens"_a.noconvert().none() = nb::none(),
         "Serve mode step by step on a vLLM configuration (semantics: wakman.simulation.steps); returns its figures. "
         "sampled_tokens (int64, one per request) gets each request's output tokens sampled so far as the loop runs.");
   m.def("unique_output_keys", &unique_output_keys, "request"_a, "first_block"_a, "count"_a,

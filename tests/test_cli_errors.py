@@ -528,6 +528,8 @@ def test_a_replays_json_simulates_the_requests_as_the_replay_served_them(trace, 
             {
                 "mode": "vllm",
                 "requests": 120,
+                "limit": 120,
+                "block_size": 32,
                 "max_output_tokens": 30,
                 "output_keys_ignored": True,
                 "server_model": settings,
@@ -546,5 +548,11 @@ def test_a_replays_json_simulates_the_requests_as_the_replay_served_them(trace, 
     assert results[0]["first_hit_tokens"] == results[1]["first_hit_tokens"] == expected
     assert results[2]["hit_tokens"] > results[0]["hit_tokens"]  # the answers' keys hit the next turns
     clean_error(invoke(*base, "--limit", 0), "--limit", ">= 1")
-    replay_json.write_text(json.dumps({"mode": "vllm", "requests": "all", "server_model": settings}))
-    clean_error(invoke(*base, "--server-model", replay_json), "requests must be an integer")
+    replay_json.write_text(json.dumps({"mode": "vllm", "limit": "all", "server_model": settings}))
+    clean_error(invoke(*base, "--server-model", replay_json), "limit must be an integer")
+    replay_json.write_text(
+        json.dumps({"mode": "vllm", "output_keys_ignored": "yes", "server_model": settings})
+    )
+    clean_error(invoke(*base, "--server-model", replay_json), "output_keys_ignored must be true or false")
+    replay_json.write_text(json.dumps({"mode": "vllm", "block_size": 16, "server_model": settings}))
+    clean_error(invoke(*base, "--server-model", replay_json), "--server-model", "16-token blocks")

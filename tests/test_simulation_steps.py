@@ -4,6 +4,7 @@ own scheduler is the reference for whole traces: tests/test_vllm_sched_loop.py.)
 
 from __future__ import annotations
 
+import msgspec
 import pytest
 
 from streams import key_of
@@ -114,3 +115,51 @@ def test_a_request_longer_than_the_pool_is_rejected():
     policy = make_policy("lru", 5)
     result = simulate(trace, policy, 5, server=server)
     assert result.rejected == 1 and result.measured_requests == 1
+
+
+class Decoding(Steps):
+    """A controller that takes the loop's live view of decoded blocks and, at every step, checks it
+    against the pool: every block a view names except the one holding the last sampled token is
+    cached (the cache is large enough never to evict)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.decoded_blocks = None
+        self.views: list = []
+        self.checked = 0
+
+    def on_arrival(self, now, request) -> None:
+        self.views.append((request, self.decoded_blocks.of(request)))
+
+    def on_time(self, now, pool) -> None:
+        super().on_time(now, pool)
+        for request, view in self.views:
+            keys = list(view)
+            assert len(keys) == len(view)
+            filled = (request.prompt_tokens + int(view._blocks.sampled[view._index]) - 1) // BS
+            for key in keys[: max(0, filled - request.prompt_tokens // BS)]:
+                assert pool.cached(key), (request.prompt_tokens, keys)
+                self.checked += 1
+
+
+def test_the_controller_sees_each_requests_decoded_blocks_as_they_fill():
+    """Decoded blocks as vLLM's request shows them: after the run, (prompt + outputs) // 32 - prompt
+    // 32 per request (the last may hold the final sampled token, never cached), the trace's output
+    keys first, then the loop's own keys; a rejected request shows none; at every step each named
+    block whose KV is computed is cached in the pool."""
+    trace = [
+        req(0.0, chain("a", 3), 100, out=70),  # 170 tokens fill blocks 3 and 4 past the prompt
+        req(0.0, chain("b", 2), 64, out=1),  # 65 tokens: nothing past the prompt's 2 blocks
+        req(0.05, chain("c", 4), 120, out=40),
+        req(0.1, chain("d", 90), 2900, out=500),  # 3,400 tokens > 100 blocks: rejected
+    ]
+    trace[2] = msgspec.structs.replace(trace[2], output_keys=[key_of("c-out")])
+    decoding = Decoding()
+    result = simulate(trace, "lru", 100, server=VllmServer(64, 8, 0.1), controller=decoding)
+    assert result.rejected == 1 and len(decoding.views) == 3
+    lengths = {r.prompt_tokens: len(v) for r, v in decoding.views}
+    assert lengths == {100: (100 + 70) // BS - 3, 64: 0, 120: (120 + 40) // BS - 3}
+    c_keys = list(decoding.views[2][1])
+    assert c_keys[0] == key_of("c-out") and len(set(c_keys)) == len(c_keys) == 2
+    assert decoding.checked > 20
+    assert decoding.decoded_blocks is None  # handed back after the run

@@ -143,13 +143,14 @@ def replay(
         same.append("--fresh-outputs")
     flat = result.as_flat_dict(per_request=per_request)
     # the same server and requests in the simulator (`--server-model` on this JSON does the same)
+    flat["limit"] = limit  # the replay's --limit (null: the whole trace), for --server-model
     flat["simulate_command"] = " ".join(same)
     if as_json:
         print(json.dumps(flat, default=str))
         return
     table = Table(title=f"{policy} in vLLM at {capacity:,} blocks, {trace.name}", show_header=False)
     for key, value in flat.items():
-        if key not in ("decisions", "first_hit_tokens", "simulate_command"):
+        if key not in ("decisions", "first_hit_tokens", "simulate_command", "limit"):
             table.add_row(key, f"{value:,.4f}" if isinstance(value, float) else str(value))
     console.print(table)
     console.print(

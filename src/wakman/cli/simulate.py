@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import csv
 import io
+import itertools
 import json
+from collections.abc import Iterable
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -61,8 +63,9 @@ STEP_TPS = typer.Option(
 SERVER_FILE = typer.Option(
     None,
     "--server-model",
-    help="JSON with the vLLM settings: a server_model object, or `wakman replay --json` output (its "
-    "server, and the trace as the replay served it: first N requests, output keys, output cap).",
+    help="JSON with the vLLM settings: a server_model object (settings only), or `wakman replay --json` "
+    "output (its server, and the trace as the replay served it: its --limit, --max-output-tokens, fresh "
+    "output keys; the flags win).",
 )
 FRESH_OUTPUTS = typer.Option(
     None,
@@ -83,15 +86,26 @@ MODE = typer.Option("serve", "--mode", help="serve (time, pinning) or cache (sha
 class TraceView:
     """Which requests a simulation takes, and how: the first ``limit``, each output capped at
     ``max_output_tokens`` tokens, and with ``fresh_outputs`` the trace's output keys ignored (the
-    view of a trace that ``wakman replay --engine vllm`` serves; ``as_engine_serves``)."""
+    view of a trace that ``wakman replay --engine vllm`` serves; ``as_engine_serves``). From a
+    replay's file, ``replayed_block_size`` is the block size it ran (a trace with another is refused)."""
 
     fresh_outputs: bool = False
     max_output_tokens: int | None = None
     limit: int | None = None
+    replayed_block_size: int | None = None
+
+    def take(self, requests: Iterable[Request]) -> Iterable[Request]:
+        """The first ``limit`` requests, read no further."""
+        return requests if self.limit is None else itertools.islice(requests, self.limit)
 
     def apply(self, requests: list[Request]) -> list[Request]:
-        if self.limit is not None:
-            requests = requests[: self.limit]
+        """The taken requests as the simulation serves them."""
+        bs = self.replayed_block_size
+        if bs is not None and requests and requests[0].block_size != bs:
+            raise ValueError(
+                f"--server-model: the replay ran {bs}-token blocks, this trace has {requests[0].block_size}"
+                " (is it the trace that was replayed?)"
+            )
         if self.fresh_outputs or self.max_output_tokens is not None:
             requests = as_engine_serves(
                 requests, fresh_outputs=self.fresh_outputs, max_output_tokens=self.max_output_tokens
@@ -100,14 +114,23 @@ class TraceView:
 
 
 def _replay_view(path: Path, data: dict) -> TraceView:
-    """How the engine replay whose ``--json`` output ``data`` is served its trace (``mode`` "vllm");
-    checked like the flags."""
+    """How the engine replay whose ``--json`` output ``data`` is served its trace (``mode`` "vllm"):
+    its ``limit`` and ``max_output_tokens`` (null when not given), ``output_keys_ignored`` and
+    ``block_size``; checked like the flags."""
+    ignored = data.get("output_keys_ignored", False)
+    if not isinstance(ignored, bool):
+        raise ValueError(f"--server-model: {path}: output_keys_ignored must be true or false")
     view = TraceView(
-        fresh_outputs=data.get("output_keys_ignored") is True,
+        fresh_outputs=ignored,
         max_output_tokens=data.get("max_output_tokens"),
-        limit=data.get("requests"),
+        limit=data.get("limit"),
+        replayed_block_size=data.get("block_size"),
     )
-    for name, value in (("max_output_tokens", view.max_output_tokens), ("requests", view.limit)):
+    for name, value in (
+        ("max_output_tokens", view.max_output_tokens),
+        ("limit", view.limit),
+        ("block_size", view.replayed_block_size),
+    ):
         if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
             raise ValueError(f"--server-model: {path}: {name} must be an integer >= 1")
     return view
@@ -284,7 +307,7 @@ def simulate(
         # progress on stderr (stdout may be --json), only on a terminal, gone once done
         with progress_bars(to=err_console, transient=True, disable=not err_console.is_terminal) as bar:
             requests = view.apply(
-                list(counted(open_trace(trace, fmt, block_size, rate, seed), bar, "reading"))
+                list(counted(view.take(open_trace(trace, fmt, block_size, rate, seed)), bar, "reading"))
             )
             bar.add_task(f"simulating {policy}", total=None)
             result = run_simulation(
@@ -379,7 +402,7 @@ def sweep(
         check_output_dir(out, "--out")
         with progress_bars() as progress:
             requests = view.apply(
-                list(counted(open_trace(trace, fmt, block_size, rate, seed), progress, "reading"))
+                list(counted(view.take(open_trace(trace, fmt, block_size, rate, seed)), progress, "reading"))
             )
             task = progress.add_task(f"sweeping {trace.name}", total=len(names) * len(sizes))
             try:

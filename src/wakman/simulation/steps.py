@@ -81,21 +81,25 @@ def serve_steps(
     if controller is not None and hasattr(controller, "decoded_blocks"):
         sampled = np.zeros(len(requests), dtype=np.int64)
         controller.decoded_blocks = DecodedBlocks(requests, sampled)
-    return _core.serve_steps(
-        pool,
-        requests,
-        server.max_num_batched_tokens,
-        server.max_num_seqs,
-        float(server.step_s),
-        1.0 / server.tokens_per_s if server.tokens_per_s else 0.0,
-        float(warmup_s),
-        warmup_requests,
-        float(interval_s),
-        controller,
-        belady_offsets,
-        server.cache_outputs,
-        sampled,
-    )
+    try:
+        return _core.serve_steps(
+            pool,
+            requests,
+            server.max_num_batched_tokens,
+            server.max_num_seqs,
+            float(server.step_s),
+            1.0 / server.tokens_per_s if server.tokens_per_s else 0.0,
+            float(warmup_s),
+            warmup_requests,
+            float(interval_s),
+            controller,
+            belady_offsets,
+            server.cache_outputs,
+            sampled,
+        )
+    finally:
+        if sampled is not None:  # the views logged keep their own reference; no later run reads this one
+            controller.decoded_blocks = None
 
 
 class DecodedBlocks:
@@ -103,12 +107,15 @@ class DecodedBlocks:
     ``request.block_hashes`` shows them to its plugin: blocks ``prompt // bs`` up to
     ``(prompt + sampled) // bs - 1`` of the request (vLLM hashes a block once its tokens exist, so the
     last may hold the final sampled token, whose KV is never computed or cached), keyed as the loop
-    caches them (the trace's output keys, then ``unique_output_keys``). ``sampled`` (output tokens
+    keys them (the trace's output keys, then ``unique_output_keys``; with ``cache_outputs`` False the
+    loop leaves the latter uncached, but a vLLM request still shows them). ``sampled`` (output tokens
     per request, trace order) is written by the loop as it runs; ``of(request)`` is a live view."""
 
     def __init__(self, requests: Sequence[Request], sampled: np.ndarray) -> None:
         self._requests = requests
         self._index = {id(r): i for i, r in enumerate(requests)}
+        if len(self._index) != len(requests):
+            raise ValueError("serve_steps: the same Request object appears twice in the trace")
         self.sampled = sampled
 
     def of(self, request: Request) -> DecodedView:
