@@ -162,7 +162,7 @@ def advise(
             # cache-mode LRU is the curve itself, exactly; serve mode simulates it like the others
             simulated = [n for n in names if not (chosen == "cache" and n == "lru")]
             task = progress.add_task(f"{chosen} sweep", total=len(simulated) * len(sizes))
-            server = _server(prefill_tps, decode_tps, max_running, 0.0)
+            server, _ = _server(prefill_tps, decode_tps, max_running, 0.0)
             rows = run_grid(
                 requests,
                 simulated,
