@@ -226,10 +226,19 @@ nb::dict serve_steps(nb::handle pool, nb::handle requests, int64_t max_num_batch
   return totals_dict(loop.run(), hooks);
 }
 
-// unique_output_key(request, first), ..., (request, first + count - 1), as a numpy uint64 array.
-nb::ndarray<nb::numpy, uint64_t, nb::ndim<1>> unique_output_keys(uint64_t request, uint64_t first, size_t count) {
+// Keys of blocks first, ..., first + count - 1 of request `request` (its trace index), as the serve loops
+// key them (request_block_key), as a numpy uint64 array.
+nb::ndarray<nb::numpy, uint64_t, nb::ndim<1>> request_block_keys(nb::handle block_keys, int64_t full,
+                                                                 nb::handle output_keys, uint64_t request,
+                                                                 int64_t first, size_t count) {
+  std::vector<Key> prompt_scratch, output_scratch;
+  Keys prompt(block_keys, prompt_scratch), outputs(output_keys, output_scratch);
+  if (full < 0 || static_cast<size_t>(full) > prompt.size() || first < 0)
+    throw nb::value_error("request_block_keys: need 0 <= full <= len(block_keys) and first >= 0");
   auto* keys = new std::vector<uint64_t>(count);
-  for (size_t i = 0; i < count; ++i) (*keys)[i] = unique_output_key(request, first + i);
+  for (size_t i = 0; i < count; ++i)
+    (*keys)[i] = request_block_key(prompt.data(), full, outputs.data(), static_cast<int64_t>(outputs.size()), request,
+                                   first + static_cast<int64_t>(i));
   nb::capsule owner(keys, [](void* p) noexcept { delete static_cast<std::vector<uint64_t>*>(p); });
   return nb::ndarray<nb::numpy, uint64_t, nb::ndim<1>>(keys->data(), {keys->size()}, owner);
 }
@@ -377,6 +386,8 @@ void bind_block_pool(nb::module_& m) {
         "cache_outputs"_a = true, "sampled_tokens"_a.noconvert().none() = nb::none(),
         "Serve mode step by step on a vLLM configuration (semantics: wakman.simulation.steps); returns its figures. "
         "sampled_tokens (int64, one per request) gets each request's output tokens sampled so far as the loop runs.");
-  m.def("unique_output_keys", &unique_output_keys, "request"_a, "first_block"_a, "count"_a,
-        "The serve loops' keys of blocks first_block.. of request `request` that have no trace key (unique_output_key).");
+  m.def("request_block_keys", &request_block_keys, "block_keys"_a, "full"_a, "output_keys"_a, "request"_a,
+        "first_block"_a, "count"_a,
+        "Keys of blocks first_block.. of a request (trace index `request`, `full` prompt blocks with trace keys), as "
+        "the serve loops key them: prompt keys, then the trace's output keys, then keys of their own.");
 }

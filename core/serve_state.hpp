@@ -26,6 +26,16 @@ inline Key unique_output_key(uint64_t request, uint64_t block) {
   return z ^ (z >> 31);
 }
 
+// The key of block j of request `request`, whose first `full` blocks have the trace keys `prompt` and
+// whose next blocks have the trace's output keys `outputs[0:n_out]`: a prompt key, an output key, or
+// unique_output_key(request, j) (a block no trace key names: vLLM hashes tokens only it has).
+inline Key request_block_key(const Key* prompt, int64_t full, const Key* outputs, int64_t n_out, uint64_t request,
+                             int64_t j) {
+  if (j < full) return prompt[j];
+  if (j - full < n_out) return outputs[j - full];
+  return unique_output_key(request, static_cast<uint64_t>(j));
+}
+
 // One request of the trace; its keys are keys[key_at : key_at + n_keys] and outputs[out_at : out_at + n_out]
 // of the loop's flat arrays.
 struct ServeRequest {
@@ -108,11 +118,8 @@ class LoopState {
   // The key of block j of request index: a prompt key, the trace's output key, or a unique one.
   Key block_key(uint32_t index, int64_t j) const {
     const ServeRequest& r = reqs_[index];
-    const int64_t full = full_[index];
-    if (j < full) return keys_[r.key_at + j];
-    const int64_t out = j - full;
-    if (out < static_cast<int64_t>(r.n_out)) return outputs_[r.out_at + out];
-    return unique_output_key(index, static_cast<uint64_t>(j));
+    return request_block_key(keys_.data() + r.key_at, full_[index], outputs_.data() + r.out_at,
+                             static_cast<int64_t>(r.n_out), index, j);
   }
 
   // The policy hears of request i's arrival: its full prompt keys, and its output keys when the host

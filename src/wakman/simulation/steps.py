@@ -107,9 +107,10 @@ class DecodedBlocks:
     ``request.block_hashes`` shows them to its plugin: blocks ``prompt // bs`` up to
     ``(prompt + sampled) // bs - 1`` of the request (vLLM hashes a block once its tokens exist, so the
     last may hold the final sampled token, whose KV is never computed or cached), keyed as the loop
-    keys them (the trace's output keys, then ``unique_output_keys``; with ``cache_outputs`` False the
-    loop leaves the latter uncached, but a vLLM request still shows them). ``sampled`` (output tokens
-    per request, trace order) is written by the loop as it runs; ``of(request)`` is a live view."""
+    keys them (``_core.request_block_keys``: the trace's output keys, then keys of their own; with
+    ``cache_outputs`` False the loop leaves the latter uncached, but a vLLM request still shows
+    them). ``sampled`` (output tokens per request, trace order) is written by the loop as it runs;
+    ``of(request)`` is a live view."""
 
     def __init__(self, requests: Sequence[Request], sampled: np.ndarray) -> None:
         self._requests = requests
@@ -137,11 +138,9 @@ class DecodedView:
         return max(0, filled - r.prompt_tokens // r.block_size)
 
     def __iter__(self) -> Iterator[int]:
-        count = len(self)
         r = self._blocks._requests[self._index]
         first = r.prompt_tokens // r.block_size
-        full = min(len(r.block_keys), first)
-        traced = max(0, min(count, len(r.output_keys) - (first - full)))
-        keys = [int(k) for k in r.output_keys[first - full : first - full + traced]]
-        keys += _core.unique_output_keys(self._index, first + traced, count - traced).tolist()
-        return iter(keys)
+        keys = _core.request_block_keys(
+            r.block_keys, r.full_blocks, r.output_keys, self._index, first, len(self)
+        )
+        return iter(keys.tolist())
