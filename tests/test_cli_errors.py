@@ -123,6 +123,9 @@ BAD_FLAGS = [
     (["generate", "-o", "{tmp}/t.jsonl", "--seed", "-1"], "--seed"),
     (["replay", "{trace}", "--policy", "lru", "--capacity-blocks", "64", "--step-s", "0"], "--step-s"),
     (["replay", "{trace}", "--policy", "lru", "--capacity-blocks", "64", "--limit", "0"], "--limit"),
+    (["reproduce", "--quick", "--jobs", "0", "--out", "{tmp}/r"], "--jobs"),
+    (["reproduce", "--quick", "--shared", "{tmp}/no-such", "--out", "{tmp}/r"], "--shared"),
+    (["simulate", "{trace}", "--policy", "lru", "--capacity-blocks", "9", "--plot", "{tmp}/p.txt"], "--plot"),
 ]
 
 
@@ -132,6 +135,21 @@ def test_numeric_flags_are_checked_up_front(trace, tmp_path, monkeypatch, args, 
     result = invoke(*[a.format(trace=trace, tmp=tmp_path) for a in args])
     clean_error(result, flag)
     assert not (tmp_path / "t.jsonl").exists() and not (tmp_path / "sweep").exists()
+
+
+@pytest.mark.parametrize(
+    ("args", "work"),
+    [
+        (["sweep", "{trace}", "--capacities", "9", "--policies", "lru,Lru"], "simulate"),
+        (["shadow", "{trace}", "--capacities", "9", "--policies", "lru,nope"], "policies"),
+        (["advise", "{trace}", "--capacity-blocks", "9", "--policies", "wakman,x"], "advise"),
+    ],
+    ids=["sweep", "shadow", "advise"],
+)
+def test_unknown_policy_names_are_refused_before_the_trace_is_read(trace, tmp_path, monkeypatch, args, work):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(f"wakman.cli.{work}.open_trace", work_started)
+    clean_error(invoke(*[a.format(trace=trace) for a in args]), "--policies", "unknown name")
 
 
 # 3. replay without vLLM
@@ -556,3 +574,57 @@ def test_a_replays_json_simulates_the_requests_as_the_replay_served_them(trace, 
     clean_error(invoke(*base, "--server-model", replay_json), "output_keys_ignored must be true or false")
     replay_json.write_text(json.dumps({"mode": "vllm", "block_size": 16, "server_model": settings}))
     clean_error(invoke(*base, "--server-model", replay_json), "--server-model", "16-token blocks")
+
+
+# 13. outputs other programs read: strict JSON, the plot format its name asks for, piped tables whole
+
+
+def _no_constants(name: str) -> None:
+    raise ValueError(f"not JSON: {name}")
+
+
+def test_json_output_is_strict_where_a_statistic_has_no_sample(tmp_path):
+    """Single-turn requests whose blocks never recur have no reuse time: its percentiles are NaN,
+    which strict JSON parsers refuse; they come out as null."""
+    import msgspec
+    import numpy as np
+
+    single = generate_requests(build_config(mix=[1.0, 0.0, 0.0], duration_s=30.0))
+    requests = [
+        msgspec.structs.replace(r, block_keys=np.arange(len(r.block_keys), dtype=np.uint64) + 1000 * i)
+        for i, r in enumerate(single)
+    ]
+    path = tmp_path / "unique.jsonl"
+    write_trace(requests, path, "native")
+    result = invoke("stats", path, "--json")
+    assert result.exit_code == 0, result.output
+    out = json.loads(result.stdout, parse_constant=_no_constants)
+    assert out["label.single-turn.reuse_time_p50_s"] is None
+
+
+@pytest.mark.parametrize(("suffix", "magic"), [(".png", b"\x89PNG"), (".pdf", b"%PDF"), (".svg", b"<?xml")])
+def test_a_plot_is_written_in_the_format_its_name_names(trace, tmp_path, suffix, magic):
+    pytest.importorskip("matplotlib")
+    plot = tmp_path / f"p{suffix}"
+    result = invoke("simulate", trace, "--policy", "lru", "--capacity-blocks", 50, "--plot", plot)
+    assert result.exit_code == 0, result.output
+    assert plot.read_bytes().startswith(magic)
+
+
+def test_tables_piped_to_a_file_keep_every_value(tmp_path):
+    from wakman.workload import PRESETS
+
+    env = {k: v for k, v in os.environ.items() if k != "COLUMNS"}
+    proc = subprocess.run(
+        [*WAKMAN, "generate", "--list-presets"], capture_output=True, text=True, env=env, timeout=120
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert "…" not in proc.stdout
+    for name in PRESETS:
+        assert f" {name} " in proc.stdout, name
+
+
+def test_a_run_that_measured_nothing_says_so(trace):
+    result = invoke("simulate", trace, "--policy", "lru", "--capacity-blocks", 50, "--warmup-s", 99999)
+    assert result.exit_code == 0, result.output
+    assert "no request was measured" in result.output

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import time
 from pathlib import Path
 from typing import Any
@@ -21,7 +20,9 @@ from wakman.cli.common import (
     console,
     counted,
     err_console,
+    json_text,
     open_trace,
+    parse_names,
     progress_bars,
     stdout_to_stderr,
 )
@@ -100,7 +101,9 @@ def advise(
     points: int = typer.Option(8, "--points", help="Sweep sizes (log-spaced) besides yours."),
     jobs: int | None = typer.Option(None, "--jobs", help="Worker processes (default: all cores)."),
     as_json: bool = typer.Option(False, "--json", help="One JSON object alone on stdout."),
-    plot: Path | None = typer.Option(None, "--plot", help="Draw hit rate against cache size to this PNG."),
+    plot: Path | None = typer.Option(
+        None, "--plot", help="Draw hit rate against cache size to this file (.png, .pdf or .svg)."
+    ),
     prefill_tps: float | None = PREFILL,
     decode_tps: float | None = DECODE,
     max_running: int | None = RUNNING,
@@ -121,14 +124,7 @@ def advise(
         )
         if capacity is not None and gpu_memory is not None:
             raise ValueError("--capacity-blocks and --gpu-memory: give one of them")
-        names = list(dict.fromkeys(n.strip() for n in policy_names.split(",") if n.strip()))
-        for name in names:
-            if name not in POLICY_NAMES:
-                raise ValueError(
-                    f"--policies: unknown policy {name!r}; choose from {', '.join(POLICY_NAMES)}"
-                )
-        if not names:
-            raise ValueError("--policies: none given")
+        names = parse_names(policy_names, "--policies", POLICY_NAMES)
         check_plot(plot)
         layout = _layout(model, kv_bytes, model_config, kv_dtype)
         if gpu_memory is not None and layout is None:
@@ -180,7 +176,7 @@ def advise(
         if plot is not None:
             result["plot"] = str(plot_advice(result, curve, layout, plot))
     if as_json:
-        print(json.dumps(result))
+        print(json_text(result))
         return
     _print(result)
 

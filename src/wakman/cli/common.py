@@ -16,6 +16,7 @@
 from __future__ import annotations
 
 import ctypes
+import json
 import math
 import os
 import sys
@@ -30,11 +31,14 @@ from rich.console import Console
 from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
+from wakman.experiments.plots import FORMATS as PLOT_FORMATS
 from wakman.traces import TraceFormatError, detect_format, read_trace
 from wakman.traces.io import atomic_output, atomic_path
 from wakman.traces.model import Request
 
-console = Console()
+# Written to a file or a pipe, rich would cut tables to 80 columns; keep every value there instead
+# (a terminal, or COLUMNS when set, still decides the width).
+console = Console(width=None if sys.stdout.isatty() or "COLUMNS" in os.environ else 240)
 err_console = Console(stderr=True, soft_wrap=True)
 
 FormatOption = typer.Option(None, "--format", "-f", help="Trace format (detected when omitted).")
@@ -57,8 +61,10 @@ __all__ = [
     "check_plot",
     "cli_errors",
     "interrupted",
+    "json_text",
     "open_trace",
     "parse_ints",
+    "parse_names",
     "progress_bars",
 ]
 
@@ -90,6 +96,35 @@ def parse_ints(text: str, flag: str, minimum: int = 1) -> list[int]:
             raise ValueError(f"{flag}: {value} must be >= {minimum}")
         values.append(value)
     return values
+
+
+def _finite(value: object) -> object:
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_finite(v) for v in value]
+    return value
+
+
+def json_text(value: object, **options: object) -> str:
+    """``value`` as strict JSON: a figure that is not a number (NaN, infinite: a statistic of zero
+    samples) becomes null, which every JSON parser reads."""
+    return json.dumps(_finite(value), allow_nan=False, **options)
+
+
+def parse_names(text: str, flag: str, known: Iterable[str]) -> list[str]:
+    """A comma-separated list of names from ``known`` (at least one; repeats dropped, order kept), or
+    a ``ValueError`` naming the flag and the unknown name: checked before any work starts."""
+    known = tuple(known)
+    names = list(dict.fromkeys(x.strip() for x in text.split(",") if x.strip()))
+    if not names:
+        raise ValueError(f"{flag} needs at least one name, got {text!r}")
+    for name in names:
+        if name not in known:
+            raise ValueError(f"{flag}: unknown name {name!r}; choose from {', '.join(known)}")
+    return names
 
 
 def _writable_dir(path: Path, flag: str, shown: Path) -> None:
@@ -131,9 +166,12 @@ def can_plot() -> bool:
 
 
 def check_plot(path: Path | None, flag: str = "--plot") -> None:
-    """Before the work: a figure can be drawn (matplotlib) and written to ``path`` (``check_output``)."""
+    """Before the work: a figure can be drawn (matplotlib) and written to ``path`` (``check_output``)
+    in a format its extension names (``wakman.experiments.plots.FORMATS``)."""
     if path is None:
         return
+    if path.suffix.lower().lstrip(".") not in PLOT_FORMATS:
+        raise ValueError(f"{flag} {path}: the name must end in {', '.join('.' + f for f in PLOT_FORMATS)}")
     if not can_plot():
         raise ValueError(f"{flag} needs matplotlib: {PLOT_EXTRA}")
     check_output(path, flag)

@@ -40,7 +40,9 @@ def _fractions(mix: str) -> list[float]:
 
 
 def generate(
-    out: Path | None = typer.Option(None, "-o", "--out", help="Output trace (.gz compresses)."),
+    out: Path | None = typer.Option(
+        None, "-o", "--out", help="Output trace (.gz compresses); required unless --list-presets."
+    ),
     mix: str | None = typer.Option(
         None, "--mix", help="Session fractions single,multi,agentic, e.g. 0.33,0.33,0.34."
     ),

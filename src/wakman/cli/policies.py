@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import typer
@@ -16,8 +15,10 @@ from wakman.cli.common import (
     console,
     counted,
     err_console,
+    json_text,
     open_trace,
     parse_ints,
+    parse_names,
     progress_bars,
 )
 from wakman.data import BUNDLED_MOONCAKE, BUNDLED_MOONCAKE_ATTRIBUTION
@@ -47,14 +48,9 @@ def shadow(
 ) -> None:
     """Block hit ratio of each policy replaying the trace's block keys (plain shadow replay)."""
     path = trace or BUNDLED_MOONCAKE
-    names = [n.strip() for n in policy_names.split(",") if n.strip()]
     with cli_errors():
-        sizes = parse_ints(capacities, "--capacities")
-        if not names:
-            raise ValueError("--policies needs at least one policy")
-        for name in names:
-            if name not in POLICIES:
-                raise ValueError(f"unknown policy {name!r}; choose from {', '.join(POLICIES)}")
+        names = parse_names(policy_names, "--policies", POLICIES)
+        sizes = list(dict.fromkeys(parse_ints(capacities, "--capacities")))
         results: dict[str, dict[int, float]] = {n: {} for n in names}
         # progress on stderr (stdout may be --json), only on a terminal, gone once done
         with progress_bars(to=err_console, transient=True, disable=not err_console.is_terminal) as progress:
@@ -67,7 +63,7 @@ def shadow(
                     results[name][size] = make_policy(name, size, **extra).replay(keys) / len(keys)
                     progress.advance(task)
     if as_json:
-        print(json.dumps({"trace": str(path), "block_accesses": len(keys), "block_hit_ratio": results}))
+        print(json_text({"trace": str(path), "block_accesses": len(keys), "block_hit_ratio": results}))
         return
     table = Table(title=f"block hit ratio, {path.name} ({len(keys):,} block accesses)")
     table.add_column("policy")

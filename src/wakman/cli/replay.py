@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import shlex
 from pathlib import Path
 
@@ -16,6 +15,7 @@ from wakman.cli.common import (
     check_numbers,
     cli_errors,
     console,
+    json_text,
     open_trace,
     progress_bars,
     stdout_to_stderr,
@@ -146,7 +146,7 @@ def replay(
     flat["limit"] = limit  # the replay's --limit (null: the whole trace), for --server-model
     flat["simulate_command"] = " ".join(same)
     if as_json:
-        print(json.dumps(flat, default=str))
+        print(json_text(flat, default=str))
         return
     table = Table(title=f"{policy} in vLLM at {capacity:,} blocks, {trace.name}", show_header=False)
     for key, value in flat.items():

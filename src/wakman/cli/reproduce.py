@@ -11,6 +11,7 @@ from rich.table import Table
 from wakman.cli.common import (
     atomic_path,
     can_plot,
+    check_numbers,
     check_output,
     check_output_dir,
     cli_errors,
@@ -40,7 +41,7 @@ def reproduce(
     """Reproduce Table 1, Figures 1 and 3 and the real-trace results on the simulator."""
     from wakman.experiments.figures import write_figures
     from wakman.experiments.report import render_markdown, write_table1
-    from wakman.experiments.reproduce import Plan, run, write_outputs
+    from wakman.experiments.reproduce import CLAUDE_ARCHIVE, Plan, run, write_outputs
 
     draw = can_plot()
     if not draw:
@@ -52,9 +53,19 @@ def reproduce(
     if shared is None and (Path.cwd().parent / "shared" / "traces").is_dir():
         shared = Path.cwd().parent / "shared"
     with cli_errors():
+        check_numbers(("--jobs", jobs, ">=1"))
+        if shared is not None and not (shared / "traces").is_dir():
+            raise ValueError(f"--shared {shared}: no traces/ folder in it")
         check_output_dir(out, "--out")
         check_output(docs, "--docs")
     plan = Plan.quick(shared) if quick else Plan(shared=shared)
+    if plan.claude_capacities and (shared is None or not (shared / "traces" / CLAUDE_ARCHIVE).exists()):
+        err_console.print(
+            f"[yellow]notice:[/yellow] no {CLAUDE_ARCHIVE} in "
+            f"{shared / 'traces' if shared else '--shared (not given, no ../shared)'}: the Claude Code "
+            "archive's runs are skipped",
+            highlight=False,
+        )
     started = time.perf_counter()
     try:
         with progress_bars("{task.description:<12}") as progress:

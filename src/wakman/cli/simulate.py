@@ -13,6 +13,7 @@ from pathlib import Path
 import typer
 from rich.table import Table
 
+from wakman.adaptive import POLICY_NAMES
 from wakman.adaptive import simulate as run_simulation
 from wakman.cli.common import (
     PLOT_EXTRA,
@@ -30,8 +31,10 @@ from wakman.cli.common import (
     counted,
     err_console,
     interrupted,
+    json_text,
     open_trace,
     parse_ints,
+    parse_names,
     progress_bars,
 )
 from wakman.experiments.sweep import GridInterrupted, run_grid
@@ -262,7 +265,9 @@ def simulate(
         help="Include each request's hit tokens at its first admission in --json (first_hit_tokens, "
         "trace order, -1 if never admitted; vLLM's RequestOutput.num_cached_tokens).",
     ),
-    plot: Path | None = typer.Option(None, "--plot", help="Draw the per-interval series to this PNG."),
+    plot: Path | None = typer.Option(
+        None, "--plot", help="Draw the per-interval series to this file (.png, .pdf or .svg)."
+    ),
     warmup_s: float = WARMUP,
     interval_s: float = typer.Option(60.0, "--interval-s", help="Width of the per-interval series."),
     prefill_tps: float | None = PREFILL,
@@ -316,8 +321,15 @@ def simulate(
         flat = result.as_flat_dict(series=series, per_request=per_request)
         if result.saturation is not None and result.saturation.saturated:
             err_console.print(f"[yellow]warning:[/yellow] {result.saturation.describe()}", highlight=False)
+        if result.measured_requests == 0:
+            err_console.print(
+                f"[yellow]warning:[/yellow] no request was measured ({result.requests:,} read, "
+                f"{result.rejected:,} rejected as larger than the cache, the rest in the warm-up of "
+                f"{warmup_s:g} s): every figure is 0",
+                highlight=False,
+            )
         if as_json:
-            print(json.dumps(flat))
+            print(json_text(flat))
         else:
             title = f"{policy} at {capacity:,} blocks, {trace.name} ({mode} mode)"
             table = Table(title=title, show_header=False)
@@ -346,7 +358,7 @@ def _write_sweep(rows: list[dict], out: Path, trace: Path, mode: str) -> list[Pa
         writer.writeheader()
         writer.writerows(rows)
     with atomic_output(out / "sweep.json") as raw:
-        raw.write(json.dumps({"trace": str(trace), "mode": mode, "results": rows}, indent=1).encode())
+        raw.write(json_text({"trace": str(trace), "mode": mode, "results": rows}, indent=1).encode())
     return [out / "sweep.csv", out / "sweep.json"]
 
 
@@ -377,10 +389,8 @@ def sweep(
 ) -> None:
     """Every policy at every cache size, on all cores; CSV, JSON and a plot."""
     with cli_errors(f"nothing was written to {out}"):
-        names = [p.strip() for p in policies.split(",") if p.strip()]
-        if not names:
-            raise ValueError("--policies needs at least one policy")
-        sizes = parse_ints(capacities, "--capacities")
+        names = parse_names(policies, "--policies", POLICY_NAMES)
+        sizes = list(dict.fromkeys(parse_ints(capacities, "--capacities")))
         if mode not in MODES:
             raise ValueError(f"--mode must be one of {', '.join(MODES)}")
         check_numbers(("--jobs", jobs, ">=1"))

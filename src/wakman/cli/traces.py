@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -22,6 +21,7 @@ from wakman.cli.common import (
     console,
     counted,
     err_console,
+    json_text,
     open_trace,
     progress_bars,
 )
@@ -34,7 +34,9 @@ def stats(
     trace: Path = typer.Argument(..., help="Trace file, folder or archive."),
     fmt: str | None = FormatOption,
     as_json: bool = typer.Option(False, "--json", help="Print one flat JSON object."),
-    plot: Path | None = typer.Option(None, "--plot", help="Draw the LRU hit-ratio curve to this PNG."),
+    plot: Path | None = typer.Option(
+        None, "--plot", help="Draw the LRU hit-ratio curve to this file (.png, .pdf or .svg)."
+    ),
     curve: bool = typer.Option(True, "--curve/--no-curve", help="Compute the one-pass LRU curve."),
     block_size: int | None = BlockSizeOption,
     rate: float | None = RateOption,
@@ -52,7 +54,7 @@ def stats(
             result = compute_stats(requests, lru_curve=curve or plot is not None)
         flat = result.as_flat_dict()
         if as_json:
-            print(json.dumps(flat))
+            print(json_text(flat))
         else:
             table = Table(title=f"{trace.name}", show_header=False)
             for key, value in flat.items():

@@ -1,4 +1,4 @@
-"""Figures (matplotlib, the ``plot`` extra), written as PNG."""
+"""Figures (matplotlib, the ``plot`` extra), written as PNG, PDF or SVG by their file names."""
 
 from __future__ import annotations
 
@@ -6,6 +6,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from wakman.traces.io import atomic_path
+
+FORMATS = ("png", "pdf", "svg")  # a figure's file name ends in one of these
 
 if TYPE_CHECKING:
     from wakman.experiments.advise import LruCurve
@@ -25,13 +27,15 @@ def _pyplot():
 
 
 def save_figure(fig, path: Path) -> Path:
-    """Lay out, write as PNG (120 dpi, parent folders made, all or nothing) and release ``fig``."""
+    """Lay out, write in the format ``path``'s extension names (one of ``FORMATS``; PNG otherwise,
+    120 dpi), parent folders made, all or nothing, and release ``fig``."""
     import matplotlib.pyplot as plt
 
+    fmt = path.suffix.lower().lstrip(".")
     fig.tight_layout()
     try:
         with atomic_path(path) as target:
-            fig.savefig(target, dpi=120, format="png")
+            fig.savefig(target, dpi=120, format=fmt if fmt in FORMATS else "png")
     finally:
         plt.close(fig)
     return path
