@@ -127,10 +127,62 @@ BAD_FLAGS = [
     (["reproduce", "--quick", "--shared", "{tmp}/no-such", "--out", "{tmp}/r"], "--shared"),
     (["simulate", "{trace}", "--policy", "lru", "--capacity-blocks", "9", "--plot", "{tmp}/p.txt"], "--plot"),
 ]
+# flags that mean nothing in the mode or combination given: refused, naming the flag
+CONFLICTS = [
+    (
+        [
+            "simulate",
+            "{trace}",
+            "--policy",
+            "lru",
+            "--capacity-blocks",
+            "9",
+            "--mode",
+            "cache",
+            "--prefill-tps",
+            "9",
+        ],
+        "--prefill-tps",
+    ),
+    (
+        [
+            "simulate",
+            "{trace}",
+            "--policy",
+            "lru",
+            "--capacity-blocks",
+            "9",
+            "--mode",
+            "cache",
+            "--series",
+            "--json",
+        ],
+        "--series",
+    ),
+    (
+        [
+            "simulate",
+            "{trace}",
+            "--policy",
+            "lru",
+            "--capacity-blocks",
+            "9",
+            "--mode",
+            "cache",
+            "--plot",
+            "{tmp}/p.png",
+        ],
+        "--plot",
+    ),
+    (["simulate", "{trace}", "--policy", "lru", "--capacity-blocks", "9", "--per-request"], "--per-request"),
+    (["sweep", "{trace}", "--capacities", "9", "--mode", "cache", "--max-num-seqs", "4"], "--max-num-seqs"),
+    (["stats", "{trace}", "--no-curve", "--plot", "{tmp}/p.png"], "--no-curve"),
+]
+BAD_FLAGS += CONFLICTS
 
 
 @pytest.mark.parametrize(("args", "flag"), BAD_FLAGS, ids=[" ".join(a[2:]) or a[0] for a, _ in BAD_FLAGS])
-def test_numeric_flags_are_checked_up_front(trace, tmp_path, monkeypatch, args, flag):
+def test_bad_or_conflicting_flags_are_refused_up_front(trace, tmp_path, monkeypatch, args, flag):
     monkeypatch.chdir(tmp_path)
     result = invoke(*[a.format(trace=trace, tmp=tmp_path) for a in args])
     clean_error(result, flag)
@@ -628,3 +680,12 @@ def test_a_run_that_measured_nothing_says_so(trace):
     result = invoke("simulate", trace, "--policy", "lru", "--capacity-blocks", 50, "--warmup-s", 99999)
     assert result.exit_code == 0, result.output
     assert "no request was measured" in result.output
+
+
+def test_policies_gives_each_policy_its_own_line():
+    result = invoke("policies")
+    assert result.exit_code == 0
+    rows = [line.split("│")[1:3] for line in result.output.splitlines() if line.count("│") >= 3]
+    semantics = {name.strip(): text.strip() for name, text in rows if name.strip()}
+    assert semantics["s3fifo-v0"] != semantics["s3fifo"]
+    assert len(set(semantics.values())) == len(semantics)

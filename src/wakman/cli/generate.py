@@ -44,7 +44,9 @@ def generate(
         None, "-o", "--out", help="Output trace (.gz compresses); required unless --list-presets."
     ),
     mix: str | None = typer.Option(
-        None, "--mix", help="Session fractions single,multi,agentic, e.g. 0.33,0.33,0.34."
+        None,
+        "--mix",
+        help="Session fractions single,multi,agentic, e.g. 0.33,0.33,0.34 (replaces a --preset's mix).",
     ),
     preset: str | None = typer.Option(None, "--preset", help="A named mix or ablation (see --list-presets)."),
     duration: float | None = typer.Option(None, "--duration", help="Trace length in seconds (default 3600)."),

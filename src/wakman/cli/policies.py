@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 import typer
@@ -31,7 +32,9 @@ def policies() -> None:
     with cli_errors():
         table = Table("name", "semantics")
         for name, cls in POLICIES.items():
-            doc = ((cls.__module__ and __import__(cls.__module__, fromlist=["x"]).__doc__) or "").strip()
+            # a variant's own docstring (s3fifo-v0), else its module's, whose first line names it
+            own = cls.__dict__.get("__doc__")
+            doc = (own or sys.modules[cls.__module__].__doc__ or "").strip()
             table.add_row(name, doc.splitlines()[0] if doc else "")
         for name, preset in ADAPTIVE_PRESETS.items():
             table.add_row(name, preset.describe())

