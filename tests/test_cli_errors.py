@@ -177,6 +177,8 @@ CONFLICTS = [
     (["simulate", "{trace}", "--policy", "lru", "--capacity-blocks", "9", "--per-request"], "--per-request"),
     (["sweep", "{trace}", "--capacities", "9", "--mode", "cache", "--max-num-seqs", "4"], "--max-num-seqs"),
     (["stats", "{trace}", "--no-curve", "--plot", "{tmp}/p.png"], "--no-curve"),
+    (["advise", "{trace}", "--capacity-blocks", "9", "--kv-dtype", "fp8"], "--kv-dtype"),
+    (["advise", "{trace}", "--capacity-blocks", "9", "--model-config", "{tmp}/no.json"], "--model-config"),
 ]
 BAD_FLAGS += CONFLICTS
 

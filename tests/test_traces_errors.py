@@ -42,6 +42,7 @@ def test_each_bad_input_names_file_line_and_field(tmp_path, case):
     err = info.value
     assert (err.path, err.line, err.field) == (str(path), line, field)
     assert f"{path}:{line}" in str(err)
+    assert ("field '" in str(err)) == (field != "-")  # a line that is not JSON names no field
 
 
 def test_empty_file(tmp_path):

@@ -65,6 +65,8 @@ def _layout(
         if kv_dtype is not None:
             raise ValueError("--kv-dtype applies to --model or --model-config, not --kv-bytes-per-token")
         return KVLayout("--kv-bytes-per-token", kv_bytes, f"{kv_bytes} B given", "given", "given")
+    if kv_dtype is not None:
+        raise ValueError("--kv-dtype applies to --model or --model-config: give one of them")
     return None
 
 

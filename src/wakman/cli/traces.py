@@ -108,10 +108,12 @@ def convert(
         # --block-size is the input's block size where the input lacks one; otherwise it only
         # confirms the block size of an output without one
         reads_it = name in FORMATS_WITHOUT_BLOCK_SIZE
-        requests = open_trace(source, name, block_size if reads_it else None, rate, seed)
-        if to_fmt in FORMATS_WITHOUT_BLOCK_SIZE:
-            requests = _block_size_kept(requests, to_fmt, block_size)
-        elif block_size is not None and not reads_it:
+        if block_size is not None and not reads_it and to_fmt not in FORMATS_WITHOUT_BLOCK_SIZE:
             raise ValueError(f"--block-size does not apply to {name} traces written --to {to_fmt}")
-        count = write_trace(requests, target, to_fmt)
+        # progress on stderr, only on a terminal, gone once done (an archive takes seconds)
+        with progress_bars(to=err_console, transient=True, disable=not err_console.is_terminal) as progress:
+            requests = open_trace(source, name, block_size if reads_it else None, rate, seed)
+            if to_fmt in FORMATS_WITHOUT_BLOCK_SIZE:
+                requests = _block_size_kept(requests, to_fmt, block_size)
+            count = write_trace(counted(requests, progress, "requests converted"), target, to_fmt)
     console.print(f"wrote {count:,} requests to {target} ({to_fmt})")

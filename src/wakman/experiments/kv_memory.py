@@ -275,6 +275,8 @@ def config_layout(path: Path, kv_dtype: str | None = None) -> KVLayout:
         config = json.loads(Path(path).read_text())
     except json.JSONDecodeError as exc:
         raise ValueError(f"--model-config {path}: not JSON ({exc})") from exc
+    except OSError as exc:
+        raise ValueError(f"--model-config {path}: cannot read it ({exc.strerror})") from None
     if not isinstance(config, dict):
         raise ValueError(f"--model-config {path}: expected a JSON object")
     return kv_layout(config, f"--model-config {path}", kv_dtype)

@@ -134,12 +134,13 @@ def as_engine_serves(
 
 
 class TraceFormatError(ValueError):
-    """Bad trace input: names the file, the line (1-based, 0 = whole file) and the field."""
+    """Bad trace input: names the file, the line (1-based, 0 = whole file) and the field ("-": the
+    error is not about one field, and the message names none)."""
 
     def __init__(self, path: object, line: int, field: str, message: str) -> None:
         self.path, self.line, self.field, self.message = str(path), line, field, message
         where = f"{self.path}:{line}" if line else self.path
-        super().__init__(f"{where}: field '{field}': {message}")
+        super().__init__(f"{where}: {message}" if field == "-" else f"{where}: field '{field}': {message}")
 
 
 def validate_request(req: Request, path: object, line: int, previous_arrival_s: float) -> None:
