@@ -678,10 +678,15 @@ def test_tables_piped_to_a_file_keep_every_value(tmp_path):
         assert f" {name} " in proc.stdout, name
 
 
-def test_a_run_that_measured_nothing_says_so(trace):
+def test_a_run_that_measured_nothing_says_so(trace, tmp_path):
     result = invoke("simulate", trace, "--policy", "lru", "--capacity-blocks", 50, "--warmup-s", 99999)
     assert result.exit_code == 0, result.output
     assert "no request was measured" in result.output
+    sweep = ("sweep", trace, "--capacities", 50, "--jobs", 1, "--out", tmp_path / "s", "--warmup-s")
+    result = invoke(*sweep, 99999)
+    assert result.exit_code == 0, result.output
+    assert "no request was measured" in result.output
+    assert "no request was measured" not in invoke(*sweep, 0).output
 
 
 def test_policies_gives_each_policy_its_own_line():

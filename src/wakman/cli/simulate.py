@@ -485,6 +485,12 @@ def sweep(
             err_console.print(
                 f"no sweep.png: plots need matplotlib ({PLOT_EXTRA})", markup=False, highlight=False
             )
+    if rows and all(r.get("measured_requests") == 0 for r in rows):
+        err_console.print(
+            f"[yellow]warning:[/yellow] no request was measured (the warm-up of {warmup_s:g} s covers the "
+            "trace, or every request is larger than the cache): every figure is 0",
+            highlight=False,
+        )
     saturated = [f"{r['policy']} at {r['capacity_blocks']:,}" for r in rows if r.get("saturated")]
     if saturated:
         err_console.print(
