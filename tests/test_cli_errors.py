@@ -127,60 +127,6 @@ BAD_FLAGS = [
     (["reproduce", "--quick", "--shared", "{tmp}/no-such", "--out", "{tmp}/r"], "--shared"),
     (["simulate", "{trace}", "--policy", "lru", "--capacity-blocks", "9", "--plot", "{tmp}/p.txt"], "--plot"),
 ]
-# flags that mean nothing in the mode or combination given: refused, naming the flag
-CONFLICTS = [
-    (
-        [
-            "simulate",
-            "{trace}",
-            "--policy",
-            "lru",
-            "--capacity-blocks",
-            "9",
-            "--mode",
-            "cache",
-            "--prefill-tps",
-            "9",
-        ],
-        "--prefill-tps",
-    ),
-    (
-        [
-            "simulate",
-            "{trace}",
-            "--policy",
-            "lru",
-            "--capacity-blocks",
-            "9",
-            "--mode",
-            "cache",
-            "--series",
-            "--json",
-        ],
-        "--series",
-    ),
-    (
-        [
-            "simulate",
-            "{trace}",
-            "--policy",
-            "lru",
-            "--capacity-blocks",
-            "9",
-            "--mode",
-            "cache",
-            "--plot",
-            "{tmp}/p.png",
-        ],
-        "--plot",
-    ),
-    (["simulate", "{trace}", "--policy", "lru", "--capacity-blocks", "9", "--per-request"], "--per-request"),
-    (["sweep", "{trace}", "--capacities", "9", "--mode", "cache", "--max-num-seqs", "4"], "--max-num-seqs"),
-    (["stats", "{trace}", "--no-curve", "--plot", "{tmp}/p.png"], "--no-curve"),
-    (["advise", "{trace}", "--capacity-blocks", "9", "--kv-dtype", "fp8"], "--kv-dtype"),
-    (["advise", "{trace}", "--capacity-blocks", "9", "--model-config", "{tmp}/no.json"], "--model-config"),
-]
-BAD_FLAGS += CONFLICTS
 
 
 @pytest.mark.parametrize(("args", "flag"), BAD_FLAGS, ids=[" ".join(a[2:]) or a[0] for a, _ in BAD_FLAGS])
@@ -204,6 +150,38 @@ def test_unknown_policy_names_are_refused_before_the_trace_is_read(trace, tmp_pa
     monkeypatch.chdir(tmp_path)
     monkeypatch.setattr(f"wakman.cli.{work}.open_trace", work_started)
     clean_error(invoke(*[a.format(trace=trace) for a in args]), "--policies", "unknown name")
+
+
+# flags that mean nothing where they are given, or an unknown policy: refused before the trace is read
+SIM = ["simulate", "{trace}", "--policy", "lru", "--capacity-blocks", "9"]
+CONFLICTS = [
+    ([*SIM, "--mode", "cache", "--prefill-tps", "9"], "--prefill-tps"),
+    ([*SIM, "--mode", "cache", "--series", "--json"], "--series"),
+    ([*SIM, "--mode", "cache", "--no-cache-outputs"], "--no-cache-outputs"),
+    ([*SIM, "--mode", "cache", "--server-model", "{tmp}/settings.json"], "--server-model"),
+    ([*SIM, "--mode", "cache", "--plot", "{tmp}/p.png"], "--plot"),
+    ([*SIM, "--per-request"], "--per-request"),
+    (["simulate", "{trace}", "--policy", "lruu", "--capacity-blocks", "9"], "--policy"),
+    (["sweep", "{trace}", "--capacities", "9", "--mode", "cache", "--max-num-seqs", "4"], "--max-num-seqs"),
+    (["stats", "{trace}", "--no-curve", "--plot", "{tmp}/p.png"], "--no-curve"),
+    (["advise", "{trace}", "--capacity-blocks", "9", "--kv-dtype", "fp8"], "--kv-dtype"),
+    (["advise", "{trace}", "--capacity-blocks", "9", "--model-config", "{tmp}/no.json"], "--model-config"),
+    (["advise", "{trace}", "--capacity-blocks", "9", "--max-running", "4"], "--max-running"),
+    (["replay", "{trace}", "--policy", "lruu", "--capacity-blocks", "64"], "--policy"),
+    (["replay", "{trace}", "--policy", "lru", "--capacity-blocks", "64", "--per-request"], "--per-request"),
+]
+READS_THE_TRACE = {"simulate": "simulate", "sweep": "simulate", "stats": "traces", "advise": "advise"}
+
+
+@pytest.mark.parametrize(("args", "flag"), CONFLICTS, ids=[" ".join(a[2:]) for a, _ in CONFLICTS])
+def test_conflicting_flags_are_refused_before_the_trace_is_read(trace, tmp_path, monkeypatch, args, flag):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "settings.json").write_text('{"max_num_seqs": 4}')
+    if args[0] in READS_THE_TRACE:
+        monkeypatch.setattr(f"wakman.cli.{READS_THE_TRACE[args[0]]}.open_trace", work_started)
+    else:  # replay: refused before vLLM is looked for
+        monkeypatch.setattr("wakman.cli.replay._check_vllm", work_started)
+    clean_error(invoke(*[a.format(trace=trace, tmp=tmp_path) for a in args]), flag)
 
 
 # 3. replay without vLLM
@@ -656,7 +634,9 @@ def test_json_output_is_strict_where_a_statistic_has_no_sample(tmp_path):
     assert out["label.single-turn.reuse_time_p50_s"] is None
 
 
-@pytest.mark.parametrize(("suffix", "magic"), [(".png", b"\x89PNG"), (".pdf", b"%PDF"), (".svg", b"<?xml")])
+@pytest.mark.parametrize(
+    ("suffix", "magic"), [(".png", b"\x89PNG"), (".pdf", b"%PDF"), (".svg", b"<?xml"), ("", b"\x89PNG")]
+)
 def test_a_plot_is_written_in_the_format_its_name_names(trace, tmp_path, suffix, magic):
     pytest.importorskip("matplotlib")
     plot = tmp_path / f"p{suffix}"
@@ -670,7 +650,12 @@ def test_tables_piped_to_a_file_keep_every_value(tmp_path):
 
     env = {k: v for k, v in os.environ.items() if k != "COLUMNS"}
     proc = subprocess.run(
-        [*WAKMAN, "generate", "--list-presets"], capture_output=True, text=True, env=env, timeout=120
+        [*WAKMAN, "generate", "--list-presets"],
+        stdin=subprocess.DEVNULL,  # no terminal on any stream: rich would take its width
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
     )
     assert proc.returncode == 0, proc.stderr
     assert "…" not in proc.stdout

@@ -26,7 +26,7 @@ from wakman.cli.common import (
     progress_bars,
     stdout_to_stderr,
 )
-from wakman.cli.simulate import DECODE, PREFILL, RUNNING, _server
+from wakman.cli.simulate import DECODE, PREFILL, RUNNING, _serve_only, _server
 from wakman.data import BUNDLED_MOONCAKE
 from wakman.experiments import advise as adv
 from wakman.experiments.kv_memory import KVLayout, config_layout, dtype_bytes, model_layout
@@ -119,6 +119,7 @@ def advise(
             raise ValueError(f"--target must lie in (0, 1], got {target}")
         if mode not in ("cache", "serve"):
             raise ValueError(f"--mode must be cache or serve, got {mode!r}")
+        _serve_only(mode, prefill_tps=prefill_tps, decode_tps=decode_tps, max_running=max_running)
         check_numbers(
             ("--capacity-blocks", capacity, ">=1"),
             ("--gpu-memory", gpu_memory, ">0"),

@@ -36,9 +36,10 @@ from wakman.traces import TraceFormatError, detect_format, read_trace
 from wakman.traces.io import atomic_output, atomic_path
 from wakman.traces.model import Request
 
-# Written to a file or a pipe, rich would cut tables to 80 columns; keep every value there instead
-# (a terminal, or COLUMNS when set, still decides the width).
-console = Console(width=None if sys.stdout.isatty() or "COLUMNS" in os.environ else 240)
+# Where stdout is a file or a pipe, rich takes its width from a terminal on stdin or stderr, or 80
+# columns without one, and cuts tables to it; keep every value there instead (240 columns). A
+# terminal on stdout, or COLUMNS when set, still decides the width.
+console = Console(width=None if os.isatty(1) or "COLUMNS" in os.environ else 240)
 err_console = Console(stderr=True, soft_wrap=True)
 
 FormatOption = typer.Option(None, "--format", "-f", help="Trace format (detected when omitted).")
@@ -99,6 +100,8 @@ def parse_ints(text: str, flag: str, minimum: int = 1) -> list[int]:
 
 
 def _finite(value: object) -> object:
+    if hasattr(value, "tolist"):  # a numpy scalar or array: its Python value
+        value = value.tolist()
     if isinstance(value, float):
         return value if math.isfinite(value) else None
     if isinstance(value, dict):
@@ -167,11 +170,16 @@ def can_plot() -> bool:
 
 def check_plot(path: Path | None, flag: str = "--plot") -> None:
     """Before the work: a figure can be drawn (matplotlib) and written to ``path`` (``check_output``)
-    in a format its extension names (``wakman.experiments.plots.FORMATS``)."""
+    in the format its extension names (``wakman.experiments.plots.FORMATS``; none, or a device or
+    FIFO: PNG)."""
     if path is None:
         return
-    if path.suffix.lower().lstrip(".") not in PLOT_FORMATS:
-        raise ValueError(f"{flag} {path}: the name must end in {', '.join('.' + f for f in PLOT_FORMATS)}")
+    suffix = path.suffix.lower().lstrip(".")
+    if suffix and suffix not in PLOT_FORMATS and not (path.exists() and not path.is_file()):
+        raise ValueError(
+            f"{flag} {path}: .{suffix} is not a figure format; end the name in "
+            f"{', '.join('.' + f for f in PLOT_FORMATS)} (no extension: PNG)"
+        )
     if not can_plot():
         raise ValueError(f"{flag} needs matplotlib: {PLOT_EXTRA}")
     check_output(path, flag)

@@ -71,6 +71,11 @@ def replay(
     with cli_errors("the replay stopped before its results"):
         if engine not in ENGINES:
             raise ValueError(f"--engine must be one of {', '.join(ENGINES)}")
+        choices = (*STATIC_POLICIES, *ADAPTIVE_PRESETS, "stock")
+        if policy not in choices:
+            raise ValueError(f"--policy: unknown policy {policy!r}; choose from {', '.join(choices)}")
+        if per_request and not as_json:
+            raise ValueError("--per-request needs --json (a value per request)")
         check_numbers(
             ("--capacity-blocks", capacity, ">=2"),
             ("--step-s", step_s, ">0"),

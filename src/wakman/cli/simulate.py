@@ -178,7 +178,8 @@ def _vllm_settings(path: Path) -> tuple[dict, TraceView | None]:
 
 def _serve_only(mode: str, **flags: object) -> None:
     """Flags of the modelled server (given: not None, not False) are refused in cache mode, which has
-    no server: ``flags`` maps each flag's name (``prefill_tps`` for ``--prefill-tps``) to its value."""
+    no server: ``flags`` maps each flag's name (``prefill_tps`` for ``--prefill-tps``) to its value
+    (``no_cache_outputs``: True when --no-cache-outputs was given)."""
     given = [f"--{name.replace('_', '-')}" for name, value in flags.items() if value not in (None, False)]
     if mode == "cache" and given:
         raise ValueError(
@@ -200,11 +201,13 @@ def _server(
     fresh_outputs: bool | None = None,
     max_output_tokens: int | None = None,
     limit: int | None = None,
+    mode: str = "serve",
 ) -> tuple[ServerModel | VllmServer, TraceView]:
     """The CLI's server model: the throughputs given, or a vLLM configuration by vLLM's names
     (``--server-model`` first, then the flags over it; simulated step by step), never both
     (checked, with ``--warmup-s``); and the view of the trace (a replay's, from ``--server-model``,
-    then the flags over it; a note on stderr says what the replay's file set)."""
+    then the flags over it; a note on stderr says what the replay's file set). In cache mode a
+    ``--server-model`` of settings only is refused: nothing in it would apply."""
     check_numbers(
         ("--prefill-tps", prefill_tps, ">0"),
         ("--decode-tps", decode_tps, ">0"),
@@ -233,6 +236,11 @@ def _server(
                 "not both"
             )
         settings, replayed = _vllm_settings(server_model) if server_model is not None else ({}, None)
+        if mode == "cache" and server_model is not None and replayed is None:
+            raise ValueError(
+                f"--server-model {server_model}: server settings only, which cache mode does not use "
+                "(a replay's JSON also sets the trace's view); drop it or give --mode serve"
+            )
         settings.update({k: v for k, v in vllm_flags.items() if v is not None})
         view = replace(replayed or TraceView(), **given)
         if replayed is not None:
@@ -302,6 +310,8 @@ def simulate(
         if mode not in MODES:
             raise ValueError(f"--mode must be one of {', '.join(MODES)}")
         check_numbers(("--capacity-blocks", capacity, ">=1"), ("--interval-s", interval_s, ">0"))
+        if policy not in POLICY_NAMES:
+            raise ValueError(f"--policy: unknown policy {policy!r}; choose from {', '.join(POLICY_NAMES)}")
         if per_request and mode != "serve":
             raise ValueError("--per-request needs --mode serve (cache mode has no admissions)")
         if per_request and not as_json:
@@ -316,6 +326,7 @@ def simulate(
             max_num_seqs=max_num_seqs,
             step_s=step_s,
             step_tokens_per_s=step_tokens_per_s,
+            no_cache_outputs=not cache_outputs,
         )
         if mode == "cache" and plot is not None and policy not in ADAPTIVE_PRESETS:
             raise ValueError(
@@ -336,6 +347,7 @@ def simulate(
             fresh_outputs,
             max_output_tokens,
             limit,
+            mode=mode,
         )
         check_plot(plot)
         # progress on stderr (stdout may be --json), only on a terminal, gone once done
@@ -432,6 +444,7 @@ def sweep(
             max_num_seqs=max_num_seqs,
             step_s=step_s,
             step_tokens_per_s=step_tokens_per_s,
+            no_cache_outputs=not cache_outputs,
         )
         server, view = _server(
             prefill_tps,
@@ -447,6 +460,7 @@ def sweep(
             fresh_outputs,
             max_output_tokens,
             limit,
+            mode=mode,
         )
         check_output_dir(out, "--out")
         with progress_bars() as progress:

@@ -48,9 +48,9 @@ def stats(
     # progress on stderr (stdout may be --json), gone once done; reading an archive takes seconds
     # before the first request arrives
     with cli_errors("nothing was written" if plot is None else f"{plot} was not written"):
-        check_plot(plot)
         if plot is not None and not curve:
             raise ValueError("--plot draws the LRU curve: drop --no-curve or --plot")
+        check_plot(plot)
         with progress_bars(to=err_console, transient=True, disable=not err_console.is_terminal) as progress:
             requests = counted(open_trace(trace, fmt, block_size, rate, seed), progress, "requests read")
             result = compute_stats(requests, lru_curve=curve)
