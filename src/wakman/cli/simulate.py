@@ -206,8 +206,19 @@ def _server(
     """The CLI's server model: the throughputs given, or a vLLM configuration by vLLM's names
     (``--server-model`` first, then the flags over it; simulated step by step), never both
     (checked, with ``--warmup-s``); and the view of the trace (a replay's, from ``--server-model``,
-    then the flags over it; a note on stderr says what the replay's file set). In cache mode a
-    ``--server-model`` of settings only is refused: nothing in it would apply."""
+    then the flags over it; a note on stderr says what the replay's file set). In cache mode the
+    server's flags, and a ``--server-model`` of settings only, are refused: nothing in them would apply."""
+    _serve_only(
+        mode,
+        prefill_tps=prefill_tps,
+        decode_tps=decode_tps,
+        max_running=max_running,
+        max_num_batched_tokens=max_num_batched_tokens,
+        max_num_seqs=max_num_seqs,
+        step_s=step_s,
+        step_tokens_per_s=step_tokens_per_s,
+        no_cache_outputs=not cache_outputs,
+    )
     check_numbers(
         ("--prefill-tps", prefill_tps, ">0"),
         ("--decode-tps", decode_tps, ">0"),
@@ -316,18 +327,7 @@ def simulate(
             raise ValueError("--per-request needs --mode serve (cache mode has no admissions)")
         if per_request and not as_json:
             raise ValueError("--per-request needs --json (a value per request)")
-        _serve_only(
-            mode,
-            series=series,
-            prefill_tps=prefill_tps,
-            decode_tps=decode_tps,
-            max_running=max_running,
-            max_num_batched_tokens=max_num_batched_tokens,
-            max_num_seqs=max_num_seqs,
-            step_s=step_s,
-            step_tokens_per_s=step_tokens_per_s,
-            no_cache_outputs=not cache_outputs,
-        )
+        _serve_only(mode, series=series)
         if mode == "cache" and plot is not None and policy not in ADAPTIVE_PRESETS:
             raise ValueError(
                 "--plot: cache mode draws an adaptive policy's decisions only (a static policy has no "
@@ -435,17 +435,6 @@ def sweep(
         if mode not in MODES:
             raise ValueError(f"--mode must be one of {', '.join(MODES)}")
         check_numbers(("--jobs", jobs, ">=1"))
-        _serve_only(
-            mode,
-            prefill_tps=prefill_tps,
-            decode_tps=decode_tps,
-            max_running=max_running,
-            max_num_batched_tokens=max_num_batched_tokens,
-            max_num_seqs=max_num_seqs,
-            step_s=step_s,
-            step_tokens_per_s=step_tokens_per_s,
-            no_cache_outputs=not cache_outputs,
-        )
         server, view = _server(
             prefill_tps,
             decode_tps,
