@@ -234,7 +234,7 @@ def test_async_scheduling_gets_the_async_scheduler_with_wakmans_pool(monkeypatch
     """vLLM's CPU platform turns async scheduling off, so no engine here runs it; this builds the
     scheduler the way EngineCore does with the flag on: the same class name gives a
     WakmanAsyncScheduler (over vLLM's AsyncScheduler) whose block pool is wakman's, and it schedules.
-    The engine's async step loop itself was not run (no GPU)."""
+    The engine's async step loop runs on a GPU only (tests/test_vllm_gpu.py)."""
     monkeypatch.setenv("WAKMAN_POLICY", "wakman-plus")
     from vllm.v1.core.sched.async_scheduler import AsyncScheduler
 
@@ -327,6 +327,9 @@ def test_readme_server_command_serves_with_wakman(tmp_path):
     assert hits and float(hits.group(1)) >= 3 * 192  # the shared 200-token prefix: 6 blocks of 32
     assert re.search(r'^wakman:live_policy\{engine="0",policy="[\w-]+"\} 1\.0', metrics, re.M)
     assert re.search(r'^wakman:decisions_total\{engine="0"\} [1-9]', metrics, re.M)
+    # wakman's own log line reaches vLLM's log (the CPU platform runs the synchronous scheduler)
+    log = (tmp_path / "server.log").read_text()
+    assert re.search(r"wakman: \S+ behind vLLM's free-block queue \(\d+ blocks, WakmanScheduler\)", log)
 
 
 # `vllm serve` itself (several API servers need it: the deprecated module entry point serves one).

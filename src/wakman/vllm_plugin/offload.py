@@ -66,6 +66,7 @@ checks both.
 
 from __future__ import annotations
 
+import logging
 import os
 import time
 from collections.abc import Callable, Iterable, Sequence
@@ -77,6 +78,8 @@ from wakman.adaptive.config import ADAPTIVE_PRESETS
 from wakman.adaptive.manager import AdaptiveManager, timed_replay
 from wakman.policies import EvictionPolicy, handover, make_policy
 from wakman.vllm_plugin.free_queue import policy_key
+
+log = logging.getLogger(__name__)
 
 STATIC = ("lru", "fifo", "s3fifo", "sieve", "arc", "chain-lru")
 ADAPTIVE = tuple(ADAPTIVE_PRESETS)  # "wakman", "wakman-plus"
@@ -107,6 +110,12 @@ class WakmanCachePolicy(CachePolicy):
         self._roots: dict[str, int] = {}  # request id -> the core key of its root (chain-lru's context)
         self._t0: float | None = None  # clock() at the first logged request
         self._start()
+        log.info(
+            "wakman: %s chooses what vLLM's CPU offload tier keeps (%d chunks, %s)",
+            self.policy_name,
+            self.cache_capacity,
+            type(self).__name__,
+        )
 
     def _start(self) -> None:
         capacity = max(1, self.cache_capacity)  # vLLM may size an unused tier at 0 chunks

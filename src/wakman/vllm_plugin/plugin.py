@@ -1,9 +1,11 @@
 """The ``vllm.general_plugins`` entry point: vLLM runs ``register`` once in every process it starts.
 
 It does cheap things and changes nothing in vLLM: as soon as wakman is asked for
-(``WAKMAN_POLICY`` set, or our scheduler class named) it stops the process with one line when the
-environment would kill vLLM (``environment.py``) and refuses an unsupported vLLM version; and it
-creates the metrics directory in the first process so the engine processes it spawns inherit it.
+(``WAKMAN_POLICY`` set, or a ``wakman.vllm_plugin`` class named on the command line) it stops the
+process with one line when the environment would kill vLLM (``environment.py``) and refuses an
+unsupported vLLM version; it sends wakman's log lines (logger ``wakman``) to vLLM's handlers at
+vLLM's level, so they appear in vLLM's log in its format; and it creates the metrics directory in
+the first process so the engine processes it spawns inherit it.
 
 Why ``--scheduler-cls`` and not only this entry point: the scheduler class is vLLM's official,
 per-engine switch (stock vLLM runs when it is absent, even with wakman installed), it sees the
@@ -13,6 +15,7 @@ alone would have to rebind vLLM's ``BlockPool`` name for every engine in the env
 
 from __future__ import annotations
 
+import logging
 import os
 import sys
 
@@ -35,5 +38,19 @@ def register() -> None:
     from wakman.vllm_plugin.settings import PluginSettings
 
     check_vllm_version()
+    log_through_vllm()
     PluginSettings.from_env()  # bad WAKMAN_* values fail here, at start-up
     metrics_dir()
+
+
+def log_through_vllm() -> None:
+    """Attach vLLM's handlers to the ``wakman`` logger at vLLM's level (once per process); without
+    this wakman's INFO lines (the policy an engine runs, switches) reach no handler."""
+    vllm_logger = logging.getLogger("vllm")
+    wakman_logger = logging.getLogger("wakman")
+    if wakman_logger.handlers or not vllm_logger.handlers:
+        return
+    for handler in vllm_logger.handlers:
+        wakman_logger.addHandler(handler)
+    wakman_logger.setLevel(vllm_logger.level)
+    wakman_logger.propagate = False

@@ -56,7 +56,10 @@ class WakmanScheduler(Scheduler):
         if os.environ.get("VLLM_ENABLE_V1_MULTIPROCESSING") == "0":
             register_collector()  # the engine shares the API's process: expose the metrics here
         log.info(
-            "wakman: %s behind vLLM's free-block queue (%d blocks)", settings.policy, self.wakman.capacity
+            "wakman: %s behind vLLM's free-block queue (%d blocks, %s)",
+            settings.policy,
+            self.wakman.capacity,
+            type(self).__name__,
         )
 
     def add_request(self, request: Any) -> None:

@@ -1,0 +1,18 @@
+#!/usr/bin/env bash
+# wakman with vLLM 0.33 on an NVIDIA GPU: the engine replay (lru = stock, the simulator within a
+# point), `vllm serve` with async scheduling, and the CPU offload tier with wakman's policies
+# (tests/test_vllm_gpu.py; docs/vllm.md shows a run). CI has no GPU, so these run only here.
+#
+#   scripts/gpu-check.sh [VENV]     install vLLM 0.33 and wakman into VENV (default .venv-gpu), run
+#   PYTHON=python scripts/gpu-check.sh   use an interpreter that already has vLLM 0.33 and wakman
+set -euo pipefail
+cd "$(dirname "$0")/.."
+if [ -z "${PYTHON:-}" ]; then
+  VENV=${1:-.venv-gpu}
+  python3 -m venv "$VENV"
+  "$VENV/bin/python" -m pip install -q --upgrade pip
+  "$VENV/bin/python" -m pip install -q 'vllm==0.33.0' -e '.[test]'
+  PYTHON=$VENV/bin/python
+fi
+"$PYTHON" -c 'import torch, vllm; print(f"vLLM {vllm.__version__}, torch {torch.__version__}, {torch.cuda.get_device_name(0)}")'
+WAKMAN_REQUIRE_VLLM=0.33 exec "$PYTHON" -m pytest -v -s -p no:cacheprovider -m gpu --durations=0 tests/test_vllm_gpu.py
