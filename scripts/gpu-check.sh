@@ -6,13 +6,22 @@
 #   scripts/gpu-check.sh [VENV]     install vLLM 0.33 and wakman into VENV (default .venv-gpu), run
 #   PYTHON=python scripts/gpu-check.sh   use an interpreter that already has vLLM 0.33 and wakman
 set -euo pipefail
+VENV=$(realpath -m "${1:-$(dirname "$0")/../.venv-gpu}")  # a relative VENV: from the caller's folder
 cd "$(dirname "$0")/.."
 if [ -z "${PYTHON:-}" ]; then
-  VENV=${1:-.venv-gpu}
   python3 -m venv "$VENV"
   "$VENV/bin/python" -m pip install -q --upgrade pip
   "$VENV/bin/python" -m pip install -q 'vllm==0.33.0' -e '.[test]'
   PYTHON=$VENV/bin/python
 fi
-"$PYTHON" -c 'import torch, vllm; print(f"vLLM {vllm.__version__}, torch {torch.__version__}, {torch.cuda.get_device_name(0)}")'
+"$PYTHON" - <<'PY'
+import sys
+
+import torch
+import vllm
+
+if not torch.cuda.is_available():
+    sys.exit(f"gpu-check: torch {torch.__version__} sees no CUDA device; these checks need an NVIDIA GPU")
+print(f"vLLM {vllm.__version__}, torch {torch.__version__}, {torch.cuda.get_device_name(0)}")
+PY
 WAKMAN_REQUIRE_VLLM=0.33 exec "$PYTHON" -m pytest -v -s -p no:cacheprovider -m gpu --durations=0 tests/test_vllm_gpu.py

@@ -46,3 +46,64 @@ def test_manager_variables_change_the_preset():
 def test_bad_values_are_refused_with_the_variable_named(env, message):
     with pytest.raises(SettingsError, match=message.replace("(", r"\(")):
         PluginSettings.from_env(env)
+
+
+@pytest.fixture
+def loggers():
+    """The ``wakman``, ``vllm`` and root loggers' state, restored after the test."""
+    import logging
+
+    names = ("wakman", "vllm", "")
+    saved = {
+        n: (logging.getLogger(n).handlers[:], logging.getLogger(n).level, logging.getLogger(n).propagate)
+        for n in names
+    }
+    for n in ("wakman", "vllm"):
+        logging.getLogger(n).handlers = []
+    yield
+    for n, (handlers, level, propagate) in saved.items():
+        lg = logging.getLogger(n)
+        lg.handlers, lg.propagate = handlers, propagate
+        lg.setLevel(level)
+
+
+def test_wakman_records_reach_the_handlers_vllm_has_when_they_are_emitted(loggers):
+    """As in vLLM's API server: the plugin routes ``wakman`` before vLLM configures its logging;
+    records go to vLLM's handlers of the moment, at vLLM's level, once each; without vLLM handlers
+    they go to the root's."""
+    import logging
+
+    from wakman.vllm_plugin.plugin import log_through_vllm
+
+    log_through_vllm()
+    log_through_vllm()  # idempotent: one forwarder
+    seen: list[str] = []
+
+    class Collect(logging.Handler):
+        def emit(self, record):
+            seen.append(f"{self.name}:{record.getMessage()}")
+
+    root = logging.getLogger()
+    root_handler = Collect()
+    root_handler.name = "root"
+    root.addHandler(root_handler)
+    root.setLevel(logging.WARNING)
+    log = logging.getLogger("wakman.vllm_plugin.scheduler")
+    log.info("before vLLM: below the root's level")
+    log.warning("before vLLM: warning")
+    vllm_logger = logging.getLogger("vllm")
+    first = Collect()
+    first.name = "vllm1"
+    vllm_logger.addHandler(first)  # vLLM configures its logging after the plugin loaded
+    vllm_logger.setLevel(logging.INFO)
+    log.info("policy line")
+    log.debug("below vLLM's level")
+    second = Collect()
+    second.name = "vllm2"
+    vllm_logger.handlers = [second]  # a reconfiguration replaces vLLM's handlers
+    log.info("after reconfiguration")
+    assert seen == [
+        "root:before vLLM: warning",
+        "vllm1:policy line",
+        "vllm2:after reconfiguration",
+    ]

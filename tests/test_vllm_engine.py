@@ -137,6 +137,11 @@ def test_replay_json_is_alone_on_stdout(tmp_path):
     result = json.loads(proc.stdout)
     assert result["policy"] == "lru" and result["prompt_tokens"] > 0
     assert re.search(r"^\(\w+ pid=\d+\) INFO .*non-default args", proc.stderr, re.M)
+    # wakman's own line reaches vLLM's log in an in-process engine too (plugins load before vLLM
+    # configures its logging there)
+    assert re.search(
+        r"INFO .*wakman: lru behind vLLM's free-block queue \(300 blocks, WakmanScheduler\)", proc.stderr
+    )
 
 
 def test_soak_switching_every_few_seconds(tmp_path):

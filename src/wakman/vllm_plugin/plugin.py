@@ -3,9 +3,9 @@
 It does cheap things and changes nothing in vLLM: as soon as wakman is asked for
 (``WAKMAN_POLICY`` set, or a ``wakman.vllm_plugin`` class named on the command line) it stops the
 process with one line when the environment would kill vLLM (``environment.py``) and refuses an
-unsupported vLLM version; it sends wakman's log lines (logger ``wakman``) to vLLM's handlers at
-vLLM's level, so they appear in vLLM's log in its format; and it creates the metrics directory in
-the first process so the engine processes it spawns inherit it.
+unsupported vLLM version; it hands wakman's log records (logger ``wakman``) to vLLM's handlers,
+so they appear in vLLM's log in its format (``log_through_vllm``); and it creates the metrics
+directory in the first process so the engine processes it spawns inherit it.
 
 Why ``--scheduler-cls`` and not only this entry point: the scheduler class is vLLM's official,
 per-engine switch (stock vLLM runs when it is absent, even with wakman installed), it sees the
@@ -43,14 +43,29 @@ def register() -> None:
     metrics_dir()
 
 
+class VllmLogForwarder(logging.Handler):
+    """Hands each record to the handlers vLLM's logger has when the record is emitted, at vLLM's
+    level. Looked up per record, not copied once: plugins load before vLLM configures its logging
+    (in the API server and an in-process ``LLM``), and a later reconfiguration replaces vLLM's
+    handlers. Where vLLM has none (``VLLM_CONFIGURE_LOGGING=0``), the root logger's handlers take
+    the record at the root's level, as an unconfigured ``wakman`` logger's would."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        vllm_logger = logging.getLogger("vllm")
+        target = vllm_logger if vllm_logger.handlers else logging.getLogger()
+        if record.levelno < target.getEffectiveLevel():
+            return
+        for handler in target.handlers:
+            if record.levelno >= handler.level:
+                handler.handle(record)
+
+
 def log_through_vllm() -> None:
-    """Attach vLLM's handlers to the ``wakman`` logger at vLLM's level (once per process); without
-    this wakman's INFO lines (the policy an engine runs, switches) reach no handler."""
-    vllm_logger = logging.getLogger("vllm")
+    """Route the ``wakman`` logger through a ``VllmLogForwarder`` (once per process); without it
+    wakman's INFO lines (the policy an engine runs, its switches) reach no handler."""
     wakman_logger = logging.getLogger("wakman")
-    if wakman_logger.handlers or not vllm_logger.handlers:
+    if any(isinstance(h, VllmLogForwarder) for h in wakman_logger.handlers):
         return
-    for handler in vllm_logger.handlers:
-        wakman_logger.addHandler(handler)
-    wakman_logger.setLevel(vllm_logger.level)
+    wakman_logger.addHandler(VllmLogForwarder())
+    wakman_logger.setLevel(logging.DEBUG)  # the forwarder applies the target's level
     wakman_logger.propagate = False
