@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from vllm_support import (
+    complete,
     need_vllm,
     phased_trace,
     small_trace,
@@ -282,14 +283,6 @@ def _server(cmd: list[str], env: dict[str, str], log_path: Path):
         yield server.url
 
 
-def _complete(base: str, model: Path, prompt: list[int]) -> None:
-    body = json.dumps({"model": str(model), "prompt": prompt, "max_tokens": 4})
-    headers = {"Content-Type": "application/json"}
-    req = urllib.request.Request(f"{base}/v1/completions", body.encode(), headers)
-    answer = json.load(urllib.request.urlopen(req, timeout=60))
-    assert answer["usage"]["completion_tokens"] == 4
-
-
 def _readme_command() -> list[str]:
     text = (ROOT / "README.md").read_text()
     section = text.split("## Use with vLLM", 1)[1]
@@ -325,7 +318,7 @@ def test_readme_server_command_serves_with_wakman(tmp_path):
     with _server(cmd, env, tmp_path / "server.log") as base:
         prompt = list(range(3, 3 + 200))
         for i in range(4):
-            _complete(base, model, prompt + [500 + i] * 40)
+            complete(base, model, prompt + [500 + i] * 40)
             time.sleep(1.1)
         metrics = urllib.request.urlopen(f"{base}/metrics", timeout=10).read().decode()
     hits = re.search(r"^vllm:prefix_cache_hits_total\{[^}]*\} (\S+)", metrics, re.M)
@@ -380,7 +373,7 @@ def test_metrics_with_two_api_servers(tmp_path):
     with _server(cmd, env, tmp_path / "server.log") as base:
         prompt = list(range(3, 3 + 200))
         for i in range(6):
-            _complete(base, model, prompt + [500 + i] * 40)
+            complete(base, model, prompt + [500 + i] * 40)
             time.sleep(1.1)
         time.sleep(2.5)  # past one periodic log: the mirror has copied the latest states
         scrapes = [urllib.request.urlopen(f"{base}/metrics", timeout=10).read().decode() for _ in range(6)]

@@ -12,12 +12,10 @@ import os
 import re
 import sys
 import time
-import urllib.request
-from pathlib import Path
 
 import pytest
 
-from vllm_support import need_vllm, phased_trace, wakman_cli, write_trace_file
+from vllm_support import complete, need_vllm, phased_trace, wakman_cli, write_trace_file
 from wakman.adaptive import simulate
 from wakman.simulation import VllmServer
 from wakman.vllm_plugin.engine import SCHEDULER_CLS, tiny_model_dir
@@ -35,21 +33,6 @@ SERVE = [sys.executable, "-m", "vllm.entrypoints.cli.main", "serve"]  # `vllm se
 TINY_FLAGS = ["--load-format", "dummy", "--skip-tokenizer-init", "--dtype", "float32", "--enforce-eager"]
 TINY_FLAGS += ["--block-size", "32", "--gpu-memory-utilization", "0.3"]
 SHARED_PREFIX = list(range(3, 3 + 200))  # 200 tokens: 6 full blocks of 32 that later requests hit
-
-
-def _metric(text: str, name: str) -> float:
-    """The sum of the samples ``name{...} value`` in a /metrics scrape (0 if there is none)."""
-    found = re.findall(rf"^{re.escape(name)}(?:\{{[^}}]*\}})? (\S+)$", text, re.M)
-    return sum(float(v) for v in found)
-
-
-def _complete(base: str, model: Path, prompt: list[int], max_tokens: int = 4) -> None:
-    body = json.dumps({"model": str(model), "prompt": prompt, "max_tokens": max_tokens})
-    req = urllib.request.Request(
-        f"{base}/v1/completions", body.encode(), {"Content-Type": "application/json"}
-    )
-    answer = json.load(urllib.request.urlopen(req, timeout=120))
-    assert answer["usage"]["completion_tokens"] == max_tokens
 
 
 @pytest.fixture(scope="module")
@@ -102,19 +85,20 @@ def test_serve_with_async_scheduling_runs_wakmans_async_scheduler(tmp_path):
     log_path = tmp_path / "server.log"
     with ServerProcess(cmd, env, port, log_path, start_timeout_s=600) as server:
         for i in range(6):
-            _complete(server.url, model, SHARED_PREFIX + [500 + i] * 40)
+            complete(server.url, model, SHARED_PREFIX + [500 + i] * 40, timeout_s=120)
             time.sleep(1.1)
-        metrics = urllib.request.urlopen(f"{server.url}/metrics", timeout=10).read().decode()
+        metrics = server.metrics()
+        counts = server.totals("vllm:prefix_cache_hits_total", "wakman:decisions_total")
     log = log_path.read_text()
     print("\n" + "\n".join(line for line in log.splitlines() if "wakman" in line or "async" in line.lower()))
     assert re.search(
         r"wakman: wakman behind vLLM's free-block queue \(\d+ blocks, WakmanAsyncScheduler\)", log
     )
-    hits = _metric(metrics, "vllm:prefix_cache_hits_total")
+    hits = counts["vllm:prefix_cache_hits_total"]
     print(f"prefix-cache hits {hits:.0f} tokens over 6 requests")
     assert hits >= 5 * 192
     assert re.search(r'^wakman:live_policy\{engine="0",policy="[\w-]+"\} 1\.0', metrics, re.M)
-    assert _metric(metrics, "wakman:decisions_total") >= 1
+    assert counts["wakman:decisions_total"] >= 1
 
 
 @pytest.mark.parametrize("policy", ["s3fifo", "wakman-plus"])
@@ -141,13 +125,13 @@ def test_offload_tier_serves_evicted_prefixes_with_a_wakman_policy(tmp_path, pol
     log_path = tmp_path / "server.log"
     with ServerProcess(cmd, env, port, log_path, start_timeout_s=600) as server:
         for prompt in (*prompts, prompts[0]):
-            _complete(server.url, model, prompt)
+            complete(server.url, model, prompt, timeout_s=120)
             time.sleep(0.5)  # the stores of the last request finish
-        metrics = urllib.request.urlopen(f"{server.url}/metrics", timeout=10).read().decode()
+        counts = server.totals("vllm:external_prefix_cache_hits_total", "vllm:prefix_cache_hits_total")
     log = log_path.read_text()
     print("\n" + "\n".join(line for line in log.splitlines() if "wakman" in line))
-    external = _metric(metrics, "vllm:external_prefix_cache_hits_total")
-    gpu_hits = _metric(metrics, "vllm:prefix_cache_hits_total")
+    external = counts["vllm:external_prefix_cache_hits_total"]
+    gpu_hits = counts["vllm:prefix_cache_hits_total"]
     print(f"{policy}: GPU prefix-cache hits {gpu_hits:.0f} tokens, CPU tier hits {external:.0f} tokens")
     # the first prompt's full blocks (at most prompt - 1 tokens) came back from the tier
     assert external >= 30 * 32

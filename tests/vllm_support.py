@@ -6,6 +6,7 @@ import json
 import os
 import subprocess
 import sys
+import urllib.request
 from pathlib import Path
 
 import msgspec
@@ -132,3 +133,12 @@ def engine_replay(path: Path, policy: str, capacity_blocks: int, *extra: str) ->
         str(capacity_blocks),
         *extra,
     )
+
+
+def complete(base: str, model: Path, prompt: list[int], timeout_s: float = 60.0) -> None:
+    """One 4-token completion of ``prompt`` (token ids) from the server at ``base``."""
+    body = json.dumps({"model": str(model), "prompt": prompt, "max_tokens": 4})
+    headers = {"Content-Type": "application/json"}
+    req = urllib.request.Request(f"{base}/v1/completions", body.encode(), headers)
+    answer = json.load(urllib.request.urlopen(req, timeout=timeout_s))
+    assert answer["usage"]["completion_tokens"] == 4
