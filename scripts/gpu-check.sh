@@ -24,4 +24,6 @@ if not torch.cuda.is_available():
     sys.exit(f"gpu-check: torch {torch.__version__} sees no CUDA device; these checks need an NVIDIA GPU")
 print(f"vLLM {vllm.__version__}, torch {torch.__version__}, {torch.cuda.get_device_name(0)}")
 PY
-WAKMAN_REQUIRE_VLLM=0.33 exec "$PYTHON" -m pytest -v -s -p no:cacheprovider -m gpu --durations=0 tests/test_vllm_gpu.py
+# the four tests at once (each its own engines, a fraction of the GPU each); -rA prints their figures
+WAKMAN_REQUIRE_VLLM=0.33 exec "$PYTHON" -m pytest -v -rA -n 4 -p no:cacheprovider -m gpu --durations=0 \
+  tests/test_vllm_gpu.py

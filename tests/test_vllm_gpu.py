@@ -12,6 +12,7 @@ import os
 import re
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
@@ -37,10 +38,13 @@ SHARED_PREFIX = list(range(3, 3 + 200))  # 200 tokens: 6 full blocks of 32 that 
 
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory) -> dict:
-    """One engine process per policy on the phased trace, on the GPU."""
+    """One engine process per policy on the phased trace, on the GPU, the three at once."""
     trace = write_trace_file(phased_trace(*PHASES), tmp_path_factory.mktemp("gpu") / "phased.jsonl")
     replay = ["replay", "--engine", "vllm", "--capacity-blocks", str(CAPACITY), str(trace)]
-    return {p: wakman_cli(*replay, "--policy", p) for p in ("stock", "lru", "s3fifo")}
+    policies = ("stock", "lru", "s3fifo")
+    with ThreadPoolExecutor(len(policies)) as pool:  # three engines side by side on the one GPU
+        results = pool.map(lambda p: wakman_cli(*replay, "--policy", p), policies)
+        return dict(zip(policies, results, strict=True))
 
 
 def test_engine_lru_is_stock_and_the_simulator_is_within_a_point(runs):

@@ -117,6 +117,10 @@ def build_llm(
         max_num_seqs=max_num_seqs,
         max_num_batched_tokens=max(max_num_batched_tokens, block_size),
         enforce_eager=True,
+        # the tiny model and its fixed blocks need a few hundred MB: on a GPU, vLLM checks at start-up
+        # that this fraction of the device is free, and its default (0.9) would refuse to start beside
+        # any other process on it; on a CPU, VLLM_CPU_KVCACHE_SPACE sizes the cache and this is unread
+        gpu_memory_utilization=0.2,
         disable_log_stats=False,
         seed=0,
     )
