@@ -24,6 +24,7 @@ if not torch.cuda.is_available():
     sys.exit(f"gpu-check: torch {torch.__version__} sees no CUDA device; these checks need an NVIDIA GPU")
 print(f"vLLM {vllm.__version__}, torch {torch.__version__}, {torch.cuda.get_device_name(0)}")
 PY
-# the four tests at once (each its own engines, a fraction of the GPU each); -rA prints their figures
-WAKMAN_REQUIRE_VLLM=0.33 exec "$PYTHON" -m pytest -v -rA -n 4 -p no:cacheprovider -m gpu --durations=0 \
+# one engine at a time: vLLM's start-up memory profiling fails when another process on the GPU frees
+# memory meanwhile (seen with the four tests under pytest -n 4); -rA prints each test's figures
+WAKMAN_REQUIRE_VLLM=0.33 exec "$PYTHON" -m pytest -v -rA -p no:cacheprovider -m gpu --durations=0 \
   tests/test_vllm_gpu.py

@@ -130,6 +130,16 @@ def build_llm(
     return LLM(**kwargs)
 
 
+def shutdown_llm(llm: Any) -> None:
+    """Shut down what an ``LLM`` holds, now: its engine-core client and its renderer (vLLM 0.32 and
+    0.33's ``LLM`` has no shutdown of its own; AsyncLLM's shuts down the same two). Each runs once
+    (their finalizers detach), so the ones at garbage collection or exit find nothing left to do
+    and vLLM's shutdown log lines come here, not at the process's exit."""
+    engine = llm.llm_engine
+    engine.engine_core.shutdown()
+    engine.renderer.shutdown()
+
+
 def engine_core(llm: Any) -> Any:
     """The in-process ``EngineCore`` (needs ``VLLM_ENABLE_V1_MULTIPROCESSING=0``)."""
     return llm.llm_engine.engine_core.engine_core

@@ -18,7 +18,8 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -26,7 +27,13 @@ import numpy as np
 
 from wakman.simulation.server import VllmServer
 from wakman.traces.model import Request, as_engine_serves, key_list
-from wakman.vllm_plugin.engine import TINY_VOCAB, build_llm, engine_core, prefix_cache_counters
+from wakman.vllm_plugin.engine import (
+    TINY_VOCAB,
+    build_llm,
+    engine_core,
+    prefix_cache_counters,
+    shutdown_llm,
+)
 
 FIRST_TOKEN = 3  # ids 0-2 are left to special tokens
 
@@ -135,7 +142,10 @@ def replay(
     """Drive an in-process engine with ``requests`` in arrival order; ``policy=None`` is stock vLLM.
 
     ``after_step(scheduler)`` runs after every engine step (the soak test checks invariants there).
-    Pass ``llm`` to reuse an engine built by ``build_llm`` with the same settings."""
+    Pass ``llm`` to reuse an engine built by ``build_llm`` with the same settings; the caller keeps
+    it. An engine built here is shut down before this returns, so what vLLM logs at its shutdown
+    comes while the caller still routes the engine's output (``wakman replay --json`` keeps stdout
+    for its JSON alone), not later at the process's exit."""
     if not requests:
         raise ValueError("the trace has no requests")
     trace_bs = requests[0].block_size
@@ -151,75 +161,88 @@ def replay(
     from vllm.inputs import TokensPrompt
 
     longest = max(r.prompt_tokens + max(1, r.output_tokens) for r in requests)
-    if llm is None:
-        llm = build_llm(
-            capacity_blocks,
-            block_size,
-            max_model_len=longest,
-            policy=policy,
-            max_num_seqs=max_num_seqs,
-            max_num_batched_tokens=max_num_batched_tokens,
-        )
-    engine = llm.llm_engine
-    scheduler = engine_core(llm).scheduler
-    runtime = getattr(scheduler, "wakman", None)
-    clock = {"t": requests[0].arrival_s}
-    if runtime is not None:
-        runtime.clock = lambda: clock["t"]
-    max_len = scheduler.vllm_config.model_config.max_model_len
-    hits0, queries0 = prefix_cache_counters(llm)
-    preempt0 = _preemptions(llm)
-    tokens = TokenBuilder()
-    began = time.perf_counter()
-    n, i, rejected, steps = len(requests), 0, 0, 0
-    first_hits = [-1] * n
-    while i < n or engine.has_unfinished_requests():
-        if not engine.has_unfinished_requests() and i < n:
-            clock["t"] = max(clock["t"], requests[i].arrival_s)
-        while i < n and requests[i].arrival_s <= clock["t"]:
-            req = requests[i]
-            out = max(1, req.output_tokens)
-            if req.prompt_tokens + out > max_len:
-                rejected += 1
-            else:
-                params = SamplingParams(max_tokens=out, ignore_eos=True, detokenize=False, temperature=0.0)
-                prompt = TokensPrompt(prompt_token_ids=tokens.prompt(req, i))
-                engine.add_request(str(i), prompt, params, arrival_time=clock["t"])
-            i += 1
-            if progress is not None:
-                progress(i, n)
-        for output in engine.step():
-            if output.finished and output.num_cached_tokens is not None:
-                first_hits[int(output.request_id)] = output.num_cached_tokens
-        steps += 1
-        clock["t"] += step_s
-        if after_step is not None:
-            after_step(scheduler)
-    wall = time.perf_counter() - began
-    if runtime is not None:
-        runtime.drain()
-    hits, queries = prefix_cache_counters(llm)
-    adaptive = None
-    if runtime is not None and runtime.manager is not None:
-        adaptive = runtime.manager.report()
-    return ReplayResult(
-        policy=policy or "stock",
-        capacity_blocks=capacity_blocks,
-        block_size=block_size,
-        requests=n,
-        rejected=rejected,
-        hit_tokens=hits - hits0,
-        prompt_tokens=queries - queries0,
-        preemptions=_preemptions(llm) - preempt0,
-        steps=steps,
-        virtual_s=clock["t"] - requests[0].arrival_s,
-        wall_s=wall,
-        output_keys_ignored=output_keys_ignored,
-        max_output_tokens=max_output_tokens,
-        server=VllmServer(max_num_batched_tokens, max_num_seqs, step_s),
-        adaptive=adaptive,
-        first_hit_tokens=first_hits,
+    build = dict(
+        max_model_len=longest,
+        policy=policy,
+        max_num_seqs=max_num_seqs,
+        max_num_batched_tokens=max_num_batched_tokens,
     )
+    with _engine(llm, capacity_blocks, block_size, **build) as llm:
+        engine = llm.llm_engine
+        scheduler = engine_core(llm).scheduler
+        runtime = getattr(scheduler, "wakman", None)
+        clock = {"t": requests[0].arrival_s}
+        if runtime is not None:
+            runtime.clock = lambda: clock["t"]
+        max_len = scheduler.vllm_config.model_config.max_model_len
+        hits0, queries0 = prefix_cache_counters(llm)
+        preempt0 = _preemptions(llm)
+        tokens = TokenBuilder()
+        began = time.perf_counter()
+        n, i, rejected, steps = len(requests), 0, 0, 0
+        first_hits = [-1] * n
+        while i < n or engine.has_unfinished_requests():
+            if not engine.has_unfinished_requests() and i < n:
+                clock["t"] = max(clock["t"], requests[i].arrival_s)
+            while i < n and requests[i].arrival_s <= clock["t"]:
+                req = requests[i]
+                out = max(1, req.output_tokens)
+                if req.prompt_tokens + out > max_len:
+                    rejected += 1
+                else:
+                    params = SamplingParams(
+                        max_tokens=out, ignore_eos=True, detokenize=False, temperature=0.0
+                    )
+                    prompt = TokensPrompt(prompt_token_ids=tokens.prompt(req, i))
+                    engine.add_request(str(i), prompt, params, arrival_time=clock["t"])
+                i += 1
+                if progress is not None:
+                    progress(i, n)
+            for output in engine.step():
+                if output.finished and output.num_cached_tokens is not None:
+                    first_hits[int(output.request_id)] = output.num_cached_tokens
+            steps += 1
+            clock["t"] += step_s
+            if after_step is not None:
+                after_step(scheduler)
+        wall = time.perf_counter() - began
+        if runtime is not None:
+            runtime.drain()
+        hits, queries = prefix_cache_counters(llm)
+        adaptive = None
+        if runtime is not None and runtime.manager is not None:
+            adaptive = runtime.manager.report()
+        return ReplayResult(
+            policy=policy or "stock",
+            capacity_blocks=capacity_blocks,
+            block_size=block_size,
+            requests=n,
+            rejected=rejected,
+            hit_tokens=hits - hits0,
+            prompt_tokens=queries - queries0,
+            preemptions=_preemptions(llm) - preempt0,
+            steps=steps,
+            virtual_s=clock["t"] - requests[0].arrival_s,
+            wall_s=wall,
+            output_keys_ignored=output_keys_ignored,
+            max_output_tokens=max_output_tokens,
+            server=VllmServer(max_num_batched_tokens, max_num_seqs, step_s),
+            adaptive=adaptive,
+            first_hit_tokens=first_hits,
+        )
+
+
+@contextmanager
+def _engine(llm: Any, capacity_blocks: int, block_size: int, **build: Any) -> Iterator[Any]:
+    """``llm`` as given (its owner shuts it down), or one ``build_llm`` makes, shut down on exit."""
+    if llm is not None:
+        yield llm
+        return
+    built = build_llm(capacity_blocks, block_size, **build)
+    try:
+        yield built
+    finally:
+        shutdown_llm(built)
 
 
 def _preemptions(llm: Any) -> int:
