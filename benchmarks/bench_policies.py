@@ -38,16 +38,20 @@ def main() -> None:
     parser.add_argument("--requests", type=int, default=2_000_000)
     parser.add_argument("--capacity", type=int, default=20_000)
     parser.add_argument("--alpha", type=float, default=1.0)
+    parser.add_argument("--universe", type=int, default=1_000_000, help="Distinct keys in the stream.")
     parser.add_argument("--repeats", type=int, default=3)
     args = parser.parse_args()
 
     import libcachesim as lcs
 
-    keys = zipf_stream(args.requests, args.alpha, 1_000_000, seed=7).astype(np.uint64)
+    keys = zipf_stream(args.requests, args.alpha, args.universe, seed=7).astype(np.uint64)
     key_list = keys.tolist()
     with tempfile.TemporaryDirectory() as tmp:
         path = write_oracle_general(keys, Path(tmp) / "zipf.bin")
-        print(f"{args.requests:,} requests, capacity {args.capacity:,} blocks, Zipf({args.alpha})")
+        print(
+            f"{args.requests:,} requests over {args.universe:,} keys, Zipf({args.alpha}), "
+            f"capacity {args.capacity:,} blocks"
+        )
         print(f"{'policy':<8} {'wakman M/s':>11} {'libCacheSim M/s':>16} {'ratio':>7} {'from a list':>12}")
         for name in ("lru", "fifo", "s3fifo", "sieve", "arc"):
             ours = best_of(args.repeats, lambda n=name: make_policy(n, args.capacity).replay(keys))

@@ -66,6 +66,7 @@ class BlockPool {
   Policy& policy() const { return *policy_; }
   bool cached(Key key) const { return index_.find(key) >= 0; }
   bool contains(Key key) const { return cached(key); }  // for cached_prefix
+  void prefetch(Key key) const { index_.prefetch(key); }  // for cached_prefix
   // Running requests holding `key`'s first copy (0 when it is not cached).
   int32_t refs(Key key) const {
     int32_t s = index_.find(key);

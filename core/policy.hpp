@@ -42,6 +42,10 @@ struct BadKey : std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
+// How many keys ahead the drivers announce a key (Policy::prefetch): about a memory latency's worth of
+// lookups.
+constexpr size_t kPrefetchAhead = 16;
+
 class Policy {
  public:
   explicit Policy(int64_t capacity) : capacity_(capacity), bound_(capacity) {
@@ -60,6 +64,9 @@ class Policy {
   size_t num_evictable() const { return size() - num_pinned(); }
   virtual bool contains(Key key) const = 0;
   virtual bool is_pinned(Key key) const = 0;
+  // A hint from a driver that `key` comes up soon (kPrefetchAhead keys ahead): start loading its
+  // index entry. Changes nothing a call can observe.
+  virtual void prefetch(Key /*key*/) const {}
 
   virtual void miss(Key key) = 0;
   virtual Key evict() = 0;

@@ -3,17 +3,23 @@
 // (full prompt blocks, at most prompt - 1 tokens: wakman.traces.Request.max_hit_blocks).
 #pragma once
 
+#include <algorithm>
 #include <cstddef>
 
 #include "policy.hpp"
 
 namespace wakman {
 
-// `cache` is anything with contains(key): a policy (plain caches), the serve-mode pool (its copies).
+// `cache` is anything with contains(key) and prefetch(key): a policy (plain caches), the serve-mode
+// pool (its copies).
 template <class Cache>
 inline size_t cached_prefix(const Cache& cache, const Key* keys, size_t limit) {
+  for (size_t i = 0; i < std::min(limit, kPrefetchAhead); ++i) cache.prefetch(keys[i]);
   size_t n = 0;
-  while (n < limit && cache.contains(keys[n])) ++n;
+  while (n < limit && cache.contains(keys[n])) {
+    if (n + kPrefetchAhead < limit) cache.prefetch(keys[n + kPrefetchAhead]);
+    ++n;
+  }
   return n;
 }
 
@@ -35,8 +41,14 @@ inline RequestReplay replay_request(Policy& p, const Key* keys, size_t limit, si
                                     size_t num_outputs, double arrival_s) {
   p.on_request(keys, full, outputs, num_outputs, arrival_s);
   RequestReplay r{cached_prefix(p, keys, limit), full + num_outputs, 0};
-  for (size_t i = num_outputs; i-- > 0;) r.access_hits += p.access(outputs[i]);
-  for (size_t i = full; i-- > 0;) r.access_hits += p.access(keys[i]);
+  for (size_t i = num_outputs; i-- > 0;) {
+    if (i >= kPrefetchAhead) p.prefetch(outputs[i - kPrefetchAhead]);
+    r.access_hits += p.access(outputs[i]);
+  }
+  for (size_t i = full; i-- > 0;) {
+    if (i >= kPrefetchAhead) p.prefetch(keys[i - kPrefetchAhead]);
+    r.access_hits += p.access(keys[i]);
+  }
   return r;
 }
 

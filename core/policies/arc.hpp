@@ -18,6 +18,7 @@ class ARC final : public Policy {
   size_t size() const override { return t1_.size() + t2_.size() + t1_pinned_ + t2_pinned_; }
   size_t num_pinned() const override { return t1_pinned_ + t2_pinned_; }
   bool contains(Key key) const override { return find_resident(key) >= 0; }
+  void prefetch(Key key) const override { s_.index.prefetch(key); }
   bool is_pinned(Key key) const override {
     int32_t i = find_resident(key);
     return i >= 0 && s_.nodes[i].pinned;

@@ -32,6 +32,7 @@ class S3FIFO final : public Policy {
   size_t size() const override { return small_.size() + main_.size() + small_pinned_ + main_pinned_; }
   size_t num_pinned() const override { return small_pinned_ + main_pinned_; }
   bool contains(Key key) const override { return find_resident(key) >= 0; }
+  void prefetch(Key key) const override { s_.index.prefetch(key); }
   bool is_pinned(Key key) const override {
     int32_t i = find_resident(key);
     return i >= 0 && s_.nodes[i].pinned;

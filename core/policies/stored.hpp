@@ -14,6 +14,7 @@ class StoredPolicy : public Policy {
   size_t size() const override { return s_.index.size(); }
   size_t num_pinned() const override { return pinned_; }
   bool contains(Key key) const override { return s_.index.find(key) >= 0; }
+  void prefetch(Key key) const override { s_.index.prefetch(key); }
   bool is_pinned(Key key) const override {
     int32_t i = s_.index.find(key);
     return i >= 0 && s_.nodes[i].pinned;
