@@ -41,7 +41,13 @@ class KeyMap {
 
   // Starts loading the entry where `key`'s probe begins into the CPU's cache: a hint that changes
   // nothing (the drivers give it a few keys ahead, so the lookup does not wait on memory).
-  void prefetch(Key key) const { __builtin_prefetch(&table_[home(key)]); }
+  void prefetch(Key key) const {
+#if defined(__GNUC__) || defined(__clang__)
+    __builtin_prefetch(&table_[home(key)]);
+#else
+    (void)key;  // no portable prefetch: a no-op
+#endif
+  }
 
   // Slot of `key`, or -1 (an empty entry's value).
   int32_t find(Key key) const { return table_[probe(key)].value; }
