@@ -41,10 +41,12 @@ inline RequestReplay replay_request(Policy& p, const Key* keys, size_t limit, si
                                     size_t num_outputs, double arrival_s) {
   p.on_request(keys, full, outputs, num_outputs, arrival_s);
   RequestReplay r{cached_prefix(p, keys, limit), full + num_outputs, 0};
+  for (size_t i = 0; i < std::min(num_outputs, kPrefetchAhead); ++i) p.prefetch(outputs[num_outputs - 1 - i]);
   for (size_t i = num_outputs; i-- > 0;) {
     if (i >= kPrefetchAhead) p.prefetch(outputs[i - kPrefetchAhead]);
     r.access_hits += p.access(outputs[i]);
   }
+  for (size_t i = 0; i < std::min(full, kPrefetchAhead); ++i) p.prefetch(keys[full - 1 - i]);
   for (size_t i = full; i-- > 0;) {
     if (i >= kPrefetchAhead) p.prefetch(keys[i - kPrefetchAhead]);
     r.access_hits += p.access(keys[i]);

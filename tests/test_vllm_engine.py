@@ -130,8 +130,9 @@ def test_the_replays_simulate_command_gives_vllms_hits(tmp_path):
 def test_replay_json_is_alone_on_stdout(tmp_path):
     """``wakman replay --engine vllm --json | jq`` works: stdout is the JSON object and nothing else,
     vLLM's own log lines (written to stdout by vLLM's logging) are on stderr, those of the engine's
-    shutdown too (at DEBUG here; on a GPU vLLM 0.33 warns there at INFO when torch is older than
-    2.9), which came after the JSON while the engine was left to shut down at exit."""
+    shutdown too (at DEBUG here; on a GPU, vLLM 0.33 logs a WARNING at shutdown when torch lacks
+    ``torch.accelerator.empty_host_cache``, as on an H200 with torch 2.11), which came after the
+    JSON while the engine was left to shut down at exit."""
     path = write_small_trace(tmp_path / "tiny.jsonl", duration_s=8)
     cmd = [sys.executable, "-m", "wakman.cli.main", *REPLAY[:4], "300", str(path), "--policy", "lru"]
     cmd.append("--json")
