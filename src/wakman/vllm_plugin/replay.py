@@ -161,13 +161,18 @@ def replay(
     from vllm.inputs import TokensPrompt
 
     longest = max(r.prompt_tokens + max(1, r.output_tokens) for r in requests)
-    build = dict(
-        max_model_len=longest,
-        policy=policy,
-        max_num_seqs=max_num_seqs,
-        max_num_batched_tokens=max_num_batched_tokens,
-    )
-    with _engine(llm, capacity_blocks, block_size, **build) as llm:
+
+    def build() -> Any:
+        return build_llm(
+            capacity_blocks,
+            block_size,
+            max_model_len=longest,
+            policy=policy,
+            max_num_seqs=max_num_seqs,
+            max_num_batched_tokens=max_num_batched_tokens,
+        )
+
+    with _engine(llm, build) as llm:
         engine = llm.llm_engine
         scheduler = engine_core(llm).scheduler
         runtime = getattr(scheduler, "wakman", None)
@@ -233,12 +238,12 @@ def replay(
 
 
 @contextmanager
-def _engine(llm: Any, capacity_blocks: int, block_size: int, **build: Any) -> Iterator[Any]:
-    """``llm`` as given (its owner shuts it down), or one ``build_llm`` makes, shut down on exit."""
+def _engine(llm: Any, build: Callable[[], Any]) -> Iterator[Any]:
+    """``llm`` as given (its owner shuts it down), or one ``build()`` makes, shut down on exit."""
     if llm is not None:
         yield llm
         return
-    built = build_llm(capacity_blocks, block_size, **build)
+    built = build()
     try:
         yield built
     finally:
