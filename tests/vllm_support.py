@@ -36,8 +36,8 @@ SHORT_PROMPTS = {  # about a quarter of the default prompt tokens, for long runs
 
 def need_vllm() -> None:
     """Skip without vLLM on a quick local run; ``make test`` sets WAKMAN_REQUIRE_VLLM=1, so there a
-    missing vLLM fails instead. ``WAKMAN_REQUIRE_VLLM=0.33`` (the 0.33 lane) also fails unless the
-    vLLM imported is a 0.33 release, so the lane cannot silently test 0.32 again."""
+    missing vLLM fails instead. ``WAKMAN_REQUIRE_VLLM=0.33`` (the 0.33 lane; 0.34 likewise) also fails
+    unless the vLLM imported is that release, so the lane cannot silently test 0.32 again."""
     required = os.environ.get("WAKMAN_REQUIRE_VLLM", "")
     try:
         import vllm

@@ -10,10 +10,14 @@ queue: ``touch`` pins a free block with ``queue.remove``, ``free_blocks`` hands 
 coordinator's ``allocate_new_computed_blocks``; and on ``KVCacheManager.allocate_slots`` taking a
 just-looked-up request's hits as ``num_new_computed_tokens`` and evicting (``get_new_blocks``) only
 once the allocation fits. Those behaviours were read from the source of vLLM
-0.32.0 and 0.33.0.
+0.32.0, 0.33.0 and 0.34.0. What 0.34 changed there: ``KVCacheBlock.block_hash`` became a plain field
+(the queue reads it in both layouts), ``free_blocks(evict_first=True)`` hands cached blocks to
+``prepend_n`` (the queue hands them out first, as stock does), ``get_new_blocks`` skips
+``_maybe_evict_cached_block`` for an uncached block, and the hash-table and hashing code was
+rewritten with the same effect on the pool.
 
 Two checks, so a release fails on a real change, not on its number:
-- the version: 0.32.x or 0.33.x (``SUPPORTED_VLLM``); anything else is refused with their names;
+- the version: 0.32.x, 0.33.x or 0.34.x (``SUPPORTED_VLLM``); anything else is refused with their names;
 - the behaviour: a fingerprint of each relied-on method's code (its syntax tree without docstrings
   or comments, so reformatting passes) must be one read from a supported release
   (``KNOWN_FINGERPRINTS``); the message names each method that changed.
@@ -27,7 +31,7 @@ import inspect
 import textwrap
 from collections.abc import Callable
 
-SUPPORTED_VLLM = ("0.32.", "0.33.")
+SUPPORTED_VLLM = ("0.32.", "0.33.", "0.34.")
 
 # (module, qualified name) of every stock method the hooks and the queue rely on.
 RELIED_ON = (
@@ -49,25 +53,40 @@ RELIED_ON = (
     ("vllm.v1.core.single_type_kv_cache_manager", "SingleTypeKVCacheManager.add_local_computed_blocks"),
 )
 
-# Fingerprints read from vLLM 0.32.0 and 0.33.0 (`python -m wakman.vllm_plugin.compat` prints the
-# installed ones). Where the two releases differ, both are listed.
+# Fingerprints read from vLLM 0.32.0, 0.33.0 and 0.34.0 (`python -m wakman.vllm_plugin.compat` prints
+# the installed ones). Where releases differ, each one's is listed.
 KNOWN_FINGERPRINTS: dict[str, dict[str, str]] = {
-    "BlockPool.touch": {"6e1193239b10a204": "0.32.0", "6e78aedd2d01b599": "0.33.0"},
-    "BlockPool.cache_full_blocks": {"67ba63a14d10e6bd": "0.32.0", "0ec14c8f28a31403": "0.33.0"},
-    "BlockPool.cache_partial_block": {"790aa7d11584aec1": "0.32.0", "86ce74a42ef1e762": "0.33.0"},
-    "BlockPool.free_blocks": {"67d5013844ebc388": "0.32.0", "4fe277d49a5612b0": "0.33.0"},
-    "BlockPool.get_new_blocks": {"ea308ffcf482aed7": "0.32.0 0.33.0"},
-    "BlockPool._maybe_evict_cached_block": {"a7b39d0f55d0fe47": "0.32.0 0.33.0"},
-    "BlockPool._insert_block_hash": {"3e273327df7c0d8b": "0.32.0 0.33.0"},
-    "BlockPool._remove_cached_block_hashes": {"2fa780f0b44bea51": "0.32.0 0.33.0"},
-    "BlockPool.reset_prefix_cache": {"b9f758660e2e9b0c": "0.32.0 0.33.0"},
-    "BlockPool.unpin_blocks": {"3280eca1d701056c": "0.32.0 0.33.0"},
-    "BlockPool.evict_blocks": {"c7dbecfee5d8092f": "0.32.0 0.33.0"},
-    "BlockPool.move_block_hashes": {"5c1cb036a49f5456": "0.32.0 0.33.0"},
-    "BlockPool.get_num_free_blocks": {"e80b451d07e9555f": "0.32.0 0.33.0"},
-    "KVCacheCoordinator.allocate_new_computed_blocks": {"977a65c2f41edaa0": "0.32.0 0.33.0"},
-    "KVCacheManager.allocate_slots": {"d47c78ee238460e1": "0.32.0 0.33.0"},
-    "SingleTypeKVCacheManager.add_local_computed_blocks": {"748c2c4c297a70ad": "0.32.0 0.33.0"},
+    "BlockPool.touch": {"6e1193239b10a204": "0.32.0", "6e78aedd2d01b599": "0.33.0 0.34.0"},
+    "BlockPool.cache_full_blocks": {
+        "67ba63a14d10e6bd": "0.32.0",
+        "0ec14c8f28a31403": "0.33.0",
+        "d084b102429378ab": "0.34.0",
+    },
+    "BlockPool.cache_partial_block": {
+        "790aa7d11584aec1": "0.32.0",
+        "86ce74a42ef1e762": "0.33.0",
+        "483026b7d976836f": "0.34.0",
+    },
+    "BlockPool.free_blocks": {
+        "67d5013844ebc388": "0.32.0",
+        "4fe277d49a5612b0": "0.33.0",
+        "845a71e2a0035be4": "0.34.0",
+    },
+    "BlockPool.get_new_blocks": {"ea308ffcf482aed7": "0.32.0 0.33.0", "01383ca5039c7bd3": "0.34.0"},
+    "BlockPool._maybe_evict_cached_block": {"a7b39d0f55d0fe47": "0.32.0 0.33.0 0.34.0"},
+    "BlockPool._insert_block_hash": {"3e273327df7c0d8b": "0.32.0 0.33.0", "8533d56ba2755ab5": "0.34.0"},
+    "BlockPool._remove_cached_block_hashes": {
+        "2fa780f0b44bea51": "0.32.0 0.33.0",
+        "bce514919b38dbab": "0.34.0",
+    },
+    "BlockPool.reset_prefix_cache": {"b9f758660e2e9b0c": "0.32.0 0.33.0", "060d7072c4926c65": "0.34.0"},
+    "BlockPool.unpin_blocks": {"3280eca1d701056c": "0.32.0 0.33.0 0.34.0"},
+    "BlockPool.evict_blocks": {"c7dbecfee5d8092f": "0.32.0 0.33.0 0.34.0"},
+    "BlockPool.move_block_hashes": {"5c1cb036a49f5456": "0.32.0 0.33.0 0.34.0"},
+    "BlockPool.get_num_free_blocks": {"e80b451d07e9555f": "0.32.0 0.33.0 0.34.0"},
+    "KVCacheCoordinator.allocate_new_computed_blocks": {"977a65c2f41edaa0": "0.32.0 0.33.0 0.34.0"},
+    "KVCacheManager.allocate_slots": {"d47c78ee238460e1": "0.32.0 0.33.0 0.34.0"},
+    "SingleTypeKVCacheManager.add_local_computed_blocks": {"748c2c4c297a70ad": "0.32.0 0.33.0 0.34.0"},
 }
 
 
@@ -159,7 +178,7 @@ def check_vllm_version(version: str | None = None) -> str:
         raise UnsupportedVllmVersion(
             f"vLLM {version}: code wakman relies on differs from the releases it was checked against "
             f"({', '.join(v + 'x' for v in SUPPORTED_VLLM)}): {', '.join(changed)}. Run stock vLLM "
-            "(unset --scheduler-cls / WAKMAN_POLICY) or vLLM 0.32.0 / 0.33.0."
+            "(unset --scheduler-cls / WAKMAN_POLICY) or vLLM 0.32.0 / 0.33.0 / 0.34.0."
         )
     return version
 

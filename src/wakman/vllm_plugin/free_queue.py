@@ -5,8 +5,10 @@
 ``num_free_blocks``, ``get_all_free_blocks``, ``iter_blocks_after``) in the compiled core
 (``core/free_queue.hpp``), over two parts:
 
-- ``blank``: free blocks without a hash, head first. They are handed out before any cached block
-  (stock vLLM puts them at the head too); ``prepend_n`` puts blocks at the head, as vLLM does.
+- ``blank``: free blocks without a policy key, head first. They are handed out before any cached
+  block (stock vLLM puts them at the head too); ``prepend_n`` puts blocks at the head, as vLLM does:
+  uncached ones, and from vLLM 0.34 cached ones freed with ``evict_first`` (their key goes; they keep
+  their hash, and a hit, until they are handed out).
 - the policy: every block with a hash, keyed by ``policy_key(hash)`` (the 64-bit key the core takes);
   pinned while ``ref_cnt > 0``, evictable (i.e. in the free queue) when it is 0. A second block
   cached under a hash that another block already holds (vLLM allows such duplicates) gets the first
@@ -14,8 +16,9 @@
   copies the same way). Ghost entries are keyed by hash, so they survive block-id reuse.
 
 The block-to-key map lives in the core, by block id; the queue reads a block's ``block_id``,
-``ref_cnt``, ``is_null`` and ``_block_hash`` slots and writes nothing to it (its
-``prev_free_block`` / ``next_free_block`` slots stay None, so vLLM's ``repr`` of a block works).
+``ref_cnt``, ``is_null`` and ``block_hash`` (from its ``_block_hash`` slot before vLLM 0.34) and
+writes nothing to it (its ``prev_free_block`` / ``next_free_block`` slots stay None, so vLLM's
+``repr`` of a block works).
 ``iter_blocks_after`` yields lazily: the first k blocks cost O(k).
 
 Invariants (``check``): a non-null block is free (in blank or an evictable key) iff ``ref_cnt ==

@@ -9,7 +9,8 @@ are such policies, loaded by vLLM's own ``CachePolicyFactory`` from ``kv_connect
 ``WakmanAdaptive`` (the ``wakman`` preset) and ``WakmanPlus`` (``wakman-plus``); ``WakmanPolicy``
 reads the name from the environment variable ``WAKMAN_OFFLOAD_POLICY`` (the factory passes a
 policy nothing but its capacity). This
-module is the only one of wakman that imports vLLM's offload code; it works with vLLM 0.32 and 0.33.
+module is the only one of wakman that imports vLLM's offload code; it works with vLLM 0.32, 0.33 and
+0.34 (whose manager no longer calls ``touch``: a request's reuse reaches the policy at its finish).
 
 State: the core policy (capacity = the tier's chunks) holds one 64-bit key per resident chunk,
 ``policy_key(offload_key)`` (the GPU pool's rule: an ``OffloadKey`` is a ``BlockHash`` and a group
@@ -20,7 +21,7 @@ victim.
 What each vLLM call does to the core policy ``P``:
 
 - ``get``: a dict read, no event (vLLM's ``lookup`` is not an access).
-- ``insert(key, chunk[, req_context])`` (0.32 passes two arguments, 0.33 three): ``P.insert(k,
+- ``insert(key, chunk[, req_context])`` (0.32 passes two arguments, 0.33 and 0.34 three): ``P.insert(k,
   pinned=chunk.ref_cnt != 0)``; the manager always inserts ``ref_cnt == -1``, i.e. pinned.
 - ``mark_non_evictable`` / ``mark_evictable`` (``ref_cnt`` leaves / reaches 0): ``P.pin`` /
   ``P.unpin``. By the core's pinning rule a released chunk re-enters at the newest position of its
@@ -29,9 +30,9 @@ What each vLLM call does to the core policy ``P``:
   manager inserts next are the request's), then ``P.miss(k)`` for each key, last key first, before
   the manager evicts and inserts: the ghost hits of S3-FIFO and ARC are seen at the miss, as the
   core protocol wants.
-- ``touch(keys)``: ``P.hit(k)`` for each resident key, last key first (the head of a prefix ends
+- ``touch(keys)`` (0.32, 0.33): ``P.hit(k)`` for each resident key, last key first (the head of a prefix ends
   newest).
-- ``on_request_access`` (0.33): no event; a request's accesses are committed once, when it finishes.
+- ``on_request_access`` (0.33, 0.34): no event; a request's accesses are committed once, when it finishes.
 - ``on_request_finished``: for the request's keys in prefix order, last key first: a resident
   chunk the request reused gets one ``P.hit``; a chunk it only stored gets none (a store is not a
   reuse; vLLM's ARC does the same), except under ``lru``, whose hit is pure recency: there it
