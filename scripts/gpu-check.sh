@@ -1,17 +1,18 @@
 #!/usr/bin/env bash
-# wakman with vLLM 0.33 on an NVIDIA GPU: the engine replay (lru = stock, the simulator within a
-# point), `vllm serve` with async scheduling, and the CPU offload tier with wakman's policies
-# (tests/test_vllm_gpu.py; docs/vllm.md shows a run). CI has no GPU, so these run only here.
+# wakman with vLLM on an NVIDIA GPU: the engine replay (lru = stock, the simulator within a point),
+# `vllm serve` with async scheduling, and the CPU offload tier with wakman's policies
+# (tests/test_vllm_gpu.py; docs/vllm.md shows runs). CI has no GPU, so these run only here.
 #
-#   scripts/gpu-check.sh [VENV]     install vLLM 0.33 and wakman into VENV (default .venv-gpu), run
-#   PYTHON=python scripts/gpu-check.sh   use an interpreter that already has vLLM 0.33 and wakman
+#   scripts/gpu-check.sh [VENV]     install vLLM (VLLM_VERSION, default 0.34.0) and wakman into VENV
+#                                   (default .venv-gpu), then run the checks
+#   PYTHON=python scripts/gpu-check.sh   use an interpreter that already has vLLM and wakman
 set -euo pipefail
 VENV=$(realpath -m "${1:-$(dirname "$0")/../.venv-gpu}")  # a relative VENV: from the caller's folder
 cd "$(dirname "$0")/.."
 if [ -z "${PYTHON:-}" ]; then
   python3 -m venv "$VENV"
   "$VENV/bin/python" -m pip install -q --upgrade pip
-  "$VENV/bin/python" -m pip install -q 'vllm==0.33.0' -e '.[test]'
+  "$VENV/bin/python" -m pip install -q "vllm==${VLLM_VERSION:-0.34.0}" -e '.[test]'
   PYTHON=$VENV/bin/python
 fi
 "$PYTHON" - <<'PY'
@@ -24,7 +25,9 @@ if not torch.cuda.is_available():
     sys.exit(f"gpu-check: torch {torch.__version__} sees no CUDA device; these checks need an NVIDIA GPU")
 print(f"vLLM {vllm.__version__}, torch {torch.__version__}, {torch.cuda.get_device_name(0)}")
 PY
+# the tests must see this release (VLLM_VERSION, else the one PYTHON imports), not another on the path
+REQUIRE=${VLLM_VERSION:-$("$PYTHON" -c 'import vllm; print(vllm.__version__)')}
 # one engine at a time: vLLM's start-up memory profiling fails when another process on the GPU frees
 # memory meanwhile (seen with the four tests under pytest -n 4); -rA prints each test's figures
-WAKMAN_REQUIRE_VLLM=0.33 exec "$PYTHON" -m pytest -v -rA -p no:cacheprovider -m gpu --durations=0 \
+WAKMAN_REQUIRE_VLLM=${REQUIRE%.*} exec "$PYTHON" -m pytest -v -rA -p no:cacheprovider -m gpu --durations=0 \
   tests/test_vllm_gpu.py

@@ -1,8 +1,9 @@
 """wakman in vLLM on a CUDA GPU: the engine replay, ``vllm serve`` with async scheduling (vLLM's GPU
 default, which the CPU platform turns off), and the CPU offload tier with a wakman policy.
 
-``scripts/gpu-check.sh`` runs this file with vLLM 0.33 on a GPU; where torch sees no CUDA device
-(CI, a laptop) the module is skipped, so these checks run only where that script runs them.
+``scripts/gpu-check.sh`` runs this file with vLLM 0.34 (or ``VLLM_VERSION``) on a GPU; where torch
+sees no CUDA device (CI, a laptop) the module is skipped, so these checks run only where that script
+runs them.
 """
 
 from __future__ import annotations
