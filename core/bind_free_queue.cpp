@@ -13,6 +13,7 @@
 #endif
 
 #include <algorithm>
+#include <cstring>
 #include <string>
 #include <vector>
 
@@ -114,11 +115,26 @@ bool is_null_block(PyObject* block) { return is_null_field().get(block).ptr() ==
 // tier's OffloadKey alike). Its policy key chains splitmix64 over the BlockHash's 8-byte big-endian
 // words (the last one shorter where the length is not a multiple of 8), then over the group id and
 // the hash's length: every byte counts, and the key is the same in every process (no PYTHONHASHSEED).
+Key big_endian_word(const char* p) {
+  uint64_t w;
+  std::memcpy(&w, p, 8);
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+  return __builtin_bswap64(w);
+#elif defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_BIG_ENDIAN__
+  return w;
+#else
+  Key word = 0;
+  for (int j = 0; j < 8; ++j) word = (word << 8) | static_cast<unsigned char>(p[j]);
+  return word;
+#endif
+}
 Key hash_key(const char* hash, size_t n, uint32_t group) {
   Key k = 0;
-  for (size_t i = 0; i < n; i += 8) {
+  size_t i = 0;
+  for (; i + 8 <= n; i += 8) k = splitmix64(k ^ big_endian_word(hash + i));
+  if (i < n) {  // the last, shorter word
     Key word = 0;
-    for (size_t j = i; j < i + 8 && j < n; ++j) word = (word << 8) | static_cast<unsigned char>(hash[j]);
+    for (; i < n; ++i) word = (word << 8) | static_cast<unsigned char>(hash[i]);
     k = splitmix64(k ^ word);
   }
   return splitmix64(k ^ (static_cast<Key>(group) | (static_cast<Key>(n) << 32)));
@@ -156,11 +172,13 @@ Key group_key(PyObject* block_hash, uint32_t group) {
   return hash_key(data, static_cast<size_t>(size), group);
 }
 
-// reconcile() of free_queue.hpp for one Python block.
+// reconcile() of free_queue.hpp for one Python block; the null block is skipped.
 void reconcile(FreeQueue& q, PyObject* block) {
+  const int32_t b = block_id(block);
+  if (b == q.null_block()) return;
   Key h = 0;
   bool hashed = block_hash(block, h);
-  q.reconcile(block_id(block), hashed, h, ref_cnt(block) > 0);
+  q.reconcile(b, hashed, h, ref_cnt(block) > 0);
 }
 
 // append_n for one block: a keyed block is unpinned; an unkeyed one with a hash becomes a free key;
@@ -436,7 +454,7 @@ void bind_free_queue(nb::module_& m) {
           "sync",
           [](PyFreeQueue& q, nb::handle blocks, Py_ssize_t start, Py_ssize_t stop) {
             each_block(
-                blocks, [&](PyObject* b) { if (!is_null_block(b)) reconcile(q.queue, b); }, start, stop);
+                blocks, [&](PyObject* b) { reconcile(q.queue, b); }, start, stop);
           },
           "blocks"_a, "start"_a = 0, "stop"_a = -1,
           "Reconcile blocks[start:stop] with their hashes, after a pool call that set or removed some: a\n"

@@ -47,6 +47,7 @@ class FreeQueue {
   size_t num_blocks() const { return key_of_.size(); }
   size_t num_free() const { return blank_size_ + policy_->num_evictable(); }
   size_t blank_size() const { return blank_size_; }
+  int32_t null_block() const { return null_; }
   bool in_blank(int32_t b) const { return in_blank_[check(b)]; }
   bool has_key(int32_t b) const { return has_key_[check(b)]; }
   Key key_of(int32_t b) const { return key_of_[check(b)]; }
