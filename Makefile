@@ -43,6 +43,7 @@ $(VENV)/.quick-ready: pyproject.toml | $(BIN)/python
 LANES := 0.33 0.34
 LANE_READY := $(foreach v,$(LANES),.vllm-$(v)/.ready)
 .PRECIOUS: .vllm-%/.ready
+.PHONY: $(addprefix test-vllm-,$(LANES))
 .vllm-%/.ready: | $(BIN)/python
 	rm -rf .vllm-$*
 	$(BIN)/python -m pip download -q --no-deps vllm==$*.0 -d .vllm-$*/wheel
@@ -85,7 +86,7 @@ bench: $(VENV)/.test-ready $(VENV)/.core-built $(LANE_READY)
 	$(BIN)/python benchmarks/bench_simulate.py
 	$(BIN)/python benchmarks/bench_reproduce.py
 	$(BIN)/python benchmarks/bench_vllm_pool.py
-	for v in $(LANES); do PYTHONPATH=.vllm-$$v/site VLLM_TARGET_DEVICE=cpu $(BIN)/python benchmarks/bench_vllm_pool.py; done
+	for v in $(LANES); do PYTHONPATH=.vllm-$$v/site VLLM_TARGET_DEVICE=cpu $(BIN)/python benchmarks/bench_vllm_pool.py || exit 1; done
 	$(BIN)/python benchmarks/vllm_fidelity.py
 
 clean:

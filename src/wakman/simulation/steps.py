@@ -1,5 +1,5 @@
 """Serve mode on a vLLM configuration (``VllmServer``): the engine's steps, as vLLM's V1 scheduler
-runs them over its block pool (vLLM 0.32 and 0.33 alike; no speculative decoding, connector or
+runs them over its block pool (vLLM 0.32, 0.33 and 0.34 alike; no speculative decoding, connector or
 encoder inputs; FCFS; chunked prefill on, ``long_prefill_token_threshold`` 0, no watermark).
 
 Time moves by steps. The loop starts at the first arrival; before each step, the requests that have

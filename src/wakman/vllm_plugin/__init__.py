@@ -1,4 +1,4 @@
-"""WAKMan inside vLLM 0.32 and 0.33: every wakman policy, and the adaptive manager, behind vLLM's free
+"""WAKMan inside vLLM 0.32, 0.33 and 0.34: every wakman policy, and the adaptive manager, behind vLLM's free
 queue and in its CPU offload tier.
 
 One flag turns it on, ``--scheduler-cls wakman.vllm_plugin.WakmanScheduler``; environment variables

@@ -13,8 +13,8 @@ once the allocation fits. Those behaviours were read from the source of vLLM
 0.32.0, 0.33.0 and 0.34.0. What 0.34 changed there: ``KVCacheBlock.block_hash`` became a plain field
 (the queue reads it in both layouts), ``free_blocks(evict_first=True)`` hands cached blocks to
 ``prepend_n`` (the queue hands them out first, as stock does), ``get_new_blocks`` skips
-``_maybe_evict_cached_block`` for an uncached block, and the hash-table and hashing code was
-rewritten with the same effect on the pool.
+``_maybe_evict_cached_block`` for an uncached block when no metrics collector runs, and the
+hash-table and hashing code was rewritten with the same effect on the pool.
 
 Two checks, so a release fails on a real change, not on its number:
 - the version: 0.32.x, 0.33.x or 0.34.x (``SUPPORTED_VLLM``); anything else is refused with their names;

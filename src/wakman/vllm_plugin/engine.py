@@ -131,8 +131,8 @@ def build_llm(
 
 
 def shutdown_llm(llm: Any) -> None:
-    """Shut down what an ``LLM`` holds, now: its engine-core client and its renderer (vLLM 0.32 and
-    0.33's ``LLM`` has no shutdown of its own; AsyncLLM's shuts down the same two). Both are safe to
+    """Shut down what an ``LLM`` holds, now: its engine-core client and its renderer (vLLM 0.32,
+    0.33 and 0.34's ``LLM`` has no shutdown of its own; AsyncLLM's shuts down the same two). Both are safe to
     run again: the client's finalizer detaches, and the renderer's, which still runs at garbage
     collection or exit, closes an empty stack and logs nothing. So vLLM's shutdown log lines come
     here, not at the process's exit."""

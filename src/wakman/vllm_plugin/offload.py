@@ -59,7 +59,7 @@ inline, in the ``on_request_finished`` call that finds a decision due.
 
 Where vLLM's own ``lru`` orders differently: its rank is a chunk's last insert or access, kept
 through pinning (a chunk whose load or store ends keeps that rank; here it becomes newest), 0.33
-ranks a request's chunks together at its first access (here: at its finish), and its protected
+and 0.34 rank a request's chunks together at its first access (here: at its finish), and its protected
 chunks keep their ranks during an eviction. Request by request (each one looked up, loaded,
 stored and finished before the next), the decisions are the same; ``tests/test_vllm_offload.py``
 checks both.
