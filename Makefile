@@ -43,7 +43,8 @@ $(VENV)/.quick-ready: pyproject.toml | $(BIN)/python
 LANES := 0.33 0.34
 LANE_READY := $(foreach v,$(LANES),.vllm-$(v)/.ready)
 .PRECIOUS: .vllm-%/.ready
-.PHONY: $(addprefix test-vllm-,$(LANES))
+LANE_TESTS := $(addprefix test-vllm-,$(LANES))
+.PHONY: $(LANE_TESTS)
 .vllm-%/.ready: | $(BIN)/python
 	rm -rf .vllm-$*
 	$(BIN)/python -m pip download -q --no-deps vllm==$*.0 -d .vllm-$*/wheel
@@ -67,11 +68,12 @@ lint: $(VENV)/.test-ready $(VENV)/.core-built
 
 test: lint $(AIPERF_VENV)/.ready $(LANE_READY)
 	WAKMAN_REQUIRE_VLLM=1 WAKMAN_AIPERF_PYTHON=$(AIPERF_VENV)/bin/python $(BIN)/python -m pytest -n 2 --dist loadfile $(PYTEST_ARGS)
-	$(MAKE) $(foreach v,$(LANES),test-vllm-$(v))
+	$(MAKE) $(LANE_TESTS)
 
 # The bare-pool, scheduler-loop and offload tests again, against vLLM 0.33's or 0.34's modules
 # (make test-vllm-0.33, make test-vllm-0.34).
-test-vllm-%: $(VENV)/.test-ready $(VENV)/.core-built .vllm-%/.ready
+# (a static pattern rule: make does not look for implicit rules for phony targets)
+$(LANE_TESTS): test-vllm-%: $(VENV)/.test-ready $(VENV)/.core-built .vllm-%/.ready
 	PYTHONPATH=.vllm-$*/site VLLM_TARGET_DEVICE=cpu WAKMAN_REQUIRE_VLLM=$* $(BIN)/python -m pytest -n 2 --dist loadfile -m bare_vllm $(PYTEST_ARGS)
 
 # A quick local run: no vLLM install, the tests marked vllm deselected.
