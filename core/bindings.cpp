@@ -318,7 +318,7 @@ NB_MODULE(_core, m) {
       [](Policy& p, nb::handle keys, size_t limit, size_t full, nb::handle outputs, double arrival_s) {
         KeyBatch k(keys), o(outputs);
         full = std::min(full, k.size());
-        RequestReplay r = replay_request(p, k.data(), std::min(limit, full), full, o.data(), o.size(), arrival_s);
+        RequestReplay r = p.replay_request(k.data(), std::min(limit, full), full, o.data(), o.size(), arrival_s);
         return nb::make_tuple(r.prefix_hits, r.accessed, r.access_hits);
       },
       "policy"_a, "keys"_a, "limit"_a, "full"_a, "outputs"_a, "arrival_s"_a = 0.0,

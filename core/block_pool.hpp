@@ -96,6 +96,13 @@ class BlockPool {
   // pool's copies (a key whose only copy has a remixed policy key still hits, as in vLLM).
   size_t longest_hit(const Key* keys, size_t limit) const { return cached_prefix(*this, keys, limit); }
 
+  // longest_hit, remembering the hit blocks' slots for the admission that follows (its count of
+  // evictable hits and its touch find no key again). They stay valid until the pool next changes.
+  size_t look_up(const Key* keys, size_t limit) {
+    looked_up_.clear();
+    return cached_prefix(SlotRecorder{index_, looked_up_}, keys, limit);
+  }
+
   // How many of these keys no request holds (for cached keys: admitting them uses up that many
   // free blocks).
   size_t evictable_among(const Key* keys, size_t n) const {
@@ -106,21 +113,18 @@ class BlockPool {
     }
     return free_ones;
   }
+  // evictable_among the blocks of the last look_up.
+  size_t evictable_looked_up() const {
+    size_t free_ones = 0;
+    for (int32_t s : looked_up_) free_ones += refs_[s] == 0;
+    return free_ones;
+  }
 
   // ------------------------------------------------------------------ life cycle
   // Hits (vLLM touch): each cached key is a policy hit, then pinned by one more reference; the
   // slots are appended to `held` when given.
   void touch(const Key* keys, size_t n, Held* held = nullptr) {
-    for (size_t i = 0; i < n; ++i) {
-      int32_t s = slot_of(keys[i]);
-      Key pkey = pkey_[s];
-      policy_->hit(pkey);
-      if (refs_[s]++ == 0) {
-        policy_->pin(pkey);
-        ++referenced_;
-      }
-      if (held) held->push_back(s);
-    }
+    for (size_t i = 0; i < n; ++i) touch_slot(slot_of(keys[i]), held);
   }
 
   // Take n free blocks: blank ones first, then the policy's victims (evicted now). They become
@@ -131,11 +135,7 @@ class BlockPool {
     int64_t from_blank = std::min(n, blank_);
     blank_ -= from_blank;
     for (int64_t i = from_blank; i < n; ++i) {
-      Key victim = policy_->evict();
-      int32_t s = slot_of_policy_key(victim);
-      if (s < 0) throw BadKey("block pool: the policy evicted " + std::to_string(victim) + ", which no block holds");
-      drop_copy(s);
-      free_slots_.push_back(s);
+      free_slots_.push_back(take_copy(policy_->evict()));
       ++evictions_;
     }
     uncached_in_use_ += n;
@@ -202,12 +202,12 @@ class BlockPool {
   int64_t admit(const Key* keys, size_t max_hit, size_t total, size_t full, Held& held) {
     const int64_t free_now = free();
     if (static_cast<int64_t>(total - max_hit) > free_now) return -1;  // even a full hit would not fit
-    size_t hits = longest_hit(keys, max_hit);
+    size_t hits = look_up(keys, max_hit);
     int64_t fresh = static_cast<int64_t>(total - hits);
-    if (fresh + static_cast<int64_t>(evictable_among(keys, hits)) > free_now) return -1;
+    if (fresh + static_cast<int64_t>(evictable_looked_up()) > free_now) return -1;
     miss_uncached(keys, hits, full);
     held.clear();
-    touch(keys, hits, &held);
+    touch_looked_up(&held);
     allocate(fresh);
     cache_run(keys, hits, full, held);
     held.resize(total, kAnonymous);
@@ -247,13 +247,15 @@ class BlockPool {
 
   // ------------------------------------------------------------------ per run, in chunks (steps.hpp)
   // vLLM's scheduler admits a waiting request as run `run`: keys[:known] are its full blocks, the
-  // first `hits` of them cached (the caller checked that the run fits). Each of keys[hits:known] that
-  // no copy holds is a policy miss, before any eviction; then the hits are touched into its blocks.
+  // first `hits` of them cached, as the last look_up(keys, ...) found on the unchanged pool (the
+  // caller checked that the run fits). Each of keys[hits:known] that no copy holds is a policy miss,
+  // before any eviction; then the looked-up hits are touched into its blocks.
   void start_run(size_t run, const Key* keys, size_t hits, size_t known) {
+    if (hits != looked_up_.size()) throw PoolBroken("block pool: start_run needs look_up of its keys first");
     miss_uncached(keys, hits, known);
     Held& h = held(run);
     h.clear();
-    touch(keys, hits, &h);
+    touch_looked_up(&h);
   }
   // The run holds at least `blocks` blocks: the missing ones are allocated (anonymous, evicting).
   void grow_run(size_t run, size_t blocks) {
@@ -342,6 +344,31 @@ class BlockPool {
   }
 
  private:
+  // cached_prefix's view of the pool for look_up: a cached key's first copy's slot is recorded.
+  struct SlotRecorder {
+    const KeyMap& index;
+    std::vector<int32_t>& slots;
+    bool contains(Key key) const {
+      int32_t s = index.find(key);
+      if (s < 0) return false;
+      slots.push_back(s);
+      return true;
+    }
+    void prefetch(Key key) const { index.prefetch(key); }
+  };
+  // touch() of one cached copy.
+  void touch_slot(int32_t s, Held* held) {
+    Key pkey = pkey_[s];
+    policy_->hit(pkey);
+    if (refs_[s]++ == 0) {
+      policy_->pin(pkey);
+      ++referenced_;
+    }
+    if (held) held->push_back(s);
+  }
+  void touch_looked_up(Held* held) {
+    for (int32_t s : looked_up_) touch_slot(s, held);
+  }
   int32_t slot_of(Key key) const {
     int32_t s = index_.find(key);
     if (s < 0) throw BadKey("block pool: key " + std::to_string(key) + " is not cached");
@@ -353,19 +380,35 @@ class BlockPool {
     for (size_t j = from; j < to; ++j)
       if (!holds_policy_key(keys[j])) policy_->miss(keys[j]);
   }
-  // Slot s (an evicted copy) leaves its key's chain and the indexes.
-  void drop_copy(int32_t s) {
-    const Key key = key_[s];
-    int32_t first = index_.find(key);
-    if (first == s) {
-      index_.erase(key);
-      if (next_copy_[s] >= 0) index_.insert(key, next_copy_[s]);
+  // The copy holding policy key `victim` (evicted) leaves its key's chain and the indexes; returns
+  // its slot. A remixed copy is found through dup_; otherwise the copy is on the chain of its own
+  // trace key, found with one lookup that the unlinking reuses.
+  int32_t take_copy(Key victim) {
+    if (dup_.size() > 0) {
+      const int32_t d = dup_.find(victim);
+      if (d >= 0) {
+        unlink_copy(d, index_.value_of(key_[d]));
+        dup_.erase(victim);
+        return d;
+      }
+    }
+    int32_t* first = index_.value_of(victim);
+    int32_t c = first ? *first : kNoCopy;
+    while (c >= 0 && pkey_[c] != victim) c = next_copy_[c];
+    if (c < 0) throw BadKey("block pool: the policy evicted " + std::to_string(victim) + ", which no block holds");
+    unlink_copy(c, first);
+    return c;
+  }
+  // Copy s leaves its key's chain, whose first copy's index entry is `first`.
+  void unlink_copy(int32_t s, int32_t* first) {
+    if (*first == s) {
+      if (next_copy_[s] >= 0) *first = next_copy_[s];
+      else index_.erase(key_[s]);
     } else {
-      int32_t c = first;
+      int32_t c = *first;
       while (next_copy_[c] != s) c = next_copy_[c];
       next_copy_[c] = next_copy_[s];
     }
-    if (pkey_[s] != key) dup_.erase(pkey_[s]);
     next_copy_[s] = kNoCopy;
   }
 
@@ -385,6 +428,7 @@ class BlockPool {
   std::vector<uint8_t> has_parent_;
   std::vector<int32_t> free_slots_;
   std::vector<Held> runs_;
+  std::vector<int32_t> looked_up_;  // the hit prefix's slots, from the last look_up
   uint64_t generation_ = 0;
 };
 

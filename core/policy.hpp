@@ -46,6 +46,13 @@ struct BadKey : std::runtime_error {
 // lookups.
 constexpr size_t kPrefetchAhead = 16;
 
+// What one request did to a plain cache (Policy::replay_request), in blocks.
+struct RequestReplay {
+  size_t prefix_hits;  // blocks of the longest cached prefix of keys[:limit], looked up before any access
+  size_t accessed;     // blocks accessed: full + outputs
+  size_t access_hits;  // of those, found resident
+};
+
 class Policy {
  public:
   explicit Policy(int64_t capacity) : capacity_(capacity), bound_(capacity) {
@@ -99,6 +106,13 @@ class Policy {
   // The shared plain-cache driver (driver.hpp), instantiated once per policy: hits of `keys`.
   virtual int64_t replay(const Key* keys, size_t n) = 0;
   virtual bool access(Key key) = 0;
+  // One request through the plain cache, vLLM's way (cache mode, the adaptive manager's shadows): the
+  // policy hears of it (on_request at arrival_s seconds), the hit prefix of keys[:limit] by the
+  // first-miss rule is looked up, then every cacheable block is accessed deepest first (outputs from
+  // the last, then keys[:full] from the last), as vLLM frees a request's blocks, so the chain's root
+  // ends most recent. limit <= full.
+  virtual RequestReplay replay_request(const Key* keys, size_t limit, size_t full, const Key* outputs,
+                                       size_t num_outputs, double arrival_s) = 0;
 
  protected:
   [[noreturn]] void no_evictable() const {

@@ -188,8 +188,8 @@ class StepLoop : LoopState {
     int64_t limit = (total - 1) / bs;
     if (r.generated == 0) limit = std::min(limit, full(index));
     seek_belady(index);
-    const int64_t hits = static_cast<int64_t>(pool_.longest_hit(chain_.data(), static_cast<size_t>(limit)));
-    const int64_t need = blocks_for(total, bs) - hits + static_cast<int64_t>(pool_.evictable_among(chain_.data(), hits));
+    const int64_t hits = static_cast<int64_t>(pool_.look_up(chain_.data(), static_cast<size_t>(limit)));
+    const int64_t need = blocks_for(total, bs) - hits + static_cast<int64_t>(pool_.evictable_looked_up());
     if (need > pool_.free()) return -1;
     const int64_t want = std::min(total - hits * bs, budget);
     hint_root(index);

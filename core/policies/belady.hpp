@@ -38,15 +38,30 @@ struct BeladyFuture {
     }
   }
 
-  // First occurrence of `key` at or after `clock` (kNever if none), from the positions grouped by
-  // key (built on the first call).
-  int32_t first_at_or_after(Key key, int64_t clock) const {
+  // A cursor over one key's occurrences, from the positions grouped by key (built on the first call;
+  // pool use keeps one per resident key): next_at(c, clock) is the key's first occurrence at or after
+  // `clock` (kNever if none), without an index lookup, O(1) amortized while the clock only moves
+  // forward (a clock moved back searches the positions already passed). `end < 0`: no cursor yet.
+  struct Cursor {
+    int32_t start = 0, pos = 0, end = -1;  // the key's positions are occ_positions_[start:end]
+  };
+  Cursor cursor(Key key, int64_t clock) const {
     if (!occurrences_built_) build_occurrences();
     int32_t g = occ_index_.find(key);
-    if (g < 0) return kNever;
-    auto first = occ_positions_.begin() + occ_start_[g], last = occ_positions_.begin() + occ_start_[g + 1];
-    auto it = std::lower_bound(first, last, clock);
-    return it == last ? kNever : *it;
+    if (g < 0) return Cursor{0, 0, 0};
+    Cursor c{occ_start_[g], occ_start_[g], occ_start_[g + 1]};
+    c.pos = static_cast<int32_t>(
+        std::lower_bound(occ_positions_.begin() + c.start, occ_positions_.begin() + c.end, clock) -
+        occ_positions_.begin());
+    return c;
+  }
+  int32_t next_at(Cursor& c, int64_t clock) const {
+    if (c.pos > c.start && occ_positions_[c.pos - 1] >= clock)
+      c.pos = static_cast<int32_t>(
+          std::lower_bound(occ_positions_.begin() + c.start, occ_positions_.begin() + c.pos, clock) -
+          occ_positions_.begin());
+    while (c.pos < c.end && occ_positions_[c.pos] < clock) ++c.pos;
+    return c.pos < c.end ? occ_positions_[c.pos] : kNever;
   }
   size_t occurrence_bytes() const {
     return occ_positions_.capacity() * 4 + occ_start_.capacity() * 4 + occ_index_.bytes();
@@ -110,7 +125,7 @@ class Belady final : public StoredPolicy {
     clock_ = i + 1;
   }
   void hit_node(int32_t i) {
-    int32_t next = next_use_for(s_.nodes[i].key);
+    int32_t next = next_use_for(i);
     if (s_.nodes[i].pinned) next_use_[i] = next;
     else set(i, next);
   }
@@ -128,8 +143,10 @@ class Belady final : public StoredPolicy {
     if (static_cast<size_t>(i) >= next_use_.size()) {
       next_use_.resize(i + 1);
       heap_pos_.resize(i + 1, kNotInHeap);
+      cursor_.resize(i + 1);
     }
-    int32_t next = next_use_for(key);
+    cursor_[i] = BeladyFuture::Cursor{};
+    int32_t next = next_use_for(i);
     if (pinned) next_use_[i] = next;
     else set(i, next);
   }
@@ -142,7 +159,7 @@ class Belady final : public StoredPolicy {
   void unpin(Key key) override {
     int32_t i = resident(key);
     mark_unpinned(i);
-    set(i, pool_use_ ? shared_->first_at_or_after(key, clock_) : next_use_[i]);
+    set(i, pool_use_ ? pool_next_use(i) : next_use_[i]);
   }
   void remove(Key key) override {
     int32_t i = s_.index.find(key);
@@ -168,6 +185,7 @@ class Belady final : public StoredPolicy {
   }
   size_t bytes() const override {
     return s_.bytes() + heap_.capacity() * sizeof(Entry) + next_use_.capacity() * 4 + heap_pos_.capacity() * 4 +
+           cursor_.capacity() * sizeof(BeladyFuture::Cursor) +
            future_.capacity() * 8 + next_index_.capacity() * 4 + shared_->occurrence_bytes();
   }
   WAKMAN_DRIVEN(Belady)
@@ -240,13 +258,19 @@ class Belady final : public StoredPolicy {
     place(e, pos);
   }
 
-  int32_t next_use_for(Key key) {
-    if (has_current_ && key == current_key_) {
+  // Node i's next use: the driver's current access's, else its first occurrence at the clock.
+  int32_t next_use_for(int32_t i) {
+    if (has_current_ && s_.nodes[i].key == current_key_) {
       has_current_ = false;
       return current_next_;
     }
     pool_use_ = true;
-    return shared_->first_at_or_after(key, clock_);
+    return pool_next_use(i);
+  }
+  int32_t pool_next_use(int32_t i) {
+    BeladyFuture::Cursor& c = cursor_[i];
+    if (c.end < 0) c = shared_->cursor(s_.nodes[i].key, clock_);
+    return shared_->next_at(c, clock_);
   }
 
   std::shared_ptr<const BeladyFuture> shared_;
@@ -254,6 +278,7 @@ class Belady final : public StoredPolicy {
   const std::vector<int32_t>& next_index_;
   std::vector<int32_t> next_use_;  // by node
   std::vector<int32_t> heap_pos_;  // by node: its slot in heap_, or kNotInHeap (pinned, free slot)
+  std::vector<BeladyFuture::Cursor> cursor_;  // by node, pool use: its key's occurrences at the clock
   std::vector<Entry> heap_;        // the unpinned resident nodes, a 4-ary heap on Entry::above
   uint64_t order_ = 0;
   int64_t clock_ = 0;

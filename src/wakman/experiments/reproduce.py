@@ -37,9 +37,8 @@ from wakman.experiments.regret import (
 )
 from wakman.experiments.workload_map import AXES, MAP_POLICIES, cell
 from wakman.policies import make_policy
-from wakman.policies.belady import BeladyFuture
 from wakman.simulation import ServerModel
-from wakman.simulation.run import key_sequence
+from wakman.simulation.run import belady_future
 from wakman.traces.io import atomic_path
 from wakman.workload import ABLATIONS, MIXES, build_config, generate_requests
 
@@ -114,8 +113,9 @@ def _mix_task(args: tuple[str, Plan]) -> dict[str, Any]:
         "hit_rate": {},
         "by_capacity": {},
     }
+    future = belady_future(reqs)  # one for every capacity
     for policy in ALL_POLICIES:
-        res = simulate(reqs, policy, plan.capacity)
+        res = simulate(reqs, policy, plan.capacity, future=future)
         row["hit_rate"][policy] = res.hit_rate
         if policy == "wakman":
             row["wakman_decisions"] = res.extra["decisions"]
@@ -123,7 +123,7 @@ def _mix_task(args: tuple[str, Plan]) -> dict[str, Any]:
     for capacity in plan.other_capacities:
         rates, saturated = {}, {}
         for policy in (*ONLINE, "belady"):
-            res = simulate(reqs, policy, capacity)
+            res = simulate(reqs, policy, capacity, future=future)
             rates[policy] = res.hit_rate
             if policy != "belady":
                 saturated[policy] = res.saturation.saturated
@@ -239,7 +239,7 @@ def _claude_task(args: tuple[str, Plan]) -> dict[int, float]:
         return simulate(reqs, run_with, capacity, mode="cache", track_stranded=False).hit_rate
 
     if policy == "belady":  # one future (94 M accesses) for every capacity
-        future = BeladyFuture(key_sequence(reqs, deepest_first=True)[0])
+        future = belady_future(reqs, "cache")[0]
         return {c: rate(make_policy("belady", c, future=future), c) for c in plan.claude_capacities}
     if policy == "infinite":
         once = rate(policy, plan.claude_capacities[0])

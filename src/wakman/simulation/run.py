@@ -7,6 +7,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from wakman.policies import POLICIES, EvictionPolicy, make_policy
+from wakman.policies.belady import BeladyFuture
 from wakman.simulation.cache_mode import replay_prefixes
 from wakman.simulation.controller import Controller
 from wakman.simulation.pool import BlockPool
@@ -43,6 +44,14 @@ def key_sequence(requests: Sequence[Request], deepest_first: bool = False) -> tu
     return keys, offsets
 
 
+def belady_future(requests: Sequence[Request], mode: str = "serve") -> tuple[BeladyFuture, list[int]]:
+    """Belady's future for ``requests`` in ``mode`` (``key_sequence`` in that mode's access order,
+    with its next-use index) and each request's start offset in it: build it once and give it to
+    ``simulate(..., future=...)`` at every capacity."""
+    keys, offsets = key_sequence(requests, deepest_first=mode == "cache")
+    return BeladyFuture(keys), offsets
+
+
 def upper_bound_blocks(requests: Sequence[Request]) -> int:
     """Enough blocks that nothing is ever evicted (the infinite ceiling's pool)."""
     return sum(-(-(r.prompt_tokens + r.output_tokens) // r.block_size) for r in requests) + 1
@@ -60,12 +69,14 @@ def simulate(
     controller: Controller | None = None,
     policy_params: dict[str, Any] | None = None,
     track_stranded: bool = True,
+    future: tuple[BeladyFuture, list[int]] | None = None,
 ) -> SimResult:
     """Simulate ``requests`` (in arrival order). ``policy`` is a name from ``wakman.policies`` or a
     ready policy object; a ``controller`` (the adaptive manager, ``wakman.adaptive.simulate``)
     watches the run and may switch the policy. ``track_stranded`` False: cache mode leaves
     ``stranded_blocks`` at 0 and skips the walk over every chain that counts them (about a second
-    on a 94 M-access trace)."""
+    on a 94 M-access trace). ``future``: Belady's, from ``belady_future(requests, mode)`` (built here
+    when None; only ``belady`` reads it)."""
     if mode not in MODES:
         raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
     if capacity_blocks < 1:
@@ -79,7 +90,9 @@ def simulate(
             raise ValueError(f"unknown policy {policy!r}; choose from {', '.join(POLICIES)}")
         params = dict(policy_params or {})
         if policy == "belady":
-            params["future"], offsets = key_sequence(requests, deepest_first=mode == "cache")
+            params["future"], offsets = future or belady_future(requests, mode)
+            if len(offsets) != len(requests) + 1 or offsets[-1] != len(params["future"]):
+                raise ValueError("future: not built from these requests (belady_future(requests, mode))")
         if policy == "infinite":
             capacity_blocks = max(capacity_blocks, upper_bound_blocks(requests))
         policy_obj = make_policy(policy, capacity_blocks, **params)
