@@ -7,6 +7,7 @@
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/vector.h>
 
+#include <algorithm>
 #include <string>
 #include <vector>
 
@@ -41,9 +42,9 @@ struct FutureHandle {
   std::shared_ptr<const BeladyFuture> future;
 };
 
-std::vector<Key> keys_of(nb::handle obj) {
+BeladyFuture::Sequence keys_of(nb::handle obj) {
   KeyBatch batch(obj);
-  return std::vector<Key>(batch.data(), batch.data() + batch.size());
+  return BeladyFuture::Sequence(batch.data(), batch.data() + batch.size());
 }
 
 }  // namespace
@@ -250,6 +251,41 @@ NB_MODULE(_core, m) {
             new (self) FutureHandle{std::make_shared<const BeladyFuture>(keys_of(keys))};
           },
           "keys"_a)
+      .def_static(
+          "of_requests",
+          [](nb::handle requests, bool deepest_first) {
+            // One pass to size the sequence, one to fill it: the future is the only copy of its keys.
+            std::vector<Key> scratch;
+            BeladyFuture::Sequence sequence;
+            std::vector<int64_t> offsets{0};
+            for (nb::handle r : requests) {
+              const int64_t full = nb::cast<int64_t>(r.attr("full_blocks"));
+              offsets.push_back(offsets.back() + full + static_cast<int64_t>(nb::len(nb::object(r.attr("output_keys")))));
+            }
+            sequence.reserve(static_cast<size_t>(offsets.back()));
+            for (nb::handle r : requests) {
+              const size_t start = sequence.size();
+              const size_t full = nb::cast<size_t>(r.attr("full_blocks"));
+              {
+                py::Keys k(r.attr("block_keys"), scratch);
+                if (full > k.size()) throw nb::value_error("BeladyFuture.of_requests: full_blocks > len(block_keys)");
+                sequence.insert(sequence.end(), k.data(), k.data() + full);
+              }
+              {
+                py::Keys k(r.attr("output_keys"), scratch);
+                sequence.insert(sequence.end(), k.data(), k.data() + k.size());
+              }
+              if (deepest_first) std::reverse(sequence.begin() + static_cast<ptrdiff_t>(start), sequence.end());
+            }
+            if (static_cast<int64_t>(sequence.size()) != offsets.back())
+              throw nb::value_error("BeladyFuture.of_requests: the requests changed while read");
+            return nb::make_tuple(FutureHandle{std::make_shared<const BeladyFuture>(std::move(sequence))},
+                                  nb::cast(offsets));
+          },
+          "requests"_a, "deepest_first"_a = false,
+          "Belady's future of a trace and each request's start offset in it (the last = its length): every "
+          "cacheable key in request order (its full prompt blocks, then its output blocks; reversed within a "
+          "request when deepest_first, cache mode's access order).")
       .def("__len__", [](const FutureHandle& f) { return f.future->keys.size(); });
 
   nb::class_<Belady, Policy>(m, "Belady")

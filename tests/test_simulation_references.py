@@ -36,6 +36,27 @@ def test_belady_bounds_online_policies_and_infinite_bounds_belady(mode):
             assert rates["infinite"] >= rates["belady"], (name, capacity, rates)
 
 
+@pytest.mark.parametrize("mode", ["cache", "serve"])
+def test_one_belady_future_serves_every_capacity(mode):
+    """A future built once (its offsets: each request's full prompt and output blocks, summed) gives
+    every capacity the hit rate of a future built for that run alone; one from other requests is refused."""
+    from itertools import accumulate
+
+    from wakman.simulation.run import belady_future
+
+    _, reqs = next(traces())
+    future = belady_future(reqs, mode)
+    sizes = [r.full_blocks + len(r.output_keys) for r in reqs]
+    assert future[1] == [0, *accumulate(sizes)]
+    assert len(future[0]) == sum(sizes)
+    for capacity in (800, 1_500, 4_000):  # the shared future first, so a Belady that spoils it shows
+        shared = simulate(reqs, "belady", capacity, mode=mode, future=future)
+        alone = simulate(reqs, "belady", capacity, mode=mode)
+        assert (shared.hit_rate, shared.evictions) == (alone.hit_rate, alone.evictions)
+    with pytest.raises(ValueError, match="not built from these requests"):
+        simulate(reqs[:-1], "belady", 800, mode=mode, future=future)
+
+
 def test_belady_and_infinite_on_the_mooncake_trace():
     reqs = list(read_trace(MOONCAKE))
     for capacity in (5_000, 19_200):

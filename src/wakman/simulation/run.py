@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from wakman.policies import POLICIES, EvictionPolicy, make_policy
 from wakman.policies.belady import BeladyFuture
@@ -16,40 +16,16 @@ from wakman.simulation.serve import ServeSimulation
 from wakman.simulation.server import ServerModel, VllmServer
 from wakman.traces.model import Request
 
-if TYPE_CHECKING:
-    import numpy as np
-
 MODES = ("serve", "cache")
 
 
-def key_sequence(requests: Sequence[Request], deepest_first: bool = False) -> tuple[np.ndarray, list[int]]:
-    """Every cacheable key in request order (full prompt blocks, then output blocks; reversed
-    within a request when ``deepest_first``, the cache mode's access order) as one uint64 array
-    (8 bytes a key: Belady's future of a 94 M-access archive), and each request's start offset in it
-    (Belady's future; offsets[-1] = len)."""
-    import numpy as np  # here, not at import: a simulate run without Belady does not pay for numpy
-
-    chains: list[np.ndarray] = []
-    offsets = [0]
-    for req in requests:
-        prompt = np.asarray(req.block_keys[: req.full_blocks], dtype=np.uint64)
-        chain = (
-            np.concatenate((prompt, np.asarray(req.output_keys, dtype=np.uint64)))
-            if len(req.output_keys)
-            else prompt
-        )
-        chains.append(chain[::-1] if deepest_first else chain)
-        offsets.append(offsets[-1] + len(chain))
-    keys = np.ascontiguousarray(np.concatenate(chains)) if chains else np.empty(0, dtype=np.uint64)
-    return keys, offsets
-
-
 def belady_future(requests: Sequence[Request], mode: str = "serve") -> tuple[BeladyFuture, list[int]]:
-    """Belady's future for ``requests`` in ``mode`` (``key_sequence`` in that mode's access order,
-    with its next-use index) and each request's start offset in it: build it once and give it to
-    ``simulate(..., future=...)`` at every capacity."""
-    keys, offsets = key_sequence(requests, deepest_first=mode == "cache")
-    return BeladyFuture(keys), offsets
+    """Belady's future for ``requests`` in ``mode`` (every cacheable key, full prompt blocks then
+    output blocks, in request order; reversed within a request in cache mode, its access order; with
+    each access's next use) and each request's start offset in it (the last = its length): build it
+    once and give it to ``simulate(..., future=...)`` at every capacity. 12 bytes an access."""
+    future, offsets = BeladyFuture.of_requests(requests, deepest_first=mode == "cache")
+    return future, offsets
 
 
 def upper_bound_blocks(requests: Sequence[Request]) -> int:
