@@ -60,7 +60,7 @@ class ARC final : public Policy {
     incoming_ = adapt(i) ? 2 : 1;
     n.where = kPending;
     pending_.push_head(s_.nodes, i);
-    if (static_cast<int64_t>(pending_.size()) > capacity_) s_.drop(pending_.pop_tail(s_.nodes));
+    if (static_cast<int64_t>(pending_.size()) > capacity_) s_.drop(s_.pop_tail(pending_));
   }
 
   Key evict() override {
@@ -68,11 +68,11 @@ class ARC final : public Policy {
     if (incoming_) return replace(incoming_ == 2);
     if (static_cast<int64_t>(t1_.size() + t1_pinned_ + b1_.size()) >= capacity_) {
       if (!b1_.empty()) {
-        s_.drop(b1_.pop_tail(s_.nodes));
+        s_.drop(s_.pop_tail(b1_));
         return replace(false);
       }
       if (!t1_.empty()) {
-        int32_t i = t1_.pop_tail(s_.nodes);
+        int32_t i = s_.pop_tail(t1_);
         Key key = s_.nodes[i].key;
         s_.drop(i);
         return key;
@@ -80,7 +80,7 @@ class ARC final : public Policy {
       return replace(false);
     }
     if (static_cast<int64_t>(size() + b1_.size() + b2_.size()) >= 2 * capacity_ && !b2_.empty())
-      s_.drop(b2_.pop_tail(s_.nodes));
+      s_.drop(s_.pop_tail(b2_));
     return replace(false);
   }
 
@@ -179,11 +179,11 @@ class ARC final : public Policy {
     bool take_t1 = (t1 > 0 && (t1 > p_ || (t1 == p_ && in_b2))) || (t2_.size() + t2_pinned_) == 0;
     int32_t i;
     if ((take_t1 && !t1_.empty()) || t2_.empty()) {
-      i = t1_.pop_tail(s_.nodes);
+      i = s_.pop_tail(t1_);
       s_.nodes[i].where = kB1;
       b1_.push_head(s_.nodes, i);
     } else {
-      i = t2_.pop_tail(s_.nodes);
+      i = s_.pop_tail(t2_);
       s_.nodes[i].where = kB2;
       b2_.push_head(s_.nodes, i);
     }

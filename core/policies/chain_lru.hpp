@@ -273,7 +273,7 @@ class ChainLRU final : public Policy {
     ghost_.unlink(s_.nodes, i);
     s_.nodes[i].where = kPending;
     pending_.push_head(s_.nodes, i);
-    if (static_cast<int64_t>(pending_.size()) > capacity_) s_.drop(pending_.pop_tail(s_.nodes));
+    if (static_cast<int64_t>(pending_.size()) > capacity_) s_.drop(s_.pop_tail(pending_));
   }
 
   Key evict() override {
@@ -281,11 +281,11 @@ class ChainLRU final : public Policy {
         (!filter_ || main_.empty() ||
          static_cast<double>(probation_.size() + pinned_in_probation_) >=
              small_ratio_ * static_cast<double>(bound_))) {
-      int32_t i = probation_.pop_tail(s_.nodes);
+      int32_t i = s_.pop_tail(probation_);
       Node& n = s_.nodes[i];
       Key key = n.key;
       if (ghost_capacity_ > 0) {  // the node lives on as the ghost entry
-        if (static_cast<int64_t>(ghost_.size()) >= ghost_capacity_) s_.drop(ghost_.pop_tail(s_.nodes));
+        if (static_cast<int64_t>(ghost_.size()) >= ghost_capacity_) s_.drop(s_.pop_tail(ghost_));
         n.where = kGhost;
         ghost_.push_head(s_.nodes, i);
       } else {
@@ -295,7 +295,7 @@ class ChainLRU final : public Policy {
     }
     if (main_.empty()) no_evictable();
     while (true) {
-      int32_t i = main_.pop_tail(s_.nodes);
+      int32_t i = s_.pop_tail(main_);
       Node& n = s_.nodes[i];
       if (n.freq & kCount) {  // a block of a rarely extended root, hit in M: a second chance
         --n.freq;

@@ -25,7 +25,7 @@ class Recency final : public StoredPolicy {
   Key evict() override {
     if (!kEvicts) throw NoEvictable("infinite: never evicts");
     if (order_.empty()) no_evictable();
-    int32_t i = order_.pop_tail(s_.nodes);
+    int32_t i = s_.pop_tail(order_);
     Key key = s_.nodes[i].key;
     s_.drop(i);
     return key;

@@ -61,7 +61,7 @@ class S3FIFO final : public Policy {
     ghost_.unlink(s_.nodes, i);
     s_.nodes[i].where = kPending;
     pending_.push_head(s_.nodes, i);
-    if (static_cast<int64_t>(pending_.size()) > std::max<int64_t>(capacity_, 1)) s_.drop(pending_.pop_tail(s_.nodes));
+    if (static_cast<int64_t>(pending_.size()) > std::max<int64_t>(capacity_, 1)) s_.drop(s_.pop_tail(pending_));
   }
 
   Key evict() override {
@@ -169,7 +169,7 @@ class S3FIFO final : public Policy {
   // False when promotions emptied S.
   bool evict_small(Key& victim) {
     while (!small_.empty()) {
-      int32_t i = small_.pop_tail(s_.nodes);
+      int32_t i = s_.pop_tail(small_);
       Node& n = s_.nodes[i];
       if (n.freq >= promote_threshold_) {
         n.where = kMain;
@@ -179,7 +179,7 @@ class S3FIFO final : public Policy {
       }
       victim = n.key;
       if (ghost_capacity_ > 0) {  // the node lives on as the ghost entry
-        if (static_cast<int64_t>(ghost_.size()) >= ghost_capacity_) s_.drop(ghost_.pop_tail(s_.nodes));
+        if (static_cast<int64_t>(ghost_.size()) >= ghost_capacity_) s_.drop(s_.pop_tail(ghost_));
         n.where = kGhost;
         n.freq = 0;
         ghost_.push_head(s_.nodes, i);
@@ -193,7 +193,7 @@ class S3FIFO final : public Policy {
 
   Key evict_main() {
     while (true) {
-      int32_t i = main_.pop_tail(s_.nodes);
+      int32_t i = s_.pop_tail(main_);
       Node& n = s_.nodes[i];
       if (n.freq < 1) {
         Key key = n.key;
