@@ -7,10 +7,10 @@
 // block of its chain, for `stranded`) and `refs` (running requests holding it; the policy key is
 // pinned iff refs > 0). The copies of one trace key form a chain in caching order; `index_` finds
 // the first (the one vLLM's lookup returns and touches), `dup_` the remixed ones by policy key.
-// Slots live in arrays of `capacity` entries and are reused through a free stack, so steady state
-// allocates nothing per block. A request's held blocks (`Held`) are slots in prefix order, -1 for
-// an anonymous (uncached) block; a held slot is referenced, hence pinned, hence never evicted, so it
-// stays valid until release.
+// Slots live in arrays that grow to at most `capacity` entries as copies are cached, and are reused
+// through a free stack, so steady state allocates nothing per block. A request's held blocks (`Held`)
+// are slots in prefix order, -1 for an anonymous (uncached) block; a held slot is referenced, hence
+// pinned, hence never evicted, so it stays valid until release.
 #pragma once
 
 #include <algorithm>
@@ -43,18 +43,9 @@ class BlockPool {
   BlockPool(int64_t capacity, Policy& policy)
       : capacity_(capacity),
         blank_(capacity),
-        policy_(&policy),
-        index_(static_cast<size_t>(capacity) + 1),
-        key_(static_cast<size_t>(capacity)),
-        pkey_(static_cast<size_t>(capacity)),
-        next_copy_(static_cast<size_t>(capacity), kNoCopy),
-        parent_(static_cast<size_t>(capacity)),
-        refs_(static_cast<size_t>(capacity), 0),
-        has_parent_(static_cast<size_t>(capacity), 0) {
+        policy_(&policy) {
     if (capacity < 1) throw std::invalid_argument("capacity must be >= 1 block, got " + std::to_string(capacity));
     if (policy.size() != 0) throw std::invalid_argument("block pool: the policy must start empty (every block blank)");
-    free_slots_.reserve(static_cast<size_t>(capacity));
-    for (int64_t s = capacity - 1; s >= 0; --s) free_slots_.push_back(static_cast<int32_t>(s));
   }
 
   // ------------------------------------------------------------------ queries (blocks)
@@ -151,8 +142,7 @@ class BlockPool {
     const int32_t first = index_.find(key);
     const Key pkey = first < 0 ? key : free_copy_key(key, [this](Key c) { return holds_policy_key(c); });
     policy_->insert(pkey, true);
-    int32_t s = free_slots_.back();
-    free_slots_.pop_back();
+    const int32_t s = take_slot();
     key_[s] = key;
     pkey_[s] = pkey;
     next_copy_[s] = kNoCopy;
@@ -344,6 +334,23 @@ class BlockPool {
   }
 
  private:
+  // A slot for a new copy: a freed one, else a fresh one (the slot arrays and the index grow with the
+  // copies cached, up to `capacity`, so a large pool that caches little, like the infinite
+  // ceiling's, holds no more than it uses).
+  int32_t take_slot() {
+    if (!free_slots_.empty()) {
+      const int32_t s = free_slots_.back();
+      free_slots_.pop_back();
+      return s;
+    }
+    key_.push_back(0);
+    pkey_.push_back(0);
+    next_copy_.push_back(kNoCopy);
+    parent_.push_back(0);
+    refs_.push_back(0);
+    has_parent_.push_back(0);
+    return static_cast<int32_t>(key_.size() - 1);
+  }
   // cached_prefix's view of the pool for look_up: a cached key's first copy's slot is recorded.
   struct SlotRecorder {
     const KeyMap& index;
