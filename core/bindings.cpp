@@ -40,6 +40,7 @@ nb::list key_list(const std::vector<Key>& keys) {
 // Python's handle on a shared BeladyFuture.
 struct FutureHandle {
   std::shared_ptr<const BeladyFuture> future;
+  std::optional<bool> deepest_first;  // of_requests' order; unknown for a sequence given as is
 };
 
 BeladyFuture::Sequence keys_of(nb::handle obj) {
@@ -248,7 +249,7 @@ NB_MODULE(_core, m) {
       .def(
           "__init__",
           [](FutureHandle* self, nb::handle keys) {
-            new (self) FutureHandle{std::make_shared<const BeladyFuture>(keys_of(keys))};
+            new (self) FutureHandle{std::make_shared<const BeladyFuture>(keys_of(keys)), std::nullopt};
           },
           "keys"_a)
       .def_static(
@@ -256,16 +257,19 @@ NB_MODULE(_core, m) {
           [](nb::handle requests, bool deepest_first) {
             // One pass to size the sequence, one to fill it: the future is the only copy of its keys.
             std::vector<Key> scratch;
-            BeladyFuture::Sequence sequence;
+            std::vector<size_t> fulls;
             std::vector<int64_t> offsets{0};
             for (nb::handle r : requests) {
-              const int64_t full = nb::cast<int64_t>(r.attr("full_blocks"));
-              offsets.push_back(offsets.back() + full + static_cast<int64_t>(nb::len(nb::object(r.attr("output_keys")))));
+              fulls.push_back(nb::cast<size_t>(r.attr("full_blocks")));
+              const size_t outputs = nb::len(nb::object(r.attr("output_keys")));
+              offsets.push_back(offsets.back() + static_cast<int64_t>(fulls.back() + outputs));
             }
+            BeladyFuture::Sequence sequence;
             sequence.reserve(static_cast<size_t>(offsets.back()));
+            size_t index = 0;
             for (nb::handle r : requests) {
-              const size_t start = sequence.size();
-              const size_t full = nb::cast<size_t>(r.attr("full_blocks"));
+              if (index == fulls.size()) throw nb::value_error("BeladyFuture.of_requests: needs a sequence, not an iterator");
+              const size_t start = sequence.size(), full = fulls[index++];
               {
                 py::Keys k(r.attr("block_keys"), scratch);
                 if (full > k.size()) throw nb::value_error("BeladyFuture.of_requests: full_blocks > len(block_keys)");
@@ -277,15 +281,19 @@ NB_MODULE(_core, m) {
               }
               if (deepest_first) std::reverse(sequence.begin() + static_cast<ptrdiff_t>(start), sequence.end());
             }
-            if (static_cast<int64_t>(sequence.size()) != offsets.back())
-              throw nb::value_error("BeladyFuture.of_requests: the requests changed while read");
-            return nb::make_tuple(FutureHandle{std::make_shared<const BeladyFuture>(std::move(sequence))},
-                                  nb::cast(offsets));
+            if (index != fulls.size() || static_cast<int64_t>(sequence.size()) != offsets.back())
+              throw nb::value_error("BeladyFuture.of_requests: needs a sequence of requests that does not change");
+            FutureHandle handle{std::make_shared<const BeladyFuture>(std::move(sequence)), deepest_first};
+            return nb::make_tuple(std::move(handle), nb::cast(offsets));
           },
           "requests"_a, "deepest_first"_a = false,
           "Belady's future of a trace and each request's start offset in it (the last = its length): every "
           "cacheable key in request order (its full prompt blocks, then its output blocks; reversed within a "
           "request when deepest_first, cache mode's access order).")
+      .def_prop_ro(
+          "deepest_first",
+          [](const FutureHandle& f) { return f.deepest_first; },
+          "of_requests' order (True: cache mode's, each request reversed); None for a sequence given as is.")
       .def("__len__", [](const FutureHandle& f) { return f.future->keys.size(); });
 
   nb::class_<Belady, Policy>(m, "Belady")

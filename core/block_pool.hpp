@@ -141,8 +141,10 @@ class BlockPool {
     if (uncached_in_use_ < 1) throw PoolBroken("block pool: cache() needs a held anonymous block (allocate first)");
     const int32_t first = index_.find(key);
     const Key pkey = first < 0 ? key : free_copy_key(key, [this](Key c) { return holds_policy_key(c); });
+    if (free_slots_.empty()) add_slot();  // allocates before the policy hears of the key
     policy_->insert(pkey, true);
-    const int32_t s = take_slot();
+    const int32_t s = free_slots_.back();
+    free_slots_.pop_back();
     key_[s] = key;
     pkey_[s] = pkey;
     next_copy_[s] = kNoCopy;
@@ -334,22 +336,17 @@ class BlockPool {
   }
 
  private:
-  // A slot for a new copy: a freed one, else a fresh one (the slot arrays and the index grow with the
-  // copies cached, up to `capacity`, so a large pool that caches little, like the infinite
-  // ceiling's, holds no more than it uses).
-  int32_t take_slot() {
-    if (!free_slots_.empty()) {
-      const int32_t s = free_slots_.back();
-      free_slots_.pop_back();
-      return s;
-    }
+  // A fresh slot joins the free stack: the slot arrays grow with the copies cached, up to
+  // `capacity`, so a large pool that caches little, like the infinite ceiling's, holds no more than
+  // it uses.
+  void add_slot() {
     key_.push_back(0);
     pkey_.push_back(0);
     next_copy_.push_back(kNoCopy);
     parent_.push_back(0);
     refs_.push_back(0);
     has_parent_.push_back(0);
-    return static_cast<int32_t>(key_.size() - 1);
+    free_slots_.push_back(static_cast<int32_t>(key_.size() - 1));
   }
   // cached_prefix's view of the pool for look_up: a cached key's first copy's slot is recorded.
   struct SlotRecorder {

@@ -63,12 +63,12 @@ inline RequestReplay drive_request(P& p, const Key* keys, size_t limit, size_t f
 }
 
 // Implements the driver entry points of Policy for a final class P.
-#define WAKMAN_DRIVEN(P)                                                                   \
+#define WAKMAN_DRIVEN(P)                                                                         \
   int64_t replay(const Key* keys, size_t n) override { return drive_replay<P>(*this, keys, n); } \
-  bool access(Key key) override { return drive_access<P>(*this, key); }                     \
-  RequestReplay replay_request(const Key* keys, size_t limit, size_t full, const Key* outputs,       \
-                               size_t num_outputs, double arrival_s) override {                     \
-    return drive_request<P>(*this, keys, limit, full, outputs, num_outputs, arrival_s);             \
+  bool access(Key key) override { return drive_access<P>(*this, key); }                          \
+  RequestReplay replay_request(const Key* keys, size_t limit, size_t full, const Key* outputs,   \
+                               size_t num_outputs, double arrival_s) override {                  \
+    return drive_request<P>(*this, keys, limit, full, outputs, num_outputs, arrival_s);          \
   }
 
 }  // namespace wakman

@@ -24,4 +24,3 @@ inline size_t cached_prefix(const Cache& cache, const Key* keys, size_t limit) {
 }
 
 }  // namespace wakman
-

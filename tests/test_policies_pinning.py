@@ -299,3 +299,73 @@ def test_a_policy_that_hears_misses_uses_them(name):
             states.append(p.eviction_order())
         runs.append(states)
     assert runs[0] != runs[1]
+
+
+_draw = random.Random(7)
+POOL_FUTURE = [min(_draw.randrange(12), _draw.randrange(12)) for _ in range(2_000)]  # keys 0..11, skewed
+
+
+def first_use(key: int, clock: int) -> float:
+    """The reference: key's first position at or after clock in POOL_FUTURE, by a linear scan."""
+    return next((j for j in range(clock, len(POOL_FUTURE)) if POOL_FUTURE[j] == key), float("inf"))
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    capacity=st.integers(2, 6),
+    ops=st.lists(
+        st.tuples(st.sampled_from(["insert", "hit", "pin", "unpin", "back", "jump"]), st.integers(0, 11)),
+        min_size=60,
+        max_size=300,
+    ),
+)
+def test_belady_pool_use_evicts_the_latest_next_use(capacity, ops):
+    """Belady driven as the pool drives it (seek, then insert / hit / unpin look up the next use at
+    the clock, which may move back on a re-admission): the eviction order, and so each victim, puts the
+    unpinned key whose next use, as last set, is the latest first (the earliest set first among
+    equals), against a linear scan of the future."""
+    policy = make_policy("belady", capacity, future=POOL_FUTURE)
+    clock, order = 0, 0
+    next_use: dict[int, tuple[float, int]] = {}  # resident key -> (next use as last set, when set)
+    pinned: set[int] = set()
+
+    def victim_order() -> list[int]:
+        evictable = (k for k in next_use if k not in pinned)
+        return sorted(evictable, key=lambda k: (-next_use[k][0], next_use[k][1]))
+
+    def set_next(key: int) -> None:
+        nonlocal order
+        order += 1
+        next_use[key] = (first_use(key, clock), order)
+
+    for op, key in ops:
+        if op == "insert" and key not in next_use:
+            while len(next_use) >= capacity and len(pinned) < len(next_use):
+                expected = max(
+                    (k for k in next_use if k not in pinned), key=lambda k: (next_use[k][0], -next_use[k][1])
+                )
+                assert policy.evict() == expected
+                del next_use[expected]
+            if len(next_use) < capacity:
+                policy.insert(key)
+                set_next(key)
+        elif op == "hit" and key in next_use:
+            policy.hit(key)
+            if key not in pinned:
+                set_next(key)
+            else:  # a pinned key's next use is set now and kept until its unpin looks it up again
+                next_use[key] = (first_use(key, clock), next_use[key][1])
+        elif op == "pin" and key in next_use and key not in pinned:
+            policy.pin(key)
+            pinned.add(key)
+        elif op == "unpin" and key in pinned:
+            policy.unpin(key)
+            pinned.discard(key)
+            set_next(key)
+        elif op in ("back", "jump"):  # the clock moves back (a re-admission) or jumps forward
+            clock = max(0, min(len(POOL_FUTURE), clock + 30 * key * (-1 if op == "back" else 1)))
+            policy.seek(clock)
+        evictable = sorted(
+            (k for k in next_use if k not in pinned), key=lambda k: (-next_use[k][0], next_use[k][1])
+        )
+        assert policy.eviction_order() == evictable

@@ -39,7 +39,8 @@ def test_belady_bounds_online_policies_and_infinite_bounds_belady(mode):
 @pytest.mark.parametrize("mode", ["cache", "serve"])
 def test_one_belady_future_serves_every_capacity(mode):
     """A future built once (its offsets: each request's full prompt and output blocks, summed) gives
-    every capacity the hit rate of a future built for that run alone; one from other requests is refused."""
+    every capacity the hit rate of a future built for that run alone; one from other requests or in
+    the other mode's order is refused."""
     from itertools import accumulate
 
     from wakman.simulation.run import belady_future
@@ -53,8 +54,10 @@ def test_one_belady_future_serves_every_capacity(mode):
         shared = simulate(reqs, "belady", capacity, mode=mode, future=future)
         alone = simulate(reqs, "belady", capacity, mode=mode)
         assert (shared.hit_rate, shared.evictions) == (alone.hit_rate, alone.evictions)
-    with pytest.raises(ValueError, match="not built from these requests"):
-        simulate(reqs[:-1], "belady", 800, mode=mode, future=future)
+    other_mode = belady_future(reqs, "serve" if mode == "cache" else "cache")
+    for wrong_requests, wrong_future in ((reqs[:-1], future), (reqs, other_mode)):
+        with pytest.raises(ValueError, match="not belady_future"):
+            simulate(wrong_requests, "belady", 800, mode=mode, future=wrong_future)
 
 
 def test_belady_and_infinite_on_the_mooncake_trace():

@@ -41,8 +41,9 @@ struct BeladyFuture {
 
   // A cursor over one key's occurrences, from the positions grouped by key (built on the first call;
   // pool use keeps one per resident key): next_at(c, clock) is the key's first occurrence at or after
-  // `clock` (kNever if none), without an index lookup, O(1) amortized while the clock only moves
-  // forward (a clock moved back searches the positions already passed). `end < 0`: no cursor yet.
+  // `clock` (kNever if none), without an index lookup: O(1) when the clock passed no occurrence
+  // since the last call, O(log of those passed) otherwise (a galloping search; a clock moved back
+  // searches the positions already passed). `end < 0`: no cursor yet.
   struct Cursor {
     int32_t start = 0, pos = 0, end = -1;  // the key's positions are occ_positions_[start:end]
   };
@@ -57,11 +58,18 @@ struct BeladyFuture {
     return c;
   }
   int32_t next_at(Cursor& c, int64_t clock) const {
-    if (c.pos > c.start && occ_positions_[c.pos - 1] >= clock)
-      c.pos = static_cast<int32_t>(
-          std::lower_bound(occ_positions_.begin() + c.start, occ_positions_.begin() + c.pos, clock) -
-          occ_positions_.begin());
-    while (c.pos < c.end && occ_positions_[c.pos] < clock) ++c.pos;
+    auto at = [this](int32_t i) { return occ_positions_.begin() + i; };
+    if (c.pos > c.start && occ_positions_[c.pos - 1] >= clock) {  // the clock moved back
+      c.pos = static_cast<int32_t>(std::lower_bound(at(c.start), at(c.pos), clock) - at(0));
+    } else if (c.pos < c.end && occ_positions_[c.pos] < clock) {  // forward: gallop, then search
+      int32_t passed = c.pos, step = 1;
+      while (c.end - passed > step && occ_positions_[passed + step] < clock) {
+        passed += step;
+        step *= 2;
+      }
+      c.pos = static_cast<int32_t>(std::lower_bound(at(passed + 1), at(std::min(passed + step, c.end)), clock) -
+                                   at(0));
+    }
     return c.pos < c.end ? occ_positions_[c.pos] : kNever;
   }
   size_t occurrence_bytes() const {

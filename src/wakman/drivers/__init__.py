@@ -1,5 +1,6 @@
 """Drivers of the policy protocol that work on requests: vLLM's first-miss hit rule and a request's
-replay through a plain cache. Both run in the compiled core (``core/prefix.hpp``); every caller
+replay through a plain cache. Both run in the compiled core (``core/prefix.hpp``, and the shared
+driver's ``Policy::replay_request`` in ``core/driver.hpp``); every caller
 (cache mode, the adaptive manager's shadows, trace statistics, the serve-mode pool) uses these.
 
 The rule: a lookup walks a request's block keys in prefix order and stops at the first key that is

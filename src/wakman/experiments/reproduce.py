@@ -113,9 +113,9 @@ def _mix_task(args: tuple[str, Plan]) -> dict[str, Any]:
         "hit_rate": {},
         "by_capacity": {},
     }
-    future = belady_future(reqs)  # one for every capacity
+    future = {"future": belady_future(reqs)}  # Belady's, one for every capacity
     for policy in ALL_POLICIES:
-        res = simulate(reqs, policy, plan.capacity, future=future)
+        res = simulate(reqs, policy, plan.capacity, **(future if policy == "belady" else {}))
         row["hit_rate"][policy] = res.hit_rate
         if policy == "wakman":
             row["wakman_decisions"] = res.extra["decisions"]
@@ -123,7 +123,7 @@ def _mix_task(args: tuple[str, Plan]) -> dict[str, Any]:
     for capacity in plan.other_capacities:
         rates, saturated = {}, {}
         for policy in (*ONLINE, "belady"):
-            res = simulate(reqs, policy, capacity, future=future)
+            res = simulate(reqs, policy, capacity, **(future if policy == "belady" else {}))
             rates[policy] = res.hit_rate
             if policy != "belady":
                 saturated[policy] = res.saturation.saturated

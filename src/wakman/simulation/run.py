@@ -24,8 +24,9 @@ def belady_future(requests: Sequence[Request], mode: str = "serve") -> tuple[Bel
     output blocks, in request order; reversed within a request in cache mode, its access order; with
     each access's next use) and each request's start offset in it (the last = its length): build it
     once and give it to ``simulate(..., future=...)`` at every capacity. 12 bytes an access."""
-    future, offsets = BeladyFuture.of_requests(requests, deepest_first=mode == "cache")
-    return future, offsets
+    if mode not in MODES:
+        raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
+    return BeladyFuture.of_requests(list(requests), deepest_first=mode == "cache")
 
 
 def upper_bound_blocks(requests: Sequence[Request]) -> int:
@@ -67,12 +68,15 @@ def simulate(
         params = dict(policy_params or {})
         if policy == "belady":
             params["future"], offsets = future or belady_future(requests, mode)
-            if len(offsets) != len(requests) + 1 or offsets[-1] != len(params["future"]):
-                raise ValueError("future: not built from these requests (belady_future(requests, mode))")
+            fits = len(offsets) == len(requests) + 1 and offsets[-1] == len(params["future"])
+            if not fits or params["future"].deepest_first != (mode == "cache"):
+                raise ValueError(f"future: not belady_future(requests, {mode!r}) of these requests")
         if policy == "infinite":
             capacity_blocks = max(capacity_blocks, upper_bound_blocks(requests))
         policy_obj = make_policy(policy, capacity_blocks, **params)
     else:
+        if future is not None:
+            raise ValueError("future: give the policy by name ('belady'); a ready policy has its own")
         policy_obj = policy
     result = SimResult(policy=policy_obj.name, mode=mode, capacity_blocks=requested)
     if capacity_blocks != requested:
