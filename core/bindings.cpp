@@ -43,9 +43,9 @@ struct FutureHandle {
   std::optional<bool> deepest_first;  // of_requests' order; unknown for a sequence given as is
 };
 
-BeladyFuture::Sequence keys_of(nb::handle obj) {
+std::vector<Key> keys_of(nb::handle obj) {
   KeyBatch batch(obj);
-  return BeladyFuture::Sequence(batch.data(), batch.data() + batch.size());
+  return std::vector<Key>(batch.data(), batch.data() + batch.size());
 }
 
 }  // namespace
@@ -264,7 +264,7 @@ NB_MODULE(_core, m) {
               const size_t outputs = nb::len(nb::object(r.attr("output_keys")));
               offsets.push_back(offsets.back() + static_cast<int64_t>(fulls.back() + outputs));
             }
-            BeladyFuture::Sequence sequence;
+            std::vector<Key> sequence;
             sequence.reserve(static_cast<size_t>(offsets.back()));
             size_t index = 0;
             for (nb::handle r : requests) {

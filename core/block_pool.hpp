@@ -385,23 +385,13 @@ class BlockPool {
       if (!holds_policy_key(keys[j])) policy_->miss(keys[j]);
   }
   // The copy holding policy key `victim` (evicted) leaves its key's chain and the indexes; returns
-  // its slot. A remixed copy is found through dup_; otherwise the copy is on the chain of its own
-  // trace key, found with one lookup that the unlinking reuses.
+  // its slot.
   int32_t take_copy(Key victim) {
-    if (dup_.size() > 0) {
-      const int32_t d = dup_.find(victim);
-      if (d >= 0) {
-        unlink_copy(d, index_.value_of(key_[d]));
-        dup_.erase(victim);
-        return d;
-      }
-    }
-    int32_t* first = index_.value_of(victim);
-    int32_t c = first ? *first : kNoCopy;
-    while (c >= 0 && pkey_[c] != victim) c = next_copy_[c];
-    if (c < 0) throw BadKey("block pool: the policy evicted " + std::to_string(victim) + ", which no block holds");
-    unlink_copy(c, first);
-    return c;
+    const int32_t s = slot_of_policy_key(victim);
+    if (s < 0) throw BadKey("block pool: the policy evicted " + std::to_string(victim) + ", which no block holds");
+    unlink_copy(s, index_.value_of(key_[s]));
+    if (pkey_[s] != key_[s]) dup_.erase(victim);
+    return s;
   }
   // Copy s leaves its key's chain, whose first copy's index entry is `first`.
   void unlink_copy(int32_t s, int32_t* first) {

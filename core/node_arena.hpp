@@ -144,8 +144,8 @@ struct Store {
   }
   // list.pop_tail(), then a head start on the next pop: the new tail's index entry and the node after
   // it start loading, so that a run of evictions (or ghost drops) from this list does not wait on
-  // memory for each victim's node and index entry. The new tail's node is already cached in steady
-  // state (the previous pop started loading it). Returns the popped node.
+  // memory for each victim's node and index entry (the new tail's node is in the cache: unlinking the
+  // popped one has just written it). Returns the popped node.
   int32_t pop_tail(List& list) {
     const int32_t i = list.pop_tail(nodes);
     const int32_t t = list.tail();

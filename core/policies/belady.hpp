@@ -19,9 +19,8 @@ namespace wakman {
 // access once the occurrences are built.
 struct BeladyFuture {
   static constexpr int32_t kNever = INT32_MAX;  // above every index: the future holds < INT32_MAX keys
-  using Sequence = std::vector<Key>;
 
-  explicit BeladyFuture(Sequence sequence) : keys(std::move(sequence)) {
+  explicit BeladyFuture(std::vector<Key> sequence) : keys(std::move(sequence)) {
     const size_t n = keys.size();
     if (n >= static_cast<size_t>(INT32_MAX)) throw std::length_error("belady: the future exceeds 2**31 - 2 accesses");
     next_index.assign(n, kNever);
@@ -76,7 +75,7 @@ struct BeladyFuture {
     return occ_positions_.capacity() * 4 + occ_start_.capacity() * 4 + occ_index_.bytes();
   }
 
-  Sequence keys;
+  std::vector<Key> keys;
   std::vector<int32_t> next_index;
 
  private:
@@ -283,7 +282,7 @@ class Belady final : public StoredPolicy {
   }
 
   std::shared_ptr<const BeladyFuture> shared_;
-  const BeladyFuture::Sequence& future_;
+  const std::vector<Key>& future_;
   const std::vector<int32_t>& next_index_;
   std::vector<int32_t> next_use_;  // by node
   std::vector<int32_t> heap_pos_;  // by node: its slot in heap_, or kNotInHeap (pinned, free slot)
