@@ -89,11 +89,14 @@ def figure_map(payload: dict[str, Any], path: Path) -> None:
                 ]
                 for cap in capacities
             ]
-            bound = max(1.0, max(abs(x) for line in data for x in line))
+            lead = panel == "lead"
+            # the lead's scale is symmetric; a regret's runs from 0 up (a negative regret, a manager
+            # ahead of the better static policy, is drawn as 0: white)
+            bound = max(1.0, max(abs(x) if lead else x for line in data for x in line))
             image = ax.imshow(
                 data,
-                cmap="RdBu" if panel == "lead" else "Reds",
-                vmin=-bound if panel == "lead" else 0,
+                cmap="RdBu" if lead else "Reds",
+                vmin=-bound if lead else 0,
                 vmax=bound,
                 aspect="auto",
                 origin="lower",
@@ -103,11 +106,11 @@ def figure_map(payload: dict[str, Any], path: Path) -> None:
                     ax.text(
                         j,
                         i,
-                        f"{x:+.1f}" if panel == "lead" else f"{x:.1f}".replace("-0.0", "0.0"),
+                        f"{x:+.1f}" if lead else f"{x:.1f}".replace("-0.0", "0.0"),
                         ha="center",
                         va="center",
                         fontsize=8,
-                        color="white" if abs(x) > 0.6 * bound else "black",
+                        color="white" if (abs(x) if lead else x) > 0.6 * bound else "black",  # on dark cells
                     )
             ax.set_xticks(range(len(values)), [f"{v:g}" for v in values])
             ax.set_yticks(range(len(capacities)), [f"{c:,}" for c in capacities])
@@ -115,9 +118,7 @@ def figure_map(payload: dict[str, Any], path: Path) -> None:
             ax.set_ylabel("cache (blocks)", fontsize=8)
             mix = "/".join(f"{x:g}" for x in AXES[name].mix) if name in AXES else ""
             ax.set_title(
-                f"LRU lead over S3-FIFO (points), {mix}"
-                if panel == "lead"
-                else f"{panel} regret (points), {mix}",
+                f"LRU lead over S3-FIFO (points), {mix}" if lead else f"{panel} regret (points), {mix}",
                 fontsize=9,
             )
             fig.colorbar(image, ax=ax, shrink=0.8)
