@@ -53,6 +53,7 @@ std::vector<Key> keys_of(nb::handle obj) {
 void bind_block_pool(nb::module_& m);  // bind_block_pool.cpp
 void bind_trace_scan(nb::module_& m);  // bind_trace_scan.cpp
 void bind_free_queue(nb::module_& m);  // bind_free_queue.cpp
+void bind_block_hash(nb::module_& m);  // bind_block_hash.cpp
 
 NB_MODULE(_core, m) {
   m.doc() = "wakman's compiled policy core: the policies and their per-block loops (see core/policy.hpp)";
@@ -371,4 +372,5 @@ NB_MODULE(_core, m) {
   bind_block_pool(m);
   bind_trace_scan(m);
   bind_free_queue(m);
+  bind_block_hash(m);
 }

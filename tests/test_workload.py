@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 from collections import Counter, defaultdict
@@ -10,6 +11,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from scipy import stats as sps
 from typer.testing import CliRunner
 
@@ -217,6 +220,45 @@ def test_sha256_keys_equal_vllm_block_hashes():
         hashes.append(parent.hex())
     assert hashes == VECTOR["block_hashes_hex"]
     assert hasher.keys(tokens, 32) == [int(h, 16) & ((1 << 64) - 1) for h in VECTOR["block_hashes_hex"]]
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    block_size=st.integers(1, 80),
+    extra_tokens=st.integers(0, 200),
+    parent=st.none() | st.binary(min_size=8, max_size=8),
+    seed=st.integers(0, 2**32 - 1),
+)
+def test_fast_keys_equal_hashlib_blake2b(block_size, extra_tokens, parent, seed):
+    """Fast mode's compiled chain against Python's hashlib: block i's key is the big-endian integer
+    of blake2b(previous digest + the block's int32 token bytes, digest_size=8); inputs of one, two
+    and more 128-byte compression blocks (block sizes up to 80 tokens), tails that are not a block."""
+    tokens = np.random.default_rng(seed).integers(
+        -(2**31), 2**31 - 1, size=block_size * 3 + extra_tokens, dtype=np.int32
+    )
+    hasher = BlockHasher("fast")
+    digest, expected = parent or hasher.none_hash, []
+    for b in range(len(tokens) // block_size):
+        block = tokens[b * block_size : (b + 1) * block_size].tobytes()
+        digest = hashlib.blake2b(digest + block, digest_size=8).digest()
+        expected.append(int.from_bytes(digest, "big"))
+    keys, last = hasher.chain_keys(parent, tokens, block_size)
+    assert keys.dtype == np.uint64 and keys.tolist() == expected
+    assert last == digest
+    assert hasher.chain_blocks(parent, tokens, block_size)[-1] == digest
+
+
+def test_ranks_draw_what_numpy_choice_draws():
+    """``Ranks.draw`` against numpy's own ``Generator.choice(n, p=p)`` on the same generator state,
+    for the generator's Zipf-Mandelbrot popularity and a skewed one with zero-probability ranks."""
+    skewed = np.array([0.0, 0.5, 0.0, 0.25, 0.125, 0.125, 0.0])
+    for p in (zipf_mandelbrot(1000, 1.1, 2.7), zipf_mandelbrot(3, 0.6, 0.0), skewed):
+        ranks = gen_module.Ranks(p)
+        for seed in range(200):
+            ours, theirs = np.random.default_rng(seed), np.random.default_rng(seed)
+            assert [ranks.draw(ours) for _ in range(20)] == [
+                int(theirs.choice(len(p), p=p)) for _ in range(20)
+            ]
 
 
 @pytest.mark.vllm

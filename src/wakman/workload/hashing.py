@@ -5,7 +5,10 @@
 ``NONE_HASH = sha256(pickle.dumps(seed))`` and seed ``"vllm-none-hash"`` (vLLM's default when
 PYTHONHASHSEED is unset; else PYTHONHASHSEED's value). The trace key of a block is vLLM's 64-bit
 external form of that hash, ``int.from_bytes(hash, "big") & (2**64 - 1)`` (its KV-event integers).
-``fast`` mode chains blake2b-64 over the raw token bytes: same prefix structure, simulation only.
+``fast`` mode chains blake2b-64 over the raw token bytes: block i's hash is
+``blake2b((parent_hash or NONE_HASH) + int32 token bytes, digest_size=8)`` with ``NONE_HASH`` the
+blake2b-64 of the seed, and its key the hash read big-endian; same prefix structure, simulation only.
+Its per-block loop runs in the compiled core (``core/block_hash.hpp``; hashlib is its reference).
 """
 
 from __future__ import annotations
@@ -15,6 +18,8 @@ import pickle
 from collections.abc import Sequence
 
 import numpy as np
+
+from wakman import _core
 
 MASK64 = (1 << 64) - 1
 DEFAULT_SEED = "vllm-none-hash"
@@ -40,25 +45,31 @@ class BlockHasher:
         if self.mode == "sha256":
             tokens = tuple(block.tolist() if isinstance(block, np.ndarray) else block)
             return vllm_sha256((parent or self.none_hash, tokens, None))
-        data = np.asarray(block, dtype=np.int32).tobytes()
-        return hashlib.blake2b((parent or self.none_hash) + data, digest_size=8).digest()
+        return self.chain_blocks(parent, np.asarray(block), len(block))[0]
 
     def chain_blocks(self, parent: bytes | None, tokens: np.ndarray, block_size: int) -> list[bytes]:
-        """The hashes of the full blocks of ``tokens`` (a whole number of blocks), each chained on
-        the one before, the first on ``parent``: ``chain`` block by block, with one conversion of
-        the tokens to bytes in fast mode."""
-        if self.mode == "sha256":
-            out = []
-            for start in range(0, len(tokens) - block_size + 1, block_size):
-                parent = self.chain(parent, tokens[start : start + block_size])
-                out.append(parent)
-            return out
-        data, step = np.asarray(tokens, dtype=np.int32).tobytes(), 4 * block_size
-        blake2b, none_hash, out = hashlib.blake2b, self.none_hash, []
-        for start in range(0, len(data) - step + 1, step):
-            parent = blake2b((parent or none_hash) + data[start : start + step], digest_size=8).digest()
+        """The hashes of the full blocks of ``tokens``, each chained on the one before, the first on
+        ``parent``: ``chain`` block by block."""
+        if self.mode == "fast":
+            return [int(k).to_bytes(8, "big") for k in self.chain_keys(parent, tokens, block_size)[0]]
+        out = []
+        for start in range(0, len(tokens) - block_size + 1, block_size):
+            parent = self.chain(parent, tokens[start : start + block_size])
             out.append(parent)
         return out
+
+    def chain_keys(
+        self, parent: bytes | None, tokens: np.ndarray, block_size: int
+    ) -> tuple[np.ndarray, bytes | None]:
+        """The keys (uint64) of the full blocks of ``tokens`` chained on ``parent``, and the chain's
+        last hash (``parent`` when there is no full block). Fast mode runs in the compiled core
+        (``core/block_hash.hpp``), one call for the whole run of blocks."""
+        if self.mode == "sha256":
+            hashes = self.chain_blocks(parent, tokens, block_size)
+            return self.key_array(hashes), (hashes[-1] if hashes else parent)
+        tokens = np.ascontiguousarray(tokens, dtype=np.int32)
+        keys = _core.chain_blake2b64(parent or self.none_hash, tokens, block_size)
+        return keys, (int(keys[-1]).to_bytes(8, "big") if len(keys) else parent)
 
     @staticmethod
     def key(block_hash: bytes) -> int:
@@ -72,5 +83,4 @@ class BlockHasher:
 
     def keys(self, tokens: np.ndarray | Sequence[int], block_size: int) -> list[int]:
         """Keys of every full block of ``tokens``."""
-        full = len(tokens) // block_size * block_size
-        return [self.key(h) for h in self.chain_blocks(None, np.asarray(tokens)[:full], block_size)]
+        return self.chain_keys(None, np.asarray(tokens), block_size)[0].tolist()

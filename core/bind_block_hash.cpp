@@ -1,0 +1,32 @@
+// wakman._core.chain_blake2b64: the workload generator's fast-mode block hash chain (block_hash.hpp).
+#include <nanobind/nanobind.h>
+#include <nanobind/ndarray.h>
+
+#include <stdexcept>
+#include <vector>
+
+#include "block_hash.hpp"
+
+namespace nb = nanobind;
+using namespace nb::literals;
+
+void bind_block_hash(nb::module_& m) {
+  m.def(
+      "chain_blake2b64",
+      [](nb::bytes parent, nb::ndarray<const int32_t, nb::ndim<1>, nb::c_contig, nb::device::cpu> tokens,
+         size_t block_size) {
+        if (parent.size() != 8) throw nb::value_error("chain_blake2b64: parent must be an 8-byte digest");
+        if (block_size < 1) throw nb::value_error("chain_blake2b64: block_size must be at least 1 token");
+        const size_t n = tokens.shape(0) / block_size;
+        auto* keys = new std::vector<uint64_t>(n);
+        nb::capsule owner(keys, [](void* p) noexcept { delete static_cast<std::vector<uint64_t>*>(p); });
+        std::vector<uint8_t> scratch(8 + 4 * block_size);
+        wakman::chain_blake2b64(reinterpret_cast<const uint8_t*>(parent.c_str()), tokens.data(), n, block_size,
+                                keys->data(), scratch.data());
+        return nb::ndarray<nb::numpy, uint64_t, nb::ndim<1>>(keys->data(), {n}, owner);
+      },
+      "parent"_a, "tokens"_a, "block_size"_a,
+      "Keys (uint64) of the full blocks of tokens (int32), each block's 8-byte BLAKE2b digest taken over the "
+      "previous digest (parent for the first) and the block's token bytes; a key is its digest read "
+      "big-endian. The chain's last digest is the last key's 8 big-endian bytes.");
+}
