@@ -24,6 +24,7 @@
 // throws NoEvictable when none exists; a pinned key keeps its segment and counters.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <stdexcept>
 #include <string>
@@ -136,12 +137,15 @@ inline void evict_many(Policy& p, size_t n, std::vector<Key>& out) {
 }
 
 // Hand-over (wakman.policies.handover): reset `dst`, then give it `src`'s cached blocks, the unpinned
-// ones through adopt() in src's eviction order (first victim first), the pinned ones inserted pinned.
-// src's ghosts and counters stay behind; src is unchanged. O(resident keys).
+// ones through adopt() in src's eviction order (first victim first), the pinned ones inserted pinned
+// in increasing key order (pinned keys have no order in src; a fixed one keeps src's index layout out
+// of dst's state: S3-FIFO's warm-up rule places them by insertion order). src's ghosts and counters
+// stay behind; src is unchanged. O(resident keys + pinned keys * log pinned keys).
 inline void handover(const Policy& src, Policy& dst) {
   std::vector<Key> order, pinned;
   src.eviction_order(order);
   src.pinned_keys(pinned);
+  std::sort(pinned.begin(), pinned.end());
   dst.reset();
   for (Key k : order) dst.adopt(k);
   for (Key k : pinned) dst.insert(k, true);

@@ -84,6 +84,24 @@ def test_pinned_life_cycle(name, capacity, ops):
         check(policy, resident, pinned)
 
 
+@pytest.mark.parametrize("capacity", [40, 1000])
+def test_handover_inserts_the_pinned_keys_in_key_order(capacity):
+    """The pinned keys have no order in the source; the hand-over inserts them in increasing key
+    order, whatever the order they were pinned in or the source's index layout. S3-FIFO's warm-up
+    rule shows it: after a reset the first small_ratio * capacity inserts fill the small queue, the
+    rest go to main, and S3-FIFO's eviction order lists the small queue first."""
+    rng = random.Random(capacity)
+    keys = rng.sample(range(1, 1 << 62), capacity)
+    src = make_policy("lru", capacity)
+    for key in keys:  # inserted and pinned in a random order
+        src.insert(key, pinned=True)
+    dst = handover(src, make_policy("s3fifo", capacity))
+    for key in keys:
+        dst.unpin(key)
+    small = capacity // 10  # s3fifo's small queue: 10 % of the capacity
+    assert set(dst.eviction_order()[:small]) == set(sorted(keys)[:small])
+
+
 @settings(max_examples=150, deadline=None)
 @given(src=st.sampled_from(BOUNDED), dst=st.sampled_from(NAMES), ops=operations, capacity=st.integers(2, 8))
 def test_handover_keeps_the_cached_blocks(src, dst, ops, capacity):

@@ -48,7 +48,8 @@ def handover(src: EvictionPolicy, dst: EvictionPolicy) -> EvictionPolicy:
     """Move ``src``'s cached blocks into ``dst`` (reset first): O(resident keys), nothing lost.
 
     The unpinned keys enter ``dst`` in ``src``'s eviction order (first victim first) through
-    ``dst.adopt``; pinned keys are inserted pinned. ``src``'s ghosts and counters are not carried
+    ``dst.adopt``; pinned keys are inserted pinned, in increasing key order (a fixed order that
+    ``src``'s index layout does not change). ``src``'s ghosts and counters are not carried
     (switching S3-FIFO -> LRU discards the ghost queue). ``src`` is left untouched.
     """
     _core.handover(src, dst)
