@@ -38,7 +38,7 @@ class StrandedCount {
   }
 
  private:
-  KeyMap reachable_, unreached_;
+  KeyMap reachable_{8, KeyMap::Fill::kDense}, unreached_{8, KeyMap::Fill::kDense};
 };
 
 }  // namespace wakman

@@ -133,6 +133,8 @@ struct Store {
   KeyMap index;
   NodeArena nodes;
 
+  explicit Store(KeyMap::Fill fill = KeyMap::Fill::kSparse) : index(8, fill) {}
+
   int32_t add(Key key, uint8_t where) {
     int32_t i = nodes.alloc(key, where);
     index.insert(key, i);

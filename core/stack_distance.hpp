@@ -331,7 +331,7 @@ class TraceScan {
 
   bool distances_;
   uint32_t min_positions_;
-  KeyMap index_;                    // key -> slot (dense, in first-access order)
+  KeyMap index_{8, KeyMap::Fill::kDense};  // key -> slot (slots dense, in first-access order)
   std::vector<int32_t> slots_;      // scratch: the slots of one batch's keys
   std::vector<Key> keys_;           // [slot] its key
   std::vector<double> last_t_;      // [slot] time of the last access (s)

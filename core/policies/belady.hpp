@@ -27,7 +27,7 @@ struct BeladyFuture {
     // `last` maps a key to its latest position seen so far. It is sized by the distinct keys as they
     // come (the table doubles), not by the accesses: a trace reuses its keys, and a table of n/2
     // entries would cost 16 bytes an access and a cache miss each.
-    KeyMap last;
+    KeyMap last(8, KeyMap::Fill::kDense);
     for (size_t j = n; j-- > 0;) {
       if (int32_t* pos = last.value_of(keys[j])) {
         next_index[j] = *pos;
@@ -86,7 +86,7 @@ struct BeladyFuture {
     std::vector<bool> is_next(n, false);
     for (size_t j = 0; j < n; ++j)
       if (next_index[j] != kNever) is_next[static_cast<size_t>(next_index[j])] = true;
-    occ_index_ = KeyMap();
+    occ_index_ = KeyMap(8, KeyMap::Fill::kDense);
     occ_start_.assign(1, 0);
     occ_positions_.assign(n, 0);
     int32_t filled = 0;
@@ -100,7 +100,7 @@ struct BeladyFuture {
   }
 
   mutable bool occurrences_built_ = false;
-  mutable KeyMap occ_index_;
+  mutable KeyMap occ_index_{8, KeyMap::Fill::kDense};
   mutable std::vector<int32_t> occ_start_, occ_positions_;
 };
 

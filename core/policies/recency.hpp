@@ -14,7 +14,10 @@ template <bool kMoveOnHit, bool kEvicts = true>
 class Recency final : public StoredPolicy {
  public:
   explicit Recency(int64_t capacity) : StoredPolicy(capacity) {
-    if (!kEvicts) bound_ = std::numeric_limits<int64_t>::max();
+    if (!kEvicts) {  // the ceiling holds every distinct key of its trace: a half-full index
+      bound_ = std::numeric_limits<int64_t>::max();
+      s_ = Store(KeyMap::Fill::kDense);
+    }
   }
   const char* name() const override { return kMoveOnHit ? "lru" : kEvicts ? "fifo" : "infinite"; }
 
