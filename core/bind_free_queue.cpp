@@ -425,13 +425,20 @@ void bind_free_queue(nb::module_& m) {
           "prepend_n",
           [](PyFreeQueue& q, nb::handle blocks) {
             std::vector<int32_t> ids;
-            each_block(blocks, [&](PyObject* b) { ids.push_back(block_id(b)); });
-            for (auto it = ids.rbegin(); it != ids.rend(); ++it) q.queue.release_to_head(*it);
+            std::vector<uint8_t> keeps_hash;
+            each_block(blocks, [&](PyObject* b) {
+              const int32_t id = block_id(b);
+              Key h = 0;
+              ids.push_back(id);
+              keeps_hash.push_back(q.queue.has_key(id) && block_hash(b, h));
+            });
+            for (size_t i = ids.size(); i-- > 0;) q.queue.release_to_head(ids[i], keeps_hash[i]);
           },
           "blocks"_a,
           "Blocks to hand out first, blocks[0] at the head: uncached ones (a keyed one lost its hash: its key\n"
-          "goes), and from vLLM 0.34's free_blocks(evict_first=True) cached ones, whose key goes too (they\n"
-          "are evicted before any policy key, as stock does; a prefix hit before that re-keys them at release).")
+          "goes), and from vLLM 0.34's free_blocks(evict_first=True) cached ones, whose key leaves as the\n"
+          "policy's own eviction of it would, ghost kept (they are evicted before any policy key, as stock\n"
+          "does; a prefix hit before that re-keys them at release).")
       .def("get_all_free_blocks", &PyFreeQueue::all_free,
            "Head to tail: blank blocks, then cached ones in the policy's eviction order.")
       .def(

@@ -141,6 +141,9 @@ NB_MODULE(_core, m) {
       .def("remove", [](Policy& p, nb::handle k) { p.remove(to_key(k)); },
            "Drop a resident key outside eviction in O(1); the others keep their metadata.")
       .def("discard", [](Policy& p, nb::handle k) { p.remove(to_key(k)); }, "Alias of remove.")
+      .def("evict_key", [](Policy& p, nb::handle k) { p.evict_key(to_key(k)); }, "key"_a,
+           "A resident key (pinned or not) leaves as the policy's own eviction of it would: its ghost "
+           "entry stays where the policy keeps one (S3-FIFO from S, ARC, chain-lru from P); O(1).")
       .def(
           "adopt",
           [](Policy& p, nb::handle keys) {

@@ -85,13 +85,23 @@ class FreeQueue {
     else push_blank(b, false);
   }
   // prepend_n: a block to hand out first, before any policy key: its key goes, if it has one. Either
-  // it lost its hash while in use (a path that removes hashes unseen), or vLLM 0.34 frees it with
-  // evict_first (its contents live in another tier): it keeps its hash in vLLM's table until it is
-  // handed out, and a prefix hit before that takes it from blank; at its next release (append_n) it
-  // becomes a key again. Its key leaves the policy without a ghost (docs/vllm.md: the lazy offload
-  // mode's limit).
-  void release_to_head(int32_t b) {
-    if (has_key_[check(b)]) uncached(b, false);
+  // it lost its hash while in use (a path that removes hashes unseen: the key goes as uncached()
+  // drops it), or vLLM 0.34 frees it with evict_first (`keeps_hash`: its contents live in another
+  // tier): it keeps its hash in vLLM's table until it is handed out, and a prefix hit before that
+  // takes it from blank; at its next release (append_n) it becomes a key again. Its key leaves
+  // through the policy's evict_key, so the policy keeps the ghost its own eviction would (a key that
+  // returns from S3-FIFO's ghost goes to M).
+  void release_to_head(int32_t b, bool keeps_hash) {
+    if (has_key_[check(b)]) {
+      if (!keeps_hash) {
+        uncached(b, false);
+      } else {
+        const Key k = key_of_[b];
+        policy_->evict_key(k);
+        block_of_.erase(k);
+        has_key_[b] = 0;
+      }
+    }
     push_blank(b, true);
   }
 

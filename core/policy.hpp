@@ -8,6 +8,11 @@
 //   hit(k)       a lookup found resident k, pinned or not
 //   pin/unpin    k leaves / re-enters the eviction order (vLLM: ref_cnt leaves / reaches 0)
 //   remove(k)    k leaves outside eviction, O(1); every other key keeps its metadata
+//   evict_key(k) k (pinned or not) leaves as this policy's own eviction of it would leave it: the
+//                ghost entry such an eviction keeps stays (S3-FIFO: from S into G, from M gone; ARC:
+//                T1 into B1, T2 into B2; chain-lru: from P into G, from M gone), nothing else moves;
+//                a policy without ghosts forgets k, as remove(). O(1); a key not resident: no-op.
+//                (vLLM 0.34's free_blocks(evict_first=True): the host, not the policy, chose k.)
 //   adopt(k)     hand-over: k arrives unpinned from another policy, oldest (first victim) first
 //   reset()      forget everything, ghosts and adaptive state included
 // and two hints, from the drivers that see requests (cache mode and the shadows, the serve loop);
@@ -83,6 +88,7 @@ class Policy {
   virtual void pin(Key key) = 0;
   virtual void unpin(Key key) = 0;
   virtual void remove(Key key) = 0;
+  virtual void evict_key(Key key) = 0;
   virtual void adopt(Key key) = 0;
   virtual void reset() = 0;
   virtual void on_request(const Key* /*keys*/, size_t /*full*/, const Key* /*outputs*/, size_t /*n_out*/,

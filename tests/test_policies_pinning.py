@@ -5,7 +5,7 @@ from __future__ import annotations
 import random
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from wakman.policies import POLICIES, NoEvictableKey, handover, make_policy
@@ -387,3 +387,87 @@ def test_belady_pool_use_evicts_the_latest_next_use(capacity, ops):
             (k for k in next_use if k not in pinned), key=lambda k: (-next_use[k][0], next_use[k][1])
         )
         assert policy.eviction_order() == evictable
+
+
+def _warmed(name: str, capacity: int, keys: list[int]):
+    """A plain cache of ``name`` after accessing ``keys`` (a driver's own evictions included)."""
+    policy = build(name, capacity)
+    for key in keys:
+        policy.access(key)
+    return policy
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    name=st.sampled_from(["lru", "fifo", "s3fifo", "s3fifo-v0", "chain-lru"]),
+    capacity=st.integers(10, 24),  # S3-FIFO's small queue holds a block or more
+    before=st.lists(st.integers(0, 40), min_size=30, max_size=160),
+    after=st.lists(st.integers(0, 40), max_size=120),
+)
+def test_evict_key_of_the_next_victim_is_that_eviction(name, capacity, before, after):
+    """The host evicting the policy's own next victim with ``evict_key`` leaves the policy as its
+    ``evict()`` does, ghost entry included: from then on the two give the same hits and eviction
+    orders, ghost hits on the victim included. Compared where ``evict()`` moved no other key (no
+    promotion or second chance, the same ghost count) and after a first eviction (S3-FIFO's
+    warm-up rule counts only the policy's own)."""
+    assume(len(set(before)) > capacity)
+    natural, hosted = _warmed(name, capacity, before), _warmed(name, capacity, before)
+    order = hosted.eviction_order()
+    victim = natural.evict()
+    hosted.evict_key(victim)
+    assume(natural.eviction_order() == [k for k in order if k != victim])
+    if hasattr(natural, "ghost_size"):
+        assume(natural.ghost_size == hosted.ghost_size)
+        assert natural.in_ghost(victim) == hosted.in_ghost(victim)
+    assert victim not in hosted and len(hosted) == len(natural)
+    for key in [victim, *after]:
+        assert natural.access(key) == hosted.access(key)
+        assert natural.eviction_order() == hosted.eviction_order()
+
+
+@pytest.mark.parametrize("pinned", [False, True])
+def test_evict_key_keeps_each_policys_ghost(pinned):
+    """Where each policy keeps the ghost of a key the host evicts (pinned or not), read through the
+    policy's own ghost probes: S3-FIFO and chain-lru from their probation queue into G and not from
+    M; ARC from T1 into B1 (a later ghost hit raises p by max(|B2| / |B1|, 1), its insert goes to
+    T2) and from T2 into B2; policies without ghosts simply forget the key."""
+    s3 = make_policy("s3fifo", 20)
+    for key in range(25):  # an eviction happened: no warm-up placement
+        s3.access(key)
+    in_small = s3.eviction_order()[0]
+    in_main = s3.eviction_order()[-1]
+    assert in_main not in s3.eviction_order()[:2]
+    for key in (in_small, in_main):
+        if pinned:
+            s3.pin(key)
+        s3.evict_key(key)
+        assert key not in s3 and s3.num_pinned == 0
+    assert s3.in_ghost(in_small) and not s3.in_ghost(in_main)
+    s3.miss(in_small)
+    s3.evict()
+    s3.insert(in_small)
+    assert s3.eviction_order()[-1] == in_small  # back from G: M's newest
+
+    arc = make_policy("arc", 10)
+    for key in [*range(10), 0, 1, 2]:  # 0, 1, 2 in T2; 3..9 in T1
+        arc.access(key)
+    ghosts = arc.ghost_size
+    for key in (5, 1):
+        if pinned:
+            arc.pin(key)
+        arc.evict_key(key)
+        assert key not in arc
+    assert arc.ghost_size == ghosts + 2 and arc.p == 0.0
+    arc.miss(5)  # B1 holds 5 only, B2 holds 1: p += max(1 / 1, 1)
+    assert arc.p == 1.0
+    arc.insert(5)
+    assert arc.eviction_order()[-1] == 5  # T2's MRU end: the last of T1 then T2
+
+    for name in ("lru", "fifo", "sieve", "infinite"):
+        policy = make_policy(name, 4)
+        for key in range(4):
+            policy.access(key)
+        if pinned:
+            policy.pin(2)
+        policy.evict_key(2)
+        assert 2 not in policy and policy.eviction_order() == [0, 1, 3]

@@ -267,6 +267,15 @@ def test_blocks_freed_evict_first_are_handed_out_first_as_in_stock(policy):
     ids = [[b.block_id for b in p.free_block_queue.get_all_free_blocks()[:3]] for p in (stock, pool)]
     assert ids[0] == ids[1]
     pool.check()
+    # their keys left through the policy's evict_key: nothing was evicted before, so the ghosts are
+    # theirs: ARC moved all three from T1 to B1; S3-FIFO those in its small queue (the warm-up rule
+    # put the later ones in M, which keeps no ghost)
+    ghosts = pool.free_block_queue.policy
+    if policy == "arc":
+        assert ghosts.ghost_size == 3
+    if policy == "s3fifo":
+        in_ghost = [ghosts.in_ghost(policy_key(k)) for k in held]
+        assert in_ghost[0] and sum(in_ghost) == ghosts.ghost_size
     # still cached: a request over them hits all three, and they become policy keys again at release
     assert serve_one(stock, held, 3) == serve_one(pool, held, 3) == 3
     assert [pool.free_block_queue.key_of(pool.cached_block_hash_to_block.get_one_block(k)) for k in held] == [

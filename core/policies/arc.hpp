@@ -131,6 +131,22 @@ class ARC final : public Policy {
     else (n.where == kT1 ? t1_ : t2_).unlink(s_.nodes, i);
     s_.drop(i);
   }
+  // T1 -> B1, T2 -> B2, as REPLACE moves its victim; p stays, and |T1| + |B1| and the directory's
+  // size do not change, so its bounds hold as before.
+  void evict_key(Key key) override {
+    int32_t i = find_resident(key);
+    if (i < 0) return;
+    Node& n = s_.nodes[i];
+    const bool t1 = n.where == kT1;
+    if (n.pinned) {
+      n.pinned = 0;
+      --(t1 ? t1_pinned_ : t2_pinned_);
+    } else {
+      (t1 ? t1_ : t2_).unlink(s_.nodes, i);
+    }
+    n.where = t1 ? kB1 : kB2;
+    (t1 ? b1_ : b2_).push_head(s_.nodes, i);
+  }
   void adopt(Key key) override { insert(key, false); }
   void reset() override {
     s_.clear();

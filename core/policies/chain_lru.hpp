@@ -282,15 +282,8 @@ class ChainLRU final : public Policy {
          static_cast<double>(probation_.size() + pinned_in_probation_) >=
              small_ratio_ * static_cast<double>(bound_))) {
       int32_t i = s_.pop_tail(probation_);
-      Node& n = s_.nodes[i];
-      Key key = n.key;
-      if (ghost_capacity_ > 0) {  // the node lives on as the ghost entry
-        if (static_cast<int64_t>(ghost_.size()) >= ghost_capacity_) s_.drop(s_.pop_tail(ghost_));
-        n.where = kGhost;
-        ghost_.push_head(s_.nodes, i);
-      } else {
-        s_.drop(i);
-      }
+      Key key = s_.nodes[i].key;
+      to_ghost(i);
       return key;
     }
     if (main_.empty()) no_evictable();
@@ -360,6 +353,21 @@ class ChainLRU final : public Policy {
       queue(n.where).unlink(s_.nodes, i);
     }
     s_.drop(i);
+  }
+  // A key in P enters G as evict()'s victim from P does (G's oldest goes when G is full); one in M goes.
+  void evict_key(Key key) override {
+    int32_t i = find_resident(key);
+    if (i < 0) return;
+    Node& n = s_.nodes[i];
+    if (n.pinned) {
+      n.pinned = 0;
+      --pinned_;
+      pinned_in_probation_ -= (n.where == kProbation);
+    } else {
+      queue(n.where).unlink(s_.nodes, i);
+    }
+    if (n.where == kProbation) to_ghost(i);
+    else s_.drop(i);
   }
   // Inherited blocks go to M, oldest first.
   void adopt(Key key) override {
@@ -442,6 +450,17 @@ class ChainLRU final : public Policy {
   }
 
   List& queue(uint8_t where) { return where == kProbation ? probation_ : main_; }
+  // Node i, off every queue, lives on as G's newest entry (G's oldest goes when G is full); without
+  // a ghost queue it goes.
+  void to_ghost(int32_t i) {
+    if (ghost_capacity_ <= 0) {
+      s_.drop(i);
+      return;
+    }
+    if (static_cast<int64_t>(ghost_.size()) >= ghost_capacity_) s_.drop(s_.pop_tail(ghost_));
+    s_.nodes[i].where = kGhost;
+    ghost_.push_head(s_.nodes, i);
+  }
 
   // Session mode: the session's previous request (its full prompt blocks, then its outputs) against
   // this one; the blocks after their common prefix are the session's abandoned branch (a compacted

@@ -119,6 +119,21 @@ class S3FIFO final : public Policy {
     else queue(n.where).unlink(s_.nodes, i);
     s_.drop(i);
   }
+  // A key in S enters G as evict_small's victim does (G's oldest goes when G is full); one in M goes.
+  // Not an eviction for the warm-up rule (has_evicted_ stays): the host chose the key, not capacity.
+  void evict_key(Key key) override {
+    int32_t i = find_resident(key);
+    if (i < 0) return;
+    Node& n = s_.nodes[i];
+    if (n.pinned) {
+      n.pinned = 0;
+      --pinned_count(n.where);
+    } else {
+      queue(n.where).unlink(s_.nodes, i);
+    }
+    if (n.where == kSmall) to_ghost(i);
+    else s_.drop(i);
+  }
   // Inherited blocks go to M, oldest first, freq 0.
   void adopt(Key key) override {
     if (s_.index.find(key) >= 0) bad_key("adopt of a known key", key);
@@ -178,17 +193,23 @@ class S3FIFO final : public Policy {
         continue;
       }
       victim = n.key;
-      if (ghost_capacity_ > 0) {  // the node lives on as the ghost entry
-        if (static_cast<int64_t>(ghost_.size()) >= ghost_capacity_) s_.drop(s_.pop_tail(ghost_));
-        n.where = kGhost;
-        n.freq = 0;
-        ghost_.push_head(s_.nodes, i);
-      } else {
-        s_.drop(i);
-      }
+      to_ghost(i);
       return true;
     }
     return false;
+  }
+  // Node i, off every queue, lives on as G's newest entry (G's oldest goes when G is full); without
+  // a ghost queue it goes.
+  void to_ghost(int32_t i) {
+    if (ghost_capacity_ <= 0) {
+      s_.drop(i);
+      return;
+    }
+    if (static_cast<int64_t>(ghost_.size()) >= ghost_capacity_) s_.drop(s_.pop_tail(ghost_));
+    Node& n = s_.nodes[i];
+    n.where = kGhost;
+    n.freq = 0;
+    ghost_.push_head(s_.nodes, i);
   }
 
   Key evict_main() {

@@ -23,6 +23,7 @@ class StoredPolicy : public Policy {
   size_t bytes() const override { return s_.bytes(); }
 
   void miss(Key) override {}  // no ghosts: a miss changes nothing
+  void evict_key(Key key) override { remove(key); }  // no ghost to keep
   bool hears_misses() const override { return false; }
 
   void begin_access(Key) {}

@@ -15,7 +15,9 @@ B1 and B2 hold evicted keys; ``p`` (a float) is T1's target size.
 
 Pinning: pinned keys leave T1/T2 (sizes still count them); ``unpin`` re-enters at the MRU end of the
 same list; when the list REPLACE picks has no unpinned key the other one is used. ``adopt`` puts
-inherited keys in T1, oldest first. No parameters.
+inherited keys in T1, oldest first. ``remove`` forgets a key without a ghost; ``evict_key`` (the
+host's eviction of a given key) moves it from T1 to B1's MRU end or from T2 to B2's, as REPLACE
+does, with ``p`` unchanged. No parameters.
 """
 
 from __future__ import annotations

@@ -13,6 +13,10 @@ libCacheSim's order:
   leaves / reaches 0); ``hit_pin``, ``hit_pin_many``, ``unpin_many`` batch them;
 - ``remove(key)`` (alias ``discard``): O(1) removal outside eviction; every other key keeps its
   metadata;
+- ``evict_key(key)``: the host evicts this resident key (pinned or not; vLLM 0.34's
+  ``free_blocks(evict_first=True)``): it leaves as the policy's own eviction of it would, its ghost
+  entry kept where the policy keeps one (each policy's module says where); without ghosts, as
+  ``remove``. O(1);
 - ``adopt(keys)`` (hand-over, oldest first), ``reset()``.
 
 The drivers: ``access(key)`` and ``replay(keys)`` (one loop for every policy: find, hit or miss,

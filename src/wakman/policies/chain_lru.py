@@ -61,7 +61,8 @@ crediting blocks whose prefix is gone, which filtering leaves behind.
 
 - pinning: a pinned key leaves its queue and keeps its segment; ``unpin`` puts it at the newest end
   of its segment. ``adopt`` puts inherited keys in M, oldest first; ``remove`` takes a key out
-  without a ghost entry; ``reset`` forgets the statistics too.
+  without a ghost entry; ``evict_key`` (the host's eviction of a given key) puts a key from P into
+  G as P's victims go and drops one from M; ``reset`` forgets the statistics too.
 
 Session mode (``sessions=True``, off by default), for hosts that know each request's session id
 (a trace's ``session_id``: kv-cache-tester conversations and sub-agents, AIPerf sessions; sent by

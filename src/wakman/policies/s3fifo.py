@@ -17,8 +17,10 @@ Semantics (C = capacity in blocks):
 Pinning: a pinned block leaves its queue, keeping its segment and frequency; ``unpin`` puts it at
 the head (newest end) of that queue. Segment sizes count pinned blocks. ``adopt`` (policy switch)
 puts inherited blocks in M, oldest first, freq 0; S and G start empty. ``remove`` takes a block out
-of its queue without a ghost entry. A ghost hit whose key is never inserted waits at most C such
-keys before it is forgotten.
+of its queue without a ghost entry; ``evict_key`` (the host's eviction of a given block) puts a
+key from S into G as S's victims go (G's oldest leaves when G is full) and drops one from M; it
+does not count as an eviction for the warm-up rule. A ghost hit whose key is never inserted waits
+at most C such keys before it is forgotten.
 
 Parameters: ``small_ratio=0.1``, ``ghost_ratio=0.9``, ``promote_threshold=2``, ``freq_cap=3``.
 
