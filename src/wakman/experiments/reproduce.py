@@ -19,7 +19,7 @@ import statistics
 import time
 from collections import Counter
 from collections.abc import Callable
-from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -294,40 +294,89 @@ def run(
     has_claude = bool(plan.claude_capacities and archive is not None and archive.exists())
     if has_claude:
         stages.append(("claude code", _claude_task, [(p, plan) for p in ALL_POLICIES]))
-    global _claude_requests
     context = mp.get_context("fork") if "fork" in mp.get_all_start_methods() else None
-    if has_claude and context is not None:
-        _claude_requests = _claude_archive(plan)  # read once: the forked workers share it
+    # the heaviest tasks first, so that no worker is left with a long one at the end
+    order = sorted(
+        ((stage, fn, i, task) for stage, fn, tasks in stages for i, task in enumerate(tasks)),
+        key=lambda item: -_expected_cost(item[0], item[3][0]),
+    )
+    global _claude_requests
     try:
-        # the heaviest tasks first, so that no worker is left with a long one at the end
-        order = sorted(
-            ((stage, fn, i, task) for stage, fn, tasks in stages for i, task in enumerate(tasks)),
-            key=lambda item: -_expected_cost(item[0], item[3][0]),
-        )
-        with ProcessPoolExecutor(jobs, mp_context=context) as pool:
-            submitted = {(stage, i): pool.submit(fn, task) for stage, fn, i, task in order}
-            futures = {stage: [submitted[stage, i] for i in range(len(tasks))] for stage, _, tasks in stages}
-            for stage, _, tasks in stages:
-                out = []
-                for done, future in enumerate(futures[stage], start=1):
-                    out.append(future.result())
-                    if progress:
-                        progress(stage, done, len(tasks))
-                if stage == "mixes":
-                    results.mixes = out
-                elif stage == "ablations":
-                    results.ablations = out
-                elif stage == "map":
-                    results.map = [point for points in out for point in points]
-                elif stage == "real traces":
-                    results.real = [row for rows in out for row in rows]
-                else:
-                    results.real += _claude_rows(plan, out)
+        out = _run_tasks(order, plan, jobs, context, has_claude, progress, {s: len(t) for s, _, t in stages})
+        for stage, _, tasks in stages:
+            rows = [out[stage, i] for i in range(len(tasks))]
+            if stage == "mixes":
+                results.mixes = rows
+            elif stage == "ablations":
+                results.ablations = rows
+            elif stage == "map":
+                results.map = [point for points in rows for point in points]
+            elif stage == "real traces":
+                results.real = [row for rows_ in rows for row in rows_]
+            else:
+                results.real += _claude_rows(plan, rows)
     finally:
         _claude_requests = None  # the parent does not keep the archive past the run
     example = max(results.mixes, key=lambda m: sum(d["switched"] for d in m["wakman_decisions"]))
     results.decisions_example = {"mix": example["name"], "decisions": example["wakman_decisions"]}
     results.wall_s = time.perf_counter() - began
+    return results
+
+
+def _run_tasks(
+    order: list[tuple[str, Callable, int, Any]],
+    plan: Plan,
+    jobs: int,
+    context: Any,
+    has_claude: bool,
+    progress: Callable[[str, int, int], None] | None,
+    totals: dict[str, int],
+) -> dict[tuple[str, int], Any]:
+    """Run the tasks (in ``order``'s order as workers free up) on ``jobs`` worker processes; returns
+    (stage, index) -> the task's result. With fork and the Claude Code archive, one worker starts
+    on the synthetic tasks at once while the parent reads the archive, and the others fork after
+    the read, sharing it (a worker forked before it never runs an archive task); the parent keeps
+    the archive in ``_claude_requests`` for the caller to drop."""
+    global _claude_requests
+    pending, results = list(order), {}
+    done_in: dict[str, int] = dict.fromkeys(totals, 0)
+    early_jobs = 1 if has_claude and context is not None and jobs > 1 else 0
+    pools: list[tuple[ProcessPoolExecutor, int, bool]] = []  # (pool, workers, may run archive tasks)
+    running: dict[Any, tuple[str, int, ProcessPoolExecutor]] = {}
+
+    def feed(pool: ProcessPoolExecutor, workers: int, archive_ok: bool) -> None:
+        busy = sum(1 for _, _, p in running.values() if p is pool)
+        while busy < workers:
+            item = next((t for t in pending if archive_ok or t[0] != "claude code"), None)
+            if item is None:
+                return
+            pending.remove(item)
+            stage, fn, i, task = item
+            running[pool.submit(fn, task)] = (stage, i, pool)
+            busy += 1
+
+    try:
+        if early_jobs:
+            early = ProcessPoolExecutor(early_jobs, mp_context=context)
+            pools.append((early, early_jobs, False))
+            feed(early, early_jobs, False)  # its worker forks now, without the archive
+        if has_claude and context is not None:
+            _claude_requests = _claude_archive(plan)  # read once: the workers forked next share it
+        late = ProcessPoolExecutor(jobs - early_jobs, mp_context=context)
+        pools.append((late, jobs - early_jobs, True))
+        while pending or running:
+            for pool, workers, archive_ok in pools:
+                feed(pool, workers, archive_ok)
+            finished, _ = wait(list(running), return_when=FIRST_COMPLETED)
+            for future in finished:
+                stage, i, _ = running.pop(future)
+                results[stage, i] = future.result()
+                done_in[stage] += 1
+                if progress:
+                    progress(stage, done_in[stage], totals[stage])
+    finally:
+        for pool, _, _ in pools:
+            pool.shutdown(cancel_futures=True)
     return results
 
 
