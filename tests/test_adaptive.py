@@ -160,6 +160,44 @@ def test_cache_mode_supports_the_manager():
     assert result.extra["decisions"][0]["shadow_capacity"] == 3000
 
 
+@pytest.mark.parametrize("preset", ["wakman", "wakman-plus"])
+def test_cache_mode_decides_ahead_as_in_line(preset):
+    """Cache mode takes every decision first and then replays the live cache with the switches.
+    The reference decides in line, request by request: each arrival, the decision due, the switch,
+    then the request through the live cache (the loop cache mode ran before). Same hits per request,
+    same switches, on traffic that shifts from single-turn to agentic."""
+    from wakman.adaptive.config import ADAPTIVE_PRESETS
+    from wakman.drivers import replay_request
+
+    single = generate_requests(build_config(preset="mix01-pure-single", duration_s=1800), seed=4)
+    agentic = generate_requests(build_config(preset="mix03-pure-agentic", duration_s=1800), seed=5)
+    reqs, capacity = shift(single, agentic, 1800), 3000
+    manager = AdaptiveManager(ADAPTIVE_PRESETS[preset], capacity)
+    live, hits = manager.initial_policy(), 0
+    for req in reqs:
+        manager.on_arrival(req.arrival_s, req)
+        name = manager.cache_decide(req.arrival_s, capacity)
+        if name is not None:
+            live = manager.cache_switch(live, name)
+        hits += (
+            replay_request(
+                live,
+                req.block_keys,
+                req.prompt_tokens,
+                req.block_size,
+                req.output_keys,
+                req.arrival_s,
+                req.session_id,
+            )[0]
+            * req.block_size
+        )
+    result = simulate(reqs, preset, capacity, mode="cache")
+    assert result.hit_tokens == hits
+    ahead = [(d["time_s"], d["choice"], d["switched"]) for d in result.extra["decisions"]]
+    assert ahead == [(d.time_s, d.choice, d.switched) for d in manager.decisions]
+    assert sum(switched for _, _, switched in ahead) >= 1
+
+
 def test_plus_is_a_documented_combination():
     assert PLUS.interval_s < PAPER.interval_s and PLUS.first_decision_s < PAPER.first_decision_s
 

@@ -114,16 +114,18 @@ class AdaptiveManager:
         if now >= self.next_decision:
             self.decide(now, pool)
 
-    def cache_policy(self, now: float, live: EvictionPolicy) -> EvictionPolicy:
-        """Cache mode: decide when due (shadows sized like ``live``); a switch hands ``live``'s
-        blocks over to a new policy."""
+    def cache_decide(self, now: float, capacity: int) -> str | None:
+        """Cache mode: decide when due (shadows of the live cache's ``capacity``); the policy to
+        switch to, or None. Reads the logged requests only, never the live cache."""
         if now < self.next_decision:
-            return live
+            return None
         before = self.live
-        self.decide(now, None, shadow_capacity=live.capacity)
-        if self.live == before:
-            return live
-        return handover(live, self.make_policy(self.live, live.capacity))
+        self.decide(now, None, shadow_capacity=capacity)
+        return None if self.live == before else self.live
+
+    def cache_switch(self, live: EvictionPolicy, name: str) -> EvictionPolicy:
+        """Cache mode: a ``name`` policy with this manager's parameters that took ``live``'s blocks."""
+        return handover(live, self.make_policy(name, live.capacity))
 
     # ------------------------------------------------------------------ decisions
     def decide(self, now: float, pool: BlockPool | None, shadow_capacity: int | None = None) -> str:

@@ -25,14 +25,25 @@ def replay_prefixes(
     track_stranded: bool = True,
     controller: Controller | None = None,
 ) -> SimResult:
-    """``controller.on_arrival`` sees each request before it is replayed, and its ``cache_policy``
-    may then return a new live policy (the adaptive manager's decisions in cache mode).
-    ``track_stranded``: count the stranded blocks at the end (one more walk over every chain)."""
+    """``controller.on_arrival`` sees each request, then ``controller.cache_decide`` may name a
+    policy to switch the live cache to before that request (the adaptive manager's decisions in
+    cache mode). Those decisions read the requests only, so they are all taken first, in arrival
+    order, and the live cache is replayed after them with each switch (``cache_switch``) at its
+    request: the run an in-line loop gives, without the manager's shadows and the live cache taking
+    turns in the CPU's caches. ``track_stranded``: count the stranded blocks at the end (one more
+    walk over every chain)."""
+    switches: dict[int, str] = {}  # request index -> the policy the live cache switches to before it
+    if controller is not None:
+        for index, req in enumerate(requests):
+            controller.on_arrival(req.arrival_s, req)
+            name = controller.cache_decide(req.arrival_s, policy.capacity)
+            if name is not None:
+                switches[index] = name
     misses = 0
     for index, req in enumerate(requests):
-        if controller is not None:
-            controller.on_arrival(req.arrival_s, req)
-            policy = controller.cache_policy(req.arrival_s, policy)
+        if index in switches:
+            assert controller is not None
+            policy = controller.cache_switch(policy, switches[index])
         keys, bs = req.block_keys, req.block_size
         hits, accessed, access_hits = replay_request(
             policy, keys, req.prompt_tokens, bs, req.output_keys, req.arrival_s, req.session_id

@@ -24,9 +24,15 @@ class Controller(Protocol):
         A third, ``decoded_blocks``, is set by the step loop (``wakman.simulation.steps``) before
         the run to a ``DecodedBlocks``: each request's decoded blocks so far, as vLLM shows them."""
 
-    def cache_policy(self, now: float, live: EvictionPolicy) -> EvictionPolicy:
-        """Cache mode: the policy to replay the request that arrived at ``now`` with (``live`` or a
-        new one that took ``live``'s blocks over)."""
+    def cache_decide(self, now: float, capacity: int) -> str | None:
+        """Cache mode, after ``on_arrival`` of the request that arrived at ``now``: the policy to
+        switch the live cache (of ``capacity`` blocks) to before that request is replayed, or None.
+        The decisions may read the requests, never the live cache: cache mode takes them all first,
+        then replays the live cache with each switch at its request (the same run as deciding in
+        line, with one policy's tables in the CPU's caches at a time)."""
+
+    def cache_switch(self, live: EvictionPolicy, name: str) -> EvictionPolicy:
+        """Cache mode: a ``name`` policy that took ``live``'s blocks over (``handover``)."""
 
     def report(self) -> dict[str, Any]:
         """Figures merged into ``SimResult.extra`` at the end of the run."""
