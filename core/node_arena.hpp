@@ -157,6 +157,17 @@ struct Store {
     }
     return i;
   }
+  // Node i, on no list, becomes `ghost`'s newest entry in segment `where`; ghost's oldest entry goes
+  // when it holds `capacity` already. With capacity <= 0 (no ghost list) node i goes.
+  void to_ghost(List& ghost, int64_t capacity, int32_t i, uint8_t where) {
+    if (capacity <= 0) {
+      drop(i);
+      return;
+    }
+    if (static_cast<int64_t>(ghost.size()) >= capacity) drop(pop_tail(ghost));
+    nodes[i].where = where;
+    ghost.push_head(nodes, i);
+  }
   void clear() {
     index.clear();
     nodes.clear();

@@ -452,15 +452,7 @@ class ChainLRU final : public Policy {
   List& queue(uint8_t where) { return where == kProbation ? probation_ : main_; }
   // Node i, off every queue, lives on as G's newest entry (G's oldest goes when G is full); without
   // a ghost queue it goes.
-  void to_ghost(int32_t i) {
-    if (ghost_capacity_ <= 0) {
-      s_.drop(i);
-      return;
-    }
-    if (static_cast<int64_t>(ghost_.size()) >= ghost_capacity_) s_.drop(s_.pop_tail(ghost_));
-    s_.nodes[i].where = kGhost;
-    ghost_.push_head(s_.nodes, i);
-  }
+  void to_ghost(int32_t i) { s_.to_ghost(ghost_, ghost_capacity_, i, kGhost); }
 
   // Session mode: the session's previous request (its full prompt blocks, then its outputs) against
   // this one; the blocks after their common prefix are the session's abandoned branch (a compacted

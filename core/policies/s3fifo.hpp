@@ -198,18 +198,11 @@ class S3FIFO final : public Policy {
     }
     return false;
   }
-  // Node i, off every queue, lives on as G's newest entry (G's oldest goes when G is full); without
-  // a ghost queue it goes.
+  // Node i, off every queue, lives on as G's newest entry, freq 0 (G's oldest goes when G is full);
+  // without a ghost queue it goes.
   void to_ghost(int32_t i) {
-    if (ghost_capacity_ <= 0) {
-      s_.drop(i);
-      return;
-    }
-    if (static_cast<int64_t>(ghost_.size()) >= ghost_capacity_) s_.drop(s_.pop_tail(ghost_));
-    Node& n = s_.nodes[i];
-    n.where = kGhost;
-    n.freq = 0;
-    ghost_.push_head(s_.nodes, i);
+    s_.nodes[i].freq = 0;
+    s_.to_ghost(ghost_, ghost_capacity_, i, kGhost);
   }
 
   Key evict_main() {
