@@ -171,35 +171,41 @@ Key group_key(PyObject* block_hash, uint32_t group) {
   return hash_key(data, static_cast<size_t>(size), group);
 }
 
-// reconcile() of free_queue.hpp for one Python block; the null block is skipped.
-void reconcile(FreeQueue& q, PyObject* block) {
-  const int32_t b = block_id(block);
-  if (b == q.null_block()) return;
-  Key h = 0;
-  bool hashed = block_hash(block, h);
-  q.reconcile(b, hashed, h, ref_cnt(block) > 0);
-}
-
-// append_n for one block: a keyed block is unpinned; an unkeyed one with a hash becomes a free key;
-// the others join blank's tail.
-void release(FreeQueue& q, PyObject* block) {
-  int32_t b = block_id(block);
+// append_n for one block (id b): a keyed block is unpinned; an unkeyed one with a hash becomes a
+// free key; the others join blank's tail.
+void release(FreeQueue& q, int32_t b, PyObject* block) {
   Key h = 0;
   if (!q.has_key(b) && block_hash(block, h)) q.cached(b, h, false);  // a new key, free at once
   else q.release_to_tail(b);
 }
 
-// Calls fn(block) for each of blocks[start:stop] (stop < 0: to the end), from an iterable of blocks
-// (a list is read without a copy).
+// blocks[start:stop] (stop < 0: to the end) of an iterable of blocks, to range over (a list is read
+// without a copy; the range keeps it alive).
+class Blocks {
+ public:
+  explicit Blocks(nb::handle blocks, Py_ssize_t start = 0, Py_ssize_t stop = -1) {
+    PyObject* seq = PySequence_Fast(blocks.ptr(), "free queue: expected an iterable of blocks");
+    if (seq == nullptr) throw nb::python_error();
+    owner_ = nb::steal(seq);
+    const Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
+    stop = (stop < 0 || stop > n) ? n : stop;
+    start = std::min(std::max<Py_ssize_t>(start, 0), stop);
+    begin_ = PySequence_Fast_ITEMS(seq) + start;
+    end_ = PySequence_Fast_ITEMS(seq) + stop;
+  }
+  PyObject** begin() const { return begin_; }
+  PyObject** end() const { return end_; }
+
+ private:
+  nb::object owner_;
+  PyObject** begin_;
+  PyObject** end_;
+};
+
+// Calls fn(block) for each of blocks[start:stop].
 template <class Fn>
 void each_block(nb::handle blocks, Fn&& fn, Py_ssize_t start = 0, Py_ssize_t stop = -1) {
-  PyObject* seq = PySequence_Fast(blocks.ptr(), "free queue: expected an iterable of blocks");
-  if (seq == nullptr) throw nb::python_error();
-  nb::object owner = nb::steal(seq);
-  Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
-  stop = (stop < 0 || stop > n) ? n : stop;
-  PyObject** items = PySequence_Fast_ITEMS(seq);
-  for (Py_ssize_t i = std::max<Py_ssize_t>(start, 0); i < stop; ++i) fn(items[i]);
+  for (PyObject* b : Blocks(blocks, start, stop)) fn(b);
 }
 
 Policy& as_policy(nb::handle policy) {
@@ -242,6 +248,40 @@ struct PyFreeQueue {
       PyList_SET_ITEM(out, static_cast<Py_ssize_t>(i), b);
     }
     return nb::steal<nb::list>(out);
+  }
+
+  std::vector<int32_t> batch;  // reused by hit and append_n: the batch's block ids
+
+  // Block id b, whose policy entry starts loading (FreeQueue::prefetch_block): a batch's calls
+  // read their ids first, then act on them.
+  int32_t ahead(int32_t b) const {
+    queue.prefetch_block(b);
+    return b;
+  }
+
+  // What sync read of one block: its id, whether it has a hash (and that hash's policy key), and
+  // whether vLLM holds it (ref_cnt > 0).
+  struct Read {
+    int32_t block;
+    bool hashed;
+    bool in_use;
+    Key key;
+  };
+  std::vector<Read> reads;  // reused by sync
+
+  // FreeQueue::reconcile for blocks[start:stop], the null block skipped. Every block is read first,
+  // its index entries starting to load, then the queue reconciles them in order.
+  void sync(nb::handle blocks_, Py_ssize_t start, Py_ssize_t stop) {
+    reads.clear();
+    for (PyObject* b : Blocks(blocks_, start, stop)) {
+      Read r{block_id(b), false, false, 0};
+      if (r.block == queue.null_block()) continue;
+      r.hashed = block_hash(b, r.key);
+      r.in_use = ref_cnt(b) > 0;
+      if (r.hashed) queue.prefetch_key(r.key);
+      reads.push_back(r);
+    }
+    for (const Read& r : reads) queue.reconcile(r.block, r.hashed, r.key, r.in_use);
   }
 
   std::vector<Key> expected;  // reused by expect_misses
@@ -411,12 +451,16 @@ void bind_free_queue(nb::module_& m) {
           "The block leaves the free queue (ref_cnt 0 -> 1): a cached one is pinned.")
       .def(
           "append",
-          [](PyFreeQueue& q, nb::handle b) { release(q.queue, b.ptr()); }, "block"_a,
+          [](PyFreeQueue& q, nb::handle b) { release(q.queue, block_id(b.ptr()), b.ptr()); }, "block"_a,
           "One block whose ref_cnt reached 0 (as append_n).")
       .def(
           "append_n",
           [](PyFreeQueue& q, nb::handle blocks) {
-            each_block(blocks, [&](PyObject* b) { release(q.queue, b); });
+            const Blocks range(blocks);
+            q.batch.clear();
+            for (PyObject* b : range) q.batch.push_back(q.ahead(block_id(b)));
+            const int32_t* id = q.batch.data();
+            for (PyObject* b : range) release(q.queue, *id++, b);
           },
           "blocks"_a,
           "Blocks whose ref_cnt reached 0: keyed ones are unpinned; an unkeyed one with a hash (set on a path\n"
@@ -459,10 +503,7 @@ void bind_free_queue(nb::module_& m) {
           "cursor"_a.none(), "Free blocks in eviction order after cursor (None: from the head), read lazily.")
       .def(
           "sync",
-          [](PyFreeQueue& q, nb::handle blocks, Py_ssize_t start, Py_ssize_t stop) {
-            each_block(
-                blocks, [&](PyObject* b) { reconcile(q.queue, b); }, start, stop);
-          },
+          [](PyFreeQueue& q, nb::handle blocks, Py_ssize_t start, Py_ssize_t stop) { q.sync(blocks, start, stop); },
           "blocks"_a, "start"_a = 0, "stop"_a = -1,
           "Reconcile blocks[start:stop] with their hashes, after a pool call that set or removed some: a\n"
           "first hash makes the block the policy key policy_key(block_hash) (copy_key(key, n) for the\n"
@@ -489,7 +530,9 @@ void bind_free_queue(nb::module_& m) {
       .def(
           "hit",
           [](PyFreeQueue& q, nb::handle blocks) {
-            each_block(blocks, [&](PyObject* b) { q.queue.hit(block_id(b)); });
+            q.batch.clear();
+            each_block(blocks, [&](PyObject* b) { q.batch.push_back(q.ahead(block_id(b))); });
+            for (int32_t b : q.batch) q.queue.hit(b);
           },
           "blocks"_a, "Prefix hits on these blocks (free or in use); uncached ones are ignored.")
       .def("clear_cache", [](PyFreeQueue& q) { q.queue.clear_cache(); },

@@ -14,6 +14,7 @@
 // the null block never enters blank or the policy. Steady-state operations allocate nothing.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <stdexcept>
 #include <vector>
@@ -65,8 +66,14 @@ class FreeQueue {
       out.push_back(pop_blank_head());
       --n;
     }
+    // The policy picks every victim first, then their blocks are looked up: each victim's block_of_
+    // entry starts loading as the policy names it, so the lookups do not wait on memory one by one.
+    victims_.clear();
     for (; n > 0; --n) {
-      Key k = policy_->evict();
+      victims_.push_back(policy_->evict());
+      block_of_.prefetch(victims_.back());
+    }
+    for (Key k : victims_) {
       int32_t b = block_of_.find(k);
       block_of_.erase(k);
       has_key_[b] = 0;
@@ -103,6 +110,16 @@ class FreeQueue {
       }
     }
     push_blank(b, true);
+  }
+
+  // Hints for a batch of calls (they change nothing): start loading what an operation on block b
+  // (take, release_to_tail, hit) or a new key `h` (cached) reads, a batch's worth ahead of the calls.
+  void prefetch_block(int32_t b) const {
+    if (has_key_[check(b)]) policy_->prefetch(key_of_[b]);
+  }
+  void prefetch_key(Key h) const {
+    policy_->prefetch(h);
+    block_of_.prefetch(h);
   }
 
   // ------------------------------------------------------------ what the queue alone cannot see
@@ -150,8 +167,12 @@ class FreeQueue {
   void expect_misses(std::vector<Key>& keys) { expected_.swap(keys); }
   void drop_expected_misses() { expected_.clear(); }
   void apply_expected_misses() {
-    for (Key k : expected_)
-      if (block_of_.find(k) < 0) policy_->miss(k);
+    const size_t n = expected_.size();
+    for (size_t i = 0; i < std::min(n, kPrefetchAhead); ++i) prefetch_key(expected_[i]);
+    for (size_t i = 0; i < n; ++i) {
+      if (i + kPrefetchAhead < n) prefetch_key(expected_[i + kPrefetchAhead]);
+      if (block_of_.find(expected_[i]) < 0) policy_->miss(expected_[i]);
+    }
     expected_.clear();
   }
   // A prefix hit on block b (free or pinned); an uncached block is ignored.
@@ -227,6 +248,7 @@ class FreeQueue {
   uint64_t hits_ = 0;
   KeyMap block_of_;
   std::vector<Key> expected_;  // misses of the admission under way (expect_misses)
+  std::vector<Key> victims_;   // reused by take_victims
 };
 
 }  // namespace wakman
