@@ -286,7 +286,10 @@ INTERRUPTS = {
         ["simulate", "{trace}", "--policy", "lru", "--capacity-blocks", "9"],
         "wakman.cli.simulate.run_simulation",
     ),
-    "sweep": (["sweep", "{trace}", "--capacities", "9", "--out", "{tmp}/s"], "wakman.cli.simulate.run_grid"),
+    "sweep": (
+        ["sweep", "{trace}", "--capacities", "9", "--out", "{tmp}/s"],
+        "wakman.experiments.sweep.run_grid",
+    ),
     "convert": (["convert", "{trace}", "{tmp}/c.jsonl", "--to", "native"], "wakman.cli.traces.write_trace"),
     "generate": (["generate", "-o", "{tmp}/g.jsonl"], "wakman.workload.generate_requests"),
     "replay": (
@@ -312,9 +315,9 @@ def test_ctrl_c_in_every_command_says_interrupted(trace, tmp_path, monkeypatch, 
 
 
 def test_sweep_keeps_the_finished_runs_on_ctrl_c(trace, tmp_path, monkeypatch):
-    from wakman.cli import simulate as cli_simulate
+    from wakman.experiments import sweep as grid
 
-    real = cli_simulate.run_grid
+    real = grid.run_grid
 
     def stopped_after_two(*args, on_done, **kwargs):
         calls = []
@@ -327,7 +330,7 @@ def test_sweep_keeps_the_finished_runs_on_ctrl_c(trace, tmp_path, monkeypatch):
 
         return real(*args, on_done=done, **{**kwargs, "jobs": 1})
 
-    monkeypatch.setattr(cli_simulate, "run_grid", stopped_after_two)
+    monkeypatch.setattr(grid, "run_grid", stopped_after_two)
     out = tmp_path / "s"
     result = invoke("sweep", trace, "--policies", "lru,fifo", "--capacities", "50,100", "--out", out)
     clean_error(result, "interrupted", "2 of 4", code=130)
@@ -681,3 +684,55 @@ def test_policies_gives_each_policy_its_own_line():
     semantics = {name.strip(): text.strip() for name, text in rows if name.strip()}
     assert semantics["s3fifo-v0"] != semantics["s3fifo"]
     assert len(set(semantics.values())) == len(semantics)
+
+
+MODULES_AFTER = """
+import sys
+from wakman.cli.main import run
+try:
+    run(sys.argv[1:])
+except SystemExit:
+    pass
+print(sorted(m for m in sys.modules if m.startswith("wakman.cli.")), file=sys.stderr)
+"""
+
+
+def test_a_command_imports_no_other_commands_module(trace):
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            MODULES_AFTER,
+            "simulate",
+            str(trace),
+            "--policy",
+            "lru",
+            "--capacity-blocks",
+            "50",
+            "--json",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout)["policy"] == "lru"
+    assert (
+        proc.stderr.strip().splitlines()[-1]
+        == "['wakman.cli.common', 'wakman.cli.main', 'wakman.cli.simulate']"
+    )
+
+
+@pytest.mark.parametrize("args", [["--help"], []])
+def test_without_a_command_every_command_is_listed(args):
+    from wakman.cli.main import COMMANDS
+
+    proc = subprocess.run([*WAKMAN, *args], capture_output=True, text=True, timeout=120)
+    for name in COMMANDS:
+        assert f" {name} " in proc.stdout, (name, proc.stdout)
+
+
+def test_an_unknown_command_is_matched_against_every_command():
+    proc = subprocess.run([*WAKMAN, "advize"], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2
+    assert "No such command 'advize'. Did you mean 'advise'?" in proc.stderr, proc.stderr

@@ -10,9 +10,9 @@ def main() -> None:
     command's signature) is a clean exit 130 too. Each command says itself what an interrupt cost
     once its body runs (``cli_errors``); one reaching here was not caught there."""
     try:
-        from wakman.cli.main import app
+        from wakman.cli.main import run
 
-        app()
+        run()
     except KeyboardInterrupt:
         print("interrupted: before the command started; nothing was done", file=sys.stderr)
         sys.exit(130)

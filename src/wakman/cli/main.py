@@ -1,18 +1,34 @@
-"""The `wakman` command line."""
+"""The `wakman` command line.
+
+Each command lives in a module of its own (``COMMANDS``). ``run()``, the entry point, registers only
+the command its command line names: typer reads just that function's signature, and the other
+commands' modules and their dependencies are never imported. With no command (``wakman``,
+``--help``, ``--version``) or an unknown one (click's error then lists them all) it registers every
+command. ``app``, every command, is built on first use (the tests, ``python -m wakman.cli.main``).
+"""
 
 from __future__ import annotations
 
+import importlib
+import sys
+from collections.abc import Iterable, Sequence
+from typing import Any
+
 import typer
 
-from wakman.cli import advise, generate, policies, replay, reproduce, simulate, traces
-
-app = typer.Typer(
-    name="wakman",
-    help="Workload-aware KV-cache manager: policies, traces, simulation and adaptive eviction.",
-    no_args_is_help=True,
-    add_completion=False,
-    pretty_exceptions_enable=False,
-)
+# command -> (module of wakman.cli, function), in `wakman --help`'s order
+COMMANDS: dict[str, tuple[str, str]] = {
+    "reproduce": ("reproduce", "reproduce"),
+    "policies": ("policies", "policies"),
+    "shadow": ("policies", "shadow"),
+    "stats": ("traces", "stats"),
+    "convert": ("traces", "convert"),
+    "generate": ("generate", "generate"),
+    "simulate": ("simulate", "simulate"),
+    "sweep": ("simulate", "sweep"),
+    "replay": ("replay", "replay"),
+    "advise": ("advise", "advise"),
+}
 
 
 def _version(value: bool) -> None:
@@ -23,7 +39,6 @@ def _version(value: bool) -> None:
         raise typer.Exit()
 
 
-@app.callback()
 def main(
     _: bool = typer.Option(
         False, "--version", callback=_version, is_eager=True, help="Print the installed version and exit."
@@ -32,16 +47,37 @@ def main(
     """Workload-aware KV-cache manager: policies, traces, simulation and adaptive eviction."""
 
 
-app.command("reproduce")(reproduce.reproduce)
-app.command("policies")(policies.policies)
-app.command("shadow")(policies.shadow)
-app.command("stats")(traces.stats)
-app.command("convert")(traces.convert)
-app.command("generate")(generate.generate)
-app.command("simulate")(simulate.simulate)
-app.command("sweep")(simulate.sweep)
-app.command("replay")(replay.replay)
-app.command("advise")(advise.advise)
+def build_app(names: Iterable[str] = COMMANDS) -> typer.Typer:
+    """The command line with the named commands (a group even with one: it has a callback)."""
+    cli = typer.Typer(
+        name="wakman",
+        help="Workload-aware KV-cache manager: policies, traces, simulation and adaptive eviction.",
+        no_args_is_help=True,
+        add_completion=False,
+        pretty_exceptions_enable=False,
+    )
+    cli.callback()(main)
+    for name in names:
+        module, function = COMMANDS[name]
+        cli.command(name)(getattr(importlib.import_module(f"wakman.cli.{module}"), function))
+    return cli
+
+
+def run(args: Sequence[str] | None = None) -> None:
+    """Run a command line (default ``sys.argv[1:]``) with only its command registered. A command
+    comes first: the group's own options (--help, --version) end the run before any command."""
+    args = list(sys.argv[1:] if args is None else args)
+    named = args[:1] if args and args[0] in COMMANDS else COMMANDS
+    build_app(named)(args=args)
+
+
+def __getattr__(name: str) -> Any:  # `app`: every command, built on first use
+    if name != "app":
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    global app
+    app = build_app()
+    return app
+
 
 if __name__ == "__main__":  # pragma: no cover
-    app()
+    run()

@@ -11,7 +11,6 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 import typer
-from rich.table import Table
 
 from wakman.adaptive import POLICY_NAMES
 from wakman.adaptive import simulate as run_simulation
@@ -38,7 +37,6 @@ from wakman.cli.common import (
     parse_names,
     progress_bars,
 )
-from wakman.experiments.sweep import GridInterrupted, run_grid
 from wakman.simulation import MODES, ServerModel, VllmServer
 from wakman.traces.model import Request, as_engine_serves
 
@@ -372,6 +370,8 @@ def simulate(
         if as_json:
             print(json_text(flat))
         else:
+            from rich.table import Table  # a --json run does without
+
             title = f"{policy} at {capacity:,} blocks, {trace.name} ({mode} mode)"
             table = Table(title=title, show_header=False)
             for key, value in flat.items():
@@ -429,6 +429,8 @@ def sweep(
     seed: int | None = SeedOption,
 ) -> None:
     """Every policy at every cache size, on all cores; CSV, JSON and a plot."""
+    from wakman.experiments.sweep import GridInterrupted, run_grid  # worker pools: sweep's alone
+
     with cli_errors(f"nothing was written to {out}"):
         names = parse_names(policies, "--policies", POLICY_NAMES)
         sizes = list(dict.fromkeys(parse_ints(capacities, "--capacities")))
@@ -503,6 +505,8 @@ def sweep(
             "--prefill-tps / --max-running)",
             highlight=False,
         )
+    from rich.table import Table
+
     table = Table("policy", *[f"{s:,}" for s in sizes], title="hit rate by cache size (blocks)")
     for name in names:
         table.add_row(name, *[f"{r['hit_rate']:.4f}" for r in rows if r["policy"] == name])
