@@ -202,6 +202,26 @@ class Blocks {
   PyObject** end_;
 };
 
+// A scratch vector borrowed from its owner for one call: swapped out and cleared, swapped back at
+// the end, so its capacity is reused (no allocation in steady state) and a call re-entered from
+// Python code that a block's attribute read may run gets a vector of its own.
+template <class T>
+class Scratch {
+ public:
+  explicit Scratch(std::vector<T>& home) : home_(home) {
+    items.swap(home_);
+    items.clear();
+  }
+  ~Scratch() { home_.swap(items); }
+  Scratch(const Scratch&) = delete;
+  Scratch& operator=(const Scratch&) = delete;
+
+  std::vector<T> items;
+
+ private:
+  std::vector<T>& home_;
+};
+
 // Calls fn(block) for each of blocks[start:stop].
 template <class Fn>
 void each_block(nb::handle blocks, Fn&& fn, Py_ssize_t start = 0, Py_ssize_t stop = -1) {
@@ -250,7 +270,7 @@ struct PyFreeQueue {
     return nb::steal<nb::list>(out);
   }
 
-  std::vector<int32_t> batch;  // reused by hit and append_n: the batch's block ids
+  std::vector<int32_t> batch;  // hit's and append_n's scratch: the batch's block ids
 
   // Block id b, whose policy entry starts loading (FreeQueue::prefetch_block): a batch's calls
   // read their ids first, then act on them.
@@ -267,21 +287,21 @@ struct PyFreeQueue {
     bool in_use;
     Key key;
   };
-  std::vector<Read> reads;  // reused by sync
+  std::vector<Read> reads_;  // sync's scratch
 
   // FreeQueue::reconcile for blocks[start:stop], the null block skipped. Every block is read first,
   // its index entries starting to load, then the queue reconciles them in order.
   void sync(nb::handle blocks_, Py_ssize_t start, Py_ssize_t stop) {
-    reads.clear();
+    Scratch<Read> reads(reads_);
     for (PyObject* b : Blocks(blocks_, start, stop)) {
       Read r{block_id(b), false, false, 0};
       if (r.block == queue.null_block()) continue;
       r.hashed = block_hash(b, r.key);
       r.in_use = ref_cnt(b) > 0;
       if (r.hashed) queue.prefetch_key(r.key);
-      reads.push_back(r);
+      reads.items.push_back(r);
     }
-    for (const Read& r : reads) queue.reconcile(r.block, r.hashed, r.key, r.in_use);
+    for (const Read& r : reads.items) queue.reconcile(r.block, r.hashed, r.key, r.in_use);
   }
 
   std::vector<Key> expected;  // reused by expect_misses
@@ -457,9 +477,9 @@ void bind_free_queue(nb::module_& m) {
           "append_n",
           [](PyFreeQueue& q, nb::handle blocks) {
             const Blocks range(blocks);
-            q.batch.clear();
-            for (PyObject* b : range) q.batch.push_back(q.ahead(block_id(b)));
-            const int32_t* id = q.batch.data();
+            Scratch<int32_t> ids(q.batch);
+            for (PyObject* b : range) ids.items.push_back(q.ahead(block_id(b)));
+            const int32_t* id = ids.items.data();
             for (PyObject* b : range) release(q.queue, *id++, b);
           },
           "blocks"_a,
@@ -530,9 +550,9 @@ void bind_free_queue(nb::module_& m) {
       .def(
           "hit",
           [](PyFreeQueue& q, nb::handle blocks) {
-            q.batch.clear();
-            each_block(blocks, [&](PyObject* b) { q.batch.push_back(q.ahead(block_id(b))); });
-            for (int32_t b : q.batch) q.queue.hit(b);
+            Scratch<int32_t> ids(q.batch);
+            each_block(blocks, [&](PyObject* b) { ids.items.push_back(q.ahead(block_id(b))); });
+            for (int32_t b : ids.items) q.queue.hit(b);
           },
           "blocks"_a, "Prefix hits on these blocks (free or in use); uncached ones are ignored.")
       .def("clear_cache", [](PyFreeQueue& q) { q.queue.clear_cache(); },

@@ -66,9 +66,12 @@ def build_app(names: Iterable[str] = COMMANDS) -> typer.Typer:
 def run(args: Sequence[str] | None = None) -> None:
     """Run a command line (default ``sys.argv[1:]``) with only its command registered. A command
     comes first: the group's own options (--help, --version) end the run before any command."""
-    args = list(sys.argv[1:] if args is None else args)
-    named = args[:1] if args and args[0] in COMMANDS else COMMANDS
-    build_app(named)(args=args)
+    given = list(sys.argv[1:] if args is None else args)
+    cli = build_app(given[:1] if given and given[0] in COMMANDS else COMMANDS)
+    if args is None:
+        cli()  # typer reads sys.argv itself (and expands wildcards where the shell does not)
+    else:
+        cli(args=given)
 
 
 def __getattr__(name: str) -> Any:  # `app`: every command, built on first use
