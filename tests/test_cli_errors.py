@@ -736,3 +736,9 @@ def test_an_unknown_command_is_matched_against_every_command():
     proc = subprocess.run([*WAKMAN, "advize"], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 2
     assert "No such command 'advize'. Did you mean 'advise'?" in proc.stderr, proc.stderr
+
+
+def test_a_commands_help_names_its_options():
+    proc = subprocess.run([*WAKMAN, "simulate", "--help"], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert "simulate [OPTIONS]" in proc.stdout and "--capacity-blocks" in proc.stdout, proc.stdout
