@@ -35,11 +35,7 @@ inline bool drive_access(P& p, Key key) {
 template <class P>
 inline int64_t drive_replay(P& p, const Key* keys, size_t n) {
   int64_t hits = 0;
-  for (size_t i = 0; i < std::min(n, kPrefetchAhead); ++i) p.prefetch(keys[i]);
-  for (size_t i = 0; i < n; ++i) {
-    if (i + kPrefetchAhead < n) p.prefetch(keys[i + kPrefetchAhead]);
-    hits += drive_access(p, keys[i]);
-  }
+  visit_announced(keys, n, [&p](Key k) { p.prefetch(k); }, [&](Key k) { hits += drive_access(p, k); });
   return hits;
 }
 
@@ -49,16 +45,10 @@ inline RequestReplay drive_request(P& p, const Key* keys, size_t limit, size_t f
                                    size_t num_outputs, double arrival_s) {
   p.on_request(keys, full, outputs, num_outputs, arrival_s);
   RequestReplay r{cached_prefix(p, keys, limit), full + num_outputs, 0};
-  for (size_t i = 0; i < std::min(num_outputs, kPrefetchAhead); ++i) p.prefetch(outputs[num_outputs - 1 - i]);
-  for (size_t i = num_outputs; i-- > 0;) {
-    if (i >= kPrefetchAhead) p.prefetch(outputs[i - kPrefetchAhead]);
-    r.access_hits += drive_access(p, outputs[i]);
-  }
-  for (size_t i = 0; i < std::min(full, kPrefetchAhead); ++i) p.prefetch(keys[full - 1 - i]);
-  for (size_t i = full; i-- > 0;) {
-    if (i >= kPrefetchAhead) p.prefetch(keys[i - kPrefetchAhead]);
-    r.access_hits += drive_access(p, keys[i]);
-  }
+  auto announce = [&p](Key k) { p.prefetch(k); };
+  auto access = [&](Key k) { r.access_hits += drive_access(p, k); };
+  visit_announced<true>(outputs, num_outputs, announce, access);  // deepest first: outputs, then the prompt
+  visit_announced<true>(keys, full, announce, access);
   return r;
 }
 

@@ -14,7 +14,6 @@
 // the null block never enters blank or the policy. Steady-state operations allocate nothing.
 #pragma once
 
-#include <algorithm>
 #include <cstdint>
 #include <stdexcept>
 #include <vector>
@@ -167,12 +166,11 @@ class FreeQueue {
   void expect_misses(std::vector<Key>& keys) { expected_.swap(keys); }
   void drop_expected_misses() { expected_.clear(); }
   void apply_expected_misses() {
-    const size_t n = expected_.size();
-    for (size_t i = 0; i < std::min(n, kPrefetchAhead); ++i) prefetch_key(expected_[i]);
-    for (size_t i = 0; i < n; ++i) {
-      if (i + kPrefetchAhead < n) prefetch_key(expected_[i + kPrefetchAhead]);
-      if (block_of_.find(expected_[i]) < 0) policy_->miss(expected_[i]);
-    }
+    visit_announced(
+        expected_.data(), expected_.size(), [this](Key k) { prefetch_key(k); },
+        [this](Key k) {
+          if (block_of_.find(k) < 0) policy_->miss(k);
+        });
     expected_.clear();
   }
   // A prefix hit on block b (free or pinned); an uncached block is ignored.

@@ -52,6 +52,19 @@ struct BadKey : std::runtime_error {
 // lookups.
 constexpr size_t kPrefetchAhead = 16;
 
+// Calls visit(key) for each of keys[0:n], first to last (kDeepestFirst: last to first), having called
+// announce(key) for each key kPrefetchAhead visits before visiting it (announce: a prefetch hint,
+// such as Policy::prefetch, so the visits' lookups overlap instead of waiting on memory in turn).
+template <bool kDeepestFirst = false, class Announce, class Visit>
+inline void visit_announced(const Key* keys, size_t n, Announce&& announce, Visit&& visit) {
+  auto at = [&](size_t i) { return keys[kDeepestFirst ? n - 1 - i : i]; };
+  for (size_t i = 0; i < std::min(n, kPrefetchAhead); ++i) announce(at(i));
+  for (size_t i = 0; i < n; ++i) {
+    if (i + kPrefetchAhead < n) announce(at(i + kPrefetchAhead));
+    visit(at(i));
+  }
+}
+
 // What one request did to a plain cache (Policy::replay_request), in blocks.
 struct RequestReplay {
   size_t prefix_hits;  // blocks of the longest cached prefix of keys[:limit], looked up before any access
