@@ -22,7 +22,7 @@ def main() -> None:
         began = time.process_time()
         R._claude_requests = R._claude_archive(plan)
         print(f"read the archive: {time.process_time() - began:.1f} s", flush=True)
-        stages = {"claude code": (R._claude_task, [(p, plan) for p in R.ALL_POLICIES])}
+        stages = {"claude code": (R._claude_task, [(p, plan) for p in R._claude_tasks()])}
     else:
         stages = {
             "mixes": (R._mix_task, [(m.name, plan) for m in R.MIXES]),

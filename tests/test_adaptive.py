@@ -198,6 +198,44 @@ def test_cache_mode_decides_ahead_as_in_line(preset):
     assert sum(switched for _, _, switched in ahead) >= 1
 
 
+@pytest.mark.parametrize("mode", ["cache", "serve"])
+def test_plus_shadows_are_the_candidates_cache_runs(mode):
+    """wakman-plus's shadows (persistent, the pool's size, fed the trace's outputs) are plain
+    cache-mode runs of its candidates: given those runs' per-request hits instead of replaying its
+    own shadows, it scores, decides and switches the same, on traffic that shifts."""
+    single = generate_requests(build_config(preset="mix01-pure-single", duration_s=1800), seed=4)
+    agentic = generate_requests(build_config(preset="mix03-pure-agentic", duration_s=1800), seed=5)
+    reqs, capacity = shift(single, agentic, 1800), 3000
+    runs = {n: simulate(reqs, n, capacity, mode="cache") for n in PLUS.candidates}
+    hits = {n: run.first_hit_tokens for n, run in runs.items()}
+    assert all(len(h) == len(reqs) and sum(h) == runs[n].hit_tokens for n, h in hits.items())
+    own = simulate(reqs, "wakman-plus", capacity, mode=mode)
+    given = simulate(reqs, "wakman-plus", capacity, mode=mode, shadow_hits=hits)
+    assert given.hit_tokens == own.hit_tokens and given.first_hit_tokens == own.first_hit_tokens
+    assert given.extra["decisions"] == [
+        {**d, "replay_wall_s": g["replay_wall_s"]}
+        for d, g in zip(own.extra["decisions"], given.extra["decisions"], strict=True)
+    ]
+    assert own.extra["switches"] >= 1
+
+
+def test_shadow_hits_are_refused_where_they_cannot_stand_in():
+    from wakman.simulation.server import VllmServer
+
+    reqs = generate_requests(build_config(preset="mix19-thirds", duration_s=300), seed=3)
+    hits = {n: [0] * len(reqs) for n in PLUS.candidates}
+    with pytest.raises(ValueError, match="persistent shadows"):
+        simulate(reqs, "wakman", 500, shadow_hits={"lru": [0] * len(reqs), "s3fifo": [0] * len(reqs)})
+    with pytest.raises(ValueError, match="only an adaptive policy"):
+        simulate(reqs, "lru", 500, shadow_hits=hits)
+    with pytest.raises(ValueError, match="one hit count per request"):
+        simulate(reqs, "wakman-plus", 500, shadow_hits={n: h[1:] for n, h in hits.items()})
+    with pytest.raises(ValueError, match="exactly the candidates"):
+        simulate(reqs, "wakman-plus", 500, shadow_hits={"chain-lru": hits["chain-lru"]})
+    with pytest.raises(ValueError, match="decoded blocks"):
+        simulate(reqs, "wakman-plus", 500, shadow_hits=hits, server=VllmServer())
+
+
 def test_plus_is_a_documented_combination():
     assert PLUS.interval_s < PAPER.interval_s and PLUS.first_decision_s < PAPER.first_decision_s
 

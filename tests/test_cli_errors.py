@@ -479,9 +479,13 @@ def test_simulate_per_request_gives_each_requests_hits(trace):
     admitted = [h for h in hits if h >= 0]  # -1: rejected (larger than the pool)
     assert len(hits) == out["requests"] and len(hits) - len(admitted) == out["rejected"]
     assert sum(admitted) == out["hit_tokens"] > 0 and all(h % 32 == 0 for h in admitted)
-    cache_mode = ("--mode", "cache", "--per-request")
-    result = invoke("simulate", trace, "--policy", "lru", "--capacity-blocks", 50, *cache_mode)
-    clean_error(result, "--per-request")
+    # cache mode: every request's one lookup, warm-up included (none here)
+    cache_mode = ("--mode", "cache", "--json", "--per-request")
+    result = invoke("simulate", trace, "--policy", "s3fifo", "--capacity-blocks", 50, *cache_mode)
+    out = json.loads(result.stdout)
+    hits = out["first_hit_tokens"]
+    assert len(hits) == out["requests"] and sum(hits) == out["hit_tokens"] > 0
+    assert min(hits) == 0 and all(h % 32 == 0 for h in hits)
 
 
 # plots without matplotlib: --plot refused up front; sweep keeps its csv/json

@@ -27,6 +27,7 @@ class LoggedRequest:
     block_size: int
     prompt_tokens: int
     output_keys: Sequence = ()  # blocks decoding filled (cached by vLLM), when logged
+    index: int = 0  # the request's position among every request recorded (arrival order, from 0)
 
 
 class Estimator:
@@ -35,6 +36,7 @@ class Estimator:
         self.log: deque[LoggedRequest] = deque()
         self.logged_blocks = 0
         self.dropped_requests = 0
+        self.recorded = 0  # requests recorded so far, dropped ones included
         self.free_log = _core.FreeBlockLog()  # (start s, end s, free blocks) segments
 
     def record(
@@ -45,7 +47,10 @@ class Estimator:
         prompt_tokens: int,
         output_keys: Sequence = (),
     ) -> None:
-        self.log.append(LoggedRequest(arrival_s, block_keys, block_size, prompt_tokens, output_keys))
+        self.log.append(
+            LoggedRequest(arrival_s, block_keys, block_size, prompt_tokens, output_keys, self.recorded)
+        )
+        self.recorded += 1
         self.logged_blocks += len(block_keys)
         while self.logged_blocks > self.max_blocks and len(self.log) > 1:
             old = self.log.popleft()

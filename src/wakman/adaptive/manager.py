@@ -10,14 +10,17 @@ lost. A replay that raises is logged once; the live policy stays and serving goe
 
 With ``shadows="persistent"`` (wakman-plus) each candidate keeps one long-lived shadow instead: a
 decision feeds it only the requests logged since the previous one and scores the last ``window_s``
-seconds, so every request is replayed once per candidate and no shadow restarts cold.
+seconds, so every request is replayed once per candidate and no shadow restarts cold. Such a
+shadow, the pool's size and fed the trace's own outputs, is a plain cache-mode run of its candidate:
+where that run was made anyway, its per-request hit tokens (``shadow_hits``) stand in for the
+shadow (one replay serves both).
 """
 
 from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -63,14 +66,28 @@ class PendingDecision:
 
 @dataclass
 class AdaptiveManager:
-    """A ``wakman.simulation.Controller``: give it to ``simulate`` with its ``initial_policy``."""
+    """A ``wakman.simulation.Controller``: give it to ``simulate`` with its ``initial_policy``.
+
+    ``shadow_hits`` (persistent shadows of the pool's size only): per candidate, the hit tokens of
+    every request in arrival order that a cache-mode run of that candidate at ``capacity`` counted
+    on the same requests (``SimResult.first_hit_tokens`` of ``simulate(requests, name, capacity,
+    mode="cache")`` with the manager's parameters for it); the shadows are then not replayed. Valid
+    while the shadows see the requests' own outputs (not the step loop's decoded blocks) and the
+    estimator drops no request."""
 
     config: AdaptiveConfig
     capacity: int
     decisions: list[Decision] = field(default_factory=list)
     replay_hook: Any = None  # tests inject a failing replay here
+    shadow_hits: Mapping[str, Sequence[int]] | None = None
 
     def __post_init__(self) -> None:
+        if self.shadow_hits is not None:
+            cfg = self.config
+            if cfg.shadows != "persistent" or cfg.shadow_size != "pool":
+                raise ValueError("shadow_hits: only persistent shadows of the pool's size are plain runs")
+            if set(self.shadow_hits) != set(cfg.candidates):
+                raise ValueError(f"shadow_hits: need exactly the candidates {', '.join(cfg.candidates)}")
         self.estimator = Estimator(self.config.max_logged_blocks)
         self.next_decision = self.config.first_decision_s
         self._error_logged = False
@@ -142,6 +159,9 @@ class AdaptiveManager:
         """Start the decision due at ``now``: snapshot the window to replay (safe to hand to another
         thread). None when there is nothing to replay; that decision is already logged."""
         cfg = self.config
+        unfit = self.decoded_blocks is not None or self.estimator.dropped_requests
+        if self.shadow_hits is not None and unfit:
+            raise RuntimeError("shadow_hits: these shadows would see decoded blocks or miss dropped requests")
         start = max(0.0, now - cfg.window_s)
         persistent = cfg.shadows == "persistent"
         window = self.estimator.window(self._fed_until if persistent else start, now)
@@ -230,13 +250,17 @@ class AdaptiveManager:
         ``window_s`` seconds with vLLM's first-miss rule. Each request is replayed once per
         candidate, and the shadows never restart cold."""
         names = self.config.candidates
-        for name in names:
-            if name not in self._shadows:
-                self._shadows[name] = self.make_policy(name, capacity)
-        # one shadow at a time over the whole batch (the shadows are independent): its tables stay
-        # in the CPU's cache, where interleaving the shadows request by request made each evict the
-        # others' (about 1.5x the time on the Claude Code archive)
-        per_shadow = [[_first_miss_hits(r, self._shadows[name]) for r in new_requests] for name in names]
+        if self.shadow_hits is not None:  # checked by open_decision
+            given = self.shadow_hits
+            per_shadow = [[given[name][r.index] for r in new_requests] for name in names]
+        else:
+            for name in names:
+                if name not in self._shadows:
+                    self._shadows[name] = self.make_policy(name, capacity)
+            # one shadow at a time over the whole batch (the shadows are independent): its tables stay
+            # in the CPU's cache, where interleaving the shadows request by request made each evict
+            # the others' (about 1.5x the time on the Claude Code archive)
+            per_shadow = [[_first_miss_hits(r, self._shadows[name]) for r in new_requests] for name in names]
         scores = self._scores
         for r, hits in zip(new_requests, zip(*per_shadow, strict=True), strict=True):
             scores.add(r.arrival_s, r.prompt_tokens, list(hits))

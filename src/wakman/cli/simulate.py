@@ -291,7 +291,8 @@ def simulate(
         False,
         "--per-request",
         help="Include each request's hit tokens at its first admission in --json (first_hit_tokens, "
-        "trace order, -1 if never admitted; vLLM's RequestOutput.num_cached_tokens).",
+        "trace order, -1 if never admitted; vLLM's RequestOutput.num_cached_tokens; in cache mode "
+        "at its one lookup).",
     ),
     plot: Path | None = typer.Option(
         None, "--plot", help="Draw the per-interval series to this file (.png, .pdf or .svg)."
@@ -321,8 +322,6 @@ def simulate(
         check_numbers(("--capacity-blocks", capacity, ">=1"), ("--interval-s", interval_s, ">0"))
         if policy not in POLICY_NAMES:
             raise ValueError(f"--policy: unknown policy {policy!r}; choose from {', '.join(POLICY_NAMES)}")
-        if per_request and mode != "serve":
-            raise ValueError("--per-request needs --mode serve (cache mode has no admissions)")
         if per_request and not as_json:
             raise ValueError("--per-request needs --json (a value per request)")
         _serve_only(mode, series=series)

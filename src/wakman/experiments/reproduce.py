@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from wakman.adaptive import simulate
-from wakman.adaptive.config import ADAPTIVE_PRESETS
+from wakman.adaptive.config import ADAPTIVE_PRESETS, PLUS
 from wakman.experiments.regret import (
     ADAPTIVE,
     ALL_POLICIES,
@@ -228,32 +228,52 @@ def _mooncake_task(args: tuple[int, Plan]) -> list[dict[str, Any]]:
     return [row]
 
 
-def _claude_task(args: tuple[str, Plan]) -> dict[int, float]:
-    """The whole Claude Code archive in cache mode under one policy, at every archive capacity
-    (the infinite ceiling does not depend on it: run once). Returns capacity -> hit rate (the
-    stranded blocks, which the report does not show, are not counted)."""
-    policy, plan = args
-    reqs = _claude_archive(plan)
+def _claude_tasks() -> list[str]:
+    """The archive's tasks: one per policy, but wakman-plus's runs its candidates too (their plain
+    cache-mode runs stand in for its shadows: ``_claude_task``)."""
+    return [p for p in ALL_POLICIES if p not in PLUS.candidates]
 
-    def rate(run_with: Any, capacity: int) -> float:  # a policy name or a ready policy
-        return simulate(reqs, run_with, capacity, mode="cache", track_stranded=False).hit_rate
+
+def _claude_task(args: tuple[str, Plan]) -> dict[str, dict[int, float]]:
+    """The whole Claude Code archive in cache mode under one policy, at every archive capacity
+    (the infinite ceiling does not depend on it: run once). Returns policy -> capacity -> hit rate
+    (the stranded blocks, which the report does not show, are not counted). wakman-plus's task runs
+    its candidates first and hands their per-request hits to it as its shadows' (the same decisions
+    as replaying its own shadows: each is a plain cache-mode run of the pool's size), so the
+    archive is replayed once per candidate, not twice."""
+    policy, plan = args
+    reqs, capacities = _claude_archive(plan), plan.claude_capacities
+
+    def run(run_with: Any, capacity: int, **options: Any) -> Any:  # a policy name or a ready policy
+        return simulate(reqs, run_with, capacity, mode="cache", track_stranded=False, **options)
 
     if policy == "belady":  # one future (94 M accesses) for every capacity
         future = belady_future(reqs, "cache")[0]
-        return {c: rate(make_policy("belady", c, future=future), c) for c in plan.claude_capacities}
+        return {policy: {c: run(make_policy(policy, c, future=future), c).hit_rate for c in capacities}}
     if policy == "infinite":
-        once = rate(policy, plan.claude_capacities[0])
-        return {c: once for c in plan.claude_capacities}
-    return {c: rate(policy, c) for c in plan.claude_capacities}
+        once = run(policy, capacities[0]).hit_rate
+        return {policy: dict.fromkeys(capacities, once)}
+    if policy != PLUS.name:
+        return {policy: {c: run(policy, c).hit_rate for c in capacities}}
+    rates: dict[str, dict[int, float]] = {name: {} for name in (*PLUS.candidates, policy)}
+    for c in capacities:
+        shadows = {}
+        for name in PLUS.candidates:
+            result = run(name, c, policy_params=PLUS.policy_params.get(name))
+            rates[name][c], shadows[name] = result.hit_rate, result.first_hit_tokens
+        rates[policy][c] = run(policy, c, shadow_hits=shadows).hit_rate
+    return rates
 
 
-def _claude_rows(plan: Plan, rates: list[dict[int, float]]) -> list[dict[str, Any]]:
-    """One row per archive capacity from the per-policy tasks' rates (in ALL_POLICIES order)."""
+def _claude_rows(plan: Plan, rates: list[dict[str, dict[int, float]]]) -> list[dict[str, Any]]:
+    """One row per archive capacity from the tasks' rates (policy -> capacity -> rate), the
+    columns in ALL_POLICIES order."""
     reqs = _claude_archive(plan)
+    by_policy = {policy: by_capacity for task in rates for policy, by_capacity in task.items()}
     rows = []
     for capacity in plan.claude_capacities:
         row = _trace_row("claude-code", "cache", capacity, reqs)
-        row["hit_rate"] = {p: r[capacity] for p, r in zip(ALL_POLICIES, rates, strict=True)}
+        row["hit_rate"] = {p: by_policy[p][capacity] for p in ALL_POLICIES}
         rows.append(row)
     return rows
 
@@ -261,7 +281,7 @@ def _claude_rows(plan: Plan, rates: list[dict[int, float]]) -> list[dict[str, An
 def _expected_cost(stage: str, name: Any) -> float:
     """Roughly the task's seconds on one core, only to order the tasks (measured once)."""
     if stage == "claude code":
-        return {"wakman-plus": 32.0, "wakman": 16.0, "belady": 15.0}.get(name, 7.0)
+        return {"wakman-plus": 24.0, "wakman": 16.0, "belady": 15.0}.get(name, 7.0)
     if stage == "real traces":
         return 1.0
     if stage == "map":  # (axis, value): long agentic sessions cost the most
@@ -293,7 +313,7 @@ def run(
     archive = plan.shared / "traces" / CLAUDE_ARCHIVE if plan.shared else None
     has_claude = bool(plan.claude_capacities and archive is not None and archive.exists())
     if has_claude:
-        stages.append(("claude code", _claude_task, [(p, plan) for p in ALL_POLICIES]))
+        stages.append(("claude code", _claude_task, [(p, plan) for p in _claude_tasks()]))
     context = mp.get_context("fork") if "fork" in mp.get_all_start_methods() else None
     # the heaviest tasks first, so that no worker is left with a long one at the end
     order = sorted(

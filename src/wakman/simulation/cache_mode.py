@@ -31,7 +31,8 @@ def replay_prefixes(
     order, and the live cache is replayed after them with each switch (``cache_switch``) at its
     request: the run an in-line loop gives, without the manager's shadows and the live cache taking
     turns in the CPU's caches. ``track_stranded``: count the stranded blocks at the end (one more
-    walk over every chain)."""
+    walk over every chain). ``result.first_hit_tokens`` gets every request's hit tokens (arrival
+    order, warm-up included), as serve mode's first admissions."""
     switches: dict[int, str] = {}  # request index -> the policy the live cache switches to before it
     if controller is not None:
         for index, req in enumerate(requests):
@@ -40,6 +41,7 @@ def replay_prefixes(
             if name is not None:
                 switches[index] = name
     misses = 0
+    per_request = result.first_hit_tokens
     for index, req in enumerate(requests):
         if index in switches:
             assert controller is not None
@@ -49,6 +51,7 @@ def replay_prefixes(
             policy, keys, req.prompt_tokens, bs, req.output_keys, req.arrival_s, req.session_id
         )
         misses += accessed - access_hits
+        per_request.append(hits * bs)
         if req.arrival_s >= warmup_s and index >= warmup_requests:
             result.measured_requests += 1
             result.prompt_tokens += req.prompt_tokens

@@ -86,8 +86,8 @@ class SimResult:
     mean_free_blocks: float = 0.0
     queueing_delays_s: list[float] = field(default_factory=list)
     ttfts_s: list[float] = field(default_factory=list)
-    # serve mode: each request's hit tokens at its first admission (trace order; -1: never admitted),
-    # what vLLM reports per request as RequestOutput.num_cached_tokens
+    # each request's hit tokens at its first admission (trace order; -1: never admitted), what vLLM
+    # reports per request as RequestOutput.num_cached_tokens; cache mode: at its one lookup
     first_hit_tokens: list[int] = field(default_factory=list)
     intervals: list[IntervalStats] = field(default_factory=list)
     wall_s: float = 0.0
@@ -106,7 +106,7 @@ class SimResult:
 
     def as_flat_dict(self, series: bool = False, per_request: bool = False) -> dict[str, Any]:
         """The flat figures; ``series`` adds the per-interval series, ``per_request`` each request's
-        ``first_hit_tokens`` (serve mode)."""
+        ``first_hit_tokens``."""
         out: dict[str, Any] = {
             "policy": self.policy,
             "mode": self.mode,
