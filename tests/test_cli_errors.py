@@ -727,6 +727,40 @@ def test_a_command_imports_no_other_commands_module(trace):
     )
 
 
+THREADS_AFTER = """
+import os, sys
+from wakman.cli import main
+sys.argv = ["wakman", *sys.argv[1:]]
+try:
+    main()
+except SystemExit:
+    pass
+setting = os.environ.get("OPENBLAS_NUM_THREADS", "unset")
+print("threads:", len(os.listdir("/proc/self/task")), setting, file=sys.stderr)
+"""
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self/task"), reason="counts threads in /proc")
+@pytest.mark.parametrize("given", [None, "2"])
+def test_the_entry_point_starts_no_blas_threads_unless_asked(trace, given):
+    """numpy's OpenBLAS starts a spinning thread per core at import; the entry point asks it for
+    none (wakman does no linear algebra) but keeps a value the user set."""
+    env = {k: v for k, v in os.environ.items() if k != "OPENBLAS_NUM_THREADS"}
+    if given is not None:
+        env["OPENBLAS_NUM_THREADS"] = given
+    args = ["simulate", str(trace), "--policy", "lru", "--capacity-blocks", "50", "--json"]
+    proc = subprocess.run(
+        [sys.executable, "-c", THREADS_AFTER, *args], capture_output=True, text=True, timeout=120, env=env
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout)["policy"] == "lru"
+    line = next(line for line in proc.stderr.splitlines() if line.startswith("threads:"))
+    threads, setting = line.split()[1:]
+    if given is None:
+        assert threads == "1", proc.stderr
+    assert setting == (given or "1")
+
+
 @pytest.mark.parametrize("args", [["--help"], []])
 def test_without_a_command_every_command_is_listed(args):
     from wakman.cli.main import COMMANDS

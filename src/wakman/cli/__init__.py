@@ -2,13 +2,19 @@
 
 from __future__ import annotations
 
+import os
 import sys
 
 
 def main() -> None:
     """Run the CLI; Ctrl-C while it starts (imports take about a second, then typer reads the
     command's signature) is a clean exit 130 too. Each command says itself what an interrupt cost
-    once its body runs (``cli_errors``); one reaching here was not caught there."""
+    once its body runs (``cli_errors``); one reaching here was not caught there.
+
+    numpy's OpenBLAS gets one thread unless the environment says otherwise: wakman does no linear
+    algebra, and OpenBLAS otherwise starts a thread per core at import that spins for about 0.1 s
+    of CPU each (a third of a ``wakman simulate`` run's CPU on two cores)."""
+    os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
     try:
         from wakman.cli.main import run
 
