@@ -759,6 +759,12 @@ def test_the_entry_point_starts_no_blas_threads_unless_asked(trace, given):
     if given is None:
         assert threads == "1", proc.stderr
     assert setting == (given or "1")
+    # replay runs a vLLM engine, whose torch may use OpenBLAS: left as the user has it
+    replay = ["replay", str(trace), "--policy", "lru", "--capacity-blocks", "64", "--engine", "none"]
+    proc = subprocess.run(
+        [sys.executable, "-c", THREADS_AFTER, *replay], capture_output=True, text=True, timeout=120, env=env
+    )
+    assert proc.stderr.splitlines()[-1].endswith(given or "unset"), proc.stderr
 
 
 @pytest.mark.parametrize("args", [["--help"], []])

@@ -13,8 +13,10 @@ def main() -> None:
 
     numpy's OpenBLAS gets one thread unless the environment says otherwise: wakman does no linear
     algebra, and OpenBLAS otherwise starts a thread per core at import that spins for about 0.1 s
-    of CPU each (a third of a ``wakman simulate`` run's CPU on two cores)."""
-    os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+    of CPU each (a third of a ``wakman simulate`` run's CPU on two cores). Not for ``replay``,
+    which runs a vLLM engine (whose torch may do its matrix work in OpenBLAS, as on ARM CPUs)."""
+    if sys.argv[1:2] != ["replay"]:
+        os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
     try:
         from wakman.cli.main import run
 
