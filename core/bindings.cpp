@@ -103,22 +103,16 @@ NB_MODULE(_core, m) {
       .def("insert_pinned", [](Policy& p, nb::handle k) { p.insert(to_key(k), true); })
       .def("hit", [](Policy& p, nb::handle k) { p.hit(to_key(k)); }, "A lookup found the resident key.")
       .def("pin", [](Policy& p, nb::handle k) { p.pin(to_key(k)); }, "The key leaves the eviction order.")
-      .def("hit_pin",
-           [](Policy& p, nb::handle k) {
-             Key key = to_key(k);
-             p.hit(key);
-             p.pin(key);
-           })
+      .def(
+          "hit_pin", [](Policy& p, nb::handle k, bool pin_too) { p.hit_pin(to_key(k), pin_too); }, "key"_a,
+          "pin_too"_a = true, "A request takes the resident key: hit, then pin when pin_too (one lookup).")
       .def("unpin", [](Policy& p, nb::handle k) { p.unpin(to_key(k)); },
            "The key re-enters the order at its segment's newest position.")
       .def(
           "hit_pin_many",
           [](Policy& p, nb::handle keys) {
             KeyBatch batch(keys);
-            for (size_t i = 0; i < batch.size(); ++i) {
-              p.hit(batch.data()[i]);
-              p.pin(batch.data()[i]);
-            }
+            for (size_t i = 0; i < batch.size(); ++i) p.hit_pin(batch.data()[i], true);
           },
           "keys"_a)
       .def(

@@ -362,12 +362,9 @@ class BlockPool {
   };
   // touch() of one cached copy.
   void touch_slot(int32_t s, Held* held) {
-    Key pkey = pkey_[s];
-    policy_->hit(pkey);
-    if (refs_[s]++ == 0) {
-      policy_->pin(pkey);
-      ++referenced_;
-    }
+    const bool first_ref = refs_[s]++ == 0;
+    policy_->hit_pin(pkey_[s], first_ref);
+    referenced_ += first_ref;
     if (held) held->push_back(s);
   }
   void touch_looked_up(Held* held) {

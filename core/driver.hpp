@@ -52,8 +52,14 @@ inline RequestReplay drive_request(P& p, const Key* keys, size_t limit, size_t f
   return r;
 }
 
-// Implements the driver entry points of Policy for a final class P.
+// Implements the driver entry points of Policy for a final class P, and hit_pin with one lookup (P's
+// resident, hit_node and pin_node: hit and pin after the lookup).
 #define WAKMAN_DRIVEN(P)                                                                         \
+  void hit_pin(Key key, bool pin_too) override {                                                 \
+    const int32_t i = resident(key);                                                             \
+    hit_node(i);                                                                                 \
+    if (pin_too) pin_node(i);                                                                    \
+  }                                                                                              \
   int64_t replay(const Key* keys, size_t n) override { return drive_replay<P>(*this, keys, n); } \
   bool access(Key key) override { return drive_access<P>(*this, key); }                          \
   RequestReplay replay_request(const Key* keys, size_t limit, size_t full, const Key* outputs,   \

@@ -99,6 +99,12 @@ class Policy {
   virtual void insert(Key key, bool pinned) = 0;
   virtual void hit(Key key) = 0;
   virtual void pin(Key key) = 0;
+  // A request takes a resident key (vLLM's touch): hit(key), then pin(key) when `pin_too` (its first
+  // reference). The same as those two calls; a policy built with WAKMAN_DRIVEN finds the key once.
+  virtual void hit_pin(Key key, bool pin_too) {
+    hit(key);
+    if (pin_too) pin(key);
+  }
   virtual void unpin(Key key) = 0;
   virtual void remove(Key key) = 0;
   virtual void evict_key(Key key) = 0;

@@ -159,8 +159,8 @@ class Belady final : public StoredPolicy {
     else set(i, next);
   }
   void hit(Key key) override { hit_node(resident(key)); }
-  void pin(Key key) override {
-    int32_t i = resident(key);
+  void pin(Key key) override { pin_node(resident(key)); }
+  void pin_node(int32_t i) {
     if (mark_pinned(i)) heap_erase(i);
   }
   // Re-enters with its next use after the clock (pool use), or the one it had (replay).

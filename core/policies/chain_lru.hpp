@@ -324,8 +324,8 @@ class ChainLRU final : public Policy {
     }
   }
   void hit(Key key) override { hit_node(resident(key)); }
-  void pin(Key key) override {
-    int32_t i = resident(key);
+  void pin(Key key) override { pin_node(resident(key)); }
+  void pin_node(int32_t i) {
     Node& n = s_.nodes[i];
     if (n.pinned) return;
     queue(n.where).unlink(s_.nodes, i);

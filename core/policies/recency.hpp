@@ -38,8 +38,8 @@ class Recency final : public StoredPolicy {
     if (!pinned) order_.push_head(s_.nodes, i);
   }
   void hit(Key key) override { hit_node(resident(key)); }
-  void pin(Key key) override {
-    int32_t i = resident(key);
+  void pin(Key key) override { pin_node(resident(key)); }
+  void pin_node(int32_t i) {
     if (mark_pinned(i)) order_.unlink(s_.nodes, i);
   }
   void unpin(Key key) override {

@@ -32,8 +32,8 @@ class Sieve final : public StoredPolicy {
     if (!pinned) queue_.push_head(s_.nodes, i);
   }
   void hit(Key key) override { hit_node(resident(key)); }
-  void pin(Key key) override {
-    int32_t i = resident(key);
+  void pin(Key key) override { pin_node(resident(key)); }
+  void pin_node(int32_t i) {
     if (!s_.nodes[i].pinned) leave(i);
     mark_pinned(i);
   }

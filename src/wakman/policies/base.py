@@ -10,7 +10,8 @@ libCacheSim's order:
 - ``insert(key, pinned=False)``: ``key`` becomes resident (the caller made room);
 - ``hit(key)``: a lookup found resident ``key``, pinned or not;
 - ``pin(key)`` / ``unpin(key)``: the key leaves / re-enters the eviction order (vLLM: ``ref_cnt``
-  leaves / reaches 0); ``hit_pin``, ``hit_pin_many``, ``unpin_many`` batch them;
+  leaves / reaches 0); ``hit_pin(key, pin_too=True)`` is ``hit`` then ``pin`` (when ``pin_too``)
+  with one lookup (the pool's touch); ``hit_pin_many`` and ``unpin_many`` batch them;
 - ``remove(key)`` (alias ``discard``): O(1) removal outside eviction; every other key keeps its
   metadata;
 - ``evict_key(key)``: the host evicts this resident key (pinned or not; vLLM 0.34's
