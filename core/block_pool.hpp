@@ -362,8 +362,9 @@ class BlockPool {
   };
   // touch() of one cached copy.
   void touch_slot(int32_t s, Held* held) {
-    const bool first_ref = refs_[s]++ == 0;
-    policy_->hit_pin(pkey_[s], first_ref);
+    const bool first_ref = refs_[s] == 0;
+    policy_->hit_pin(pkey_[s], first_ref);  // may throw: nothing changed yet
+    ++refs_[s];
     referenced_ += first_ref;
     if (held) held->push_back(s);
   }

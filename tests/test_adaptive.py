@@ -234,6 +234,17 @@ def test_shadow_hits_are_refused_where_they_cannot_stand_in():
         simulate(reqs, "wakman-plus", 500, shadow_hits={"chain-lru": hits["chain-lru"]})
     with pytest.raises(ValueError, match="decoded blocks"):
         simulate(reqs, "wakman-plus", 500, shadow_hits=hits, server=VllmServer())
+    with pytest.raises(ValueError, match="-1"):  # serve mode's first_hit_tokens: never admitted
+        simulate(reqs, "wakman-plus", 500, shadow_hits={n: [-1] + h[1:] for n, h in hits.items()})
+    # the manager built directly: too few hit counts is an error, not a logged failed replay
+    manager = AdaptiveManager(PLUS, 500, shadow_hits={n: h[:1] for n, h in hits.items()})
+    with pytest.raises(ValueError, match="fewer hit counts"):
+        for r in reqs:
+            manager.on_arrival(r.arrival_s, r)
+            manager.cache_decide(r.arrival_s, 500)
+    sessions = PLUS.with_options(policy_params={"chain-lru": {"sessions": True}})
+    with pytest.raises(ValueError, match="session mode"):
+        AdaptiveManager(sessions, 500, shadow_hits=hits)
 
 
 def test_plus_is_a_documented_combination():

@@ -88,6 +88,10 @@ class AdaptiveManager:
                 raise ValueError("shadow_hits: only persistent shadows of the pool's size are plain runs")
             if set(self.shadow_hits) != set(cfg.candidates):
                 raise ValueError(f"shadow_hits: need exactly the candidates {', '.join(cfg.candidates)}")
+            if any(cfg.policy_params.get(name, {}).get("sessions") for name in cfg.candidates):
+                raise ValueError(
+                    "shadow_hits: a candidate in session mode hears session ids its shadow never does"
+                )
         self.estimator = Estimator(self.config.max_logged_blocks)
         self.next_decision = self.config.first_decision_s
         self._error_logged = False
@@ -162,6 +166,10 @@ class AdaptiveManager:
         unfit = self.decoded_blocks is not None or self.estimator.dropped_requests
         if self.shadow_hits is not None and unfit:
             raise RuntimeError("shadow_hits: these shadows would see decoded blocks or miss dropped requests")
+        if self.shadow_hits is not None and any(
+            len(h) < self.estimator.recorded for h in self.shadow_hits.values()
+        ):
+            raise ValueError("shadow_hits: fewer hit counts than requests arrived")
         start = max(0.0, now - cfg.window_s)
         persistent = cfg.shadows == "persistent"
         window = self.estimator.window(self._fed_until if persistent else start, now)

@@ -228,10 +228,15 @@ def _mooncake_task(args: tuple[int, Plan]) -> list[dict[str, Any]]:
     return [row]
 
 
+# wakman-plus's candidates with its own parameters are the plain policies' columns: their runs can
+# stand in for its shadows (``_claude_task``); with tuned parameters they could not
+_PLUS_SHARES_RUNS = not any(PLUS.policy_params.get(name) for name in PLUS.candidates)
+
+
 def _claude_tasks() -> list[str]:
     """The archive's tasks: one per policy, but wakman-plus's runs its candidates too (their plain
     cache-mode runs stand in for its shadows: ``_claude_task``)."""
-    return [p for p in ALL_POLICIES if p not in PLUS.candidates]
+    return [p for p in ALL_POLICIES if not (_PLUS_SHARES_RUNS and p in PLUS.candidates)]
 
 
 def _claude_task(args: tuple[str, Plan]) -> dict[str, dict[int, float]]:
@@ -253,13 +258,13 @@ def _claude_task(args: tuple[str, Plan]) -> dict[str, dict[int, float]]:
     if policy == "infinite":
         once = run(policy, capacities[0]).hit_rate
         return {policy: dict.fromkeys(capacities, once)}
-    if policy != PLUS.name:
+    if policy != PLUS.name or not _PLUS_SHARES_RUNS:
         return {policy: {c: run(policy, c).hit_rate for c in capacities}}
     rates: dict[str, dict[int, float]] = {name: {} for name in (*PLUS.candidates, policy)}
     for c in capacities:
         shadows = {}
         for name in PLUS.candidates:
-            result = run(name, c, policy_params=PLUS.policy_params.get(name))
+            result = run(name, c)
             rates[name][c], shadows[name] = result.hit_rate, result.first_hit_tokens
         rates[policy][c] = run(policy, c, shadow_hits=shadows).hit_rate
     return rates
