@@ -235,7 +235,7 @@ def test_shadow_hits_are_refused_where_they_cannot_stand_in():
     with pytest.raises(ValueError, match="decoded blocks"):
         simulate(reqs, "wakman-plus", 500, shadow_hits=hits, server=VllmServer())
     with pytest.raises(ValueError, match="-1"):  # serve mode's first_hit_tokens: never admitted
-        simulate(reqs, "wakman-plus", 500, shadow_hits={n: [-1] + h[1:] for n, h in hits.items()})
+        simulate(reqs, "wakman-plus", 500, shadow_hits={n: [-1, *h[1:]] for n, h in hits.items()})
     # the manager built directly: too few hit counts is an error, not a logged failed replay
     manager = AdaptiveManager(PLUS, 500, shadow_hits={n: h[:1] for n, h in hits.items()})
     with pytest.raises(ValueError, match="fewer hit counts"):
