@@ -92,6 +92,8 @@ class AdaptiveManager:
                 raise ValueError(
                     "shadow_hits: a candidate in session mode hears session ids its shadow never does"
                 )
+            if any(min(hits, default=0) < 0 for hits in self.shadow_hits.values()):
+                raise ValueError("shadow_hits: a cache-mode run's first_hit_tokens (serve mode's hold -1)")
         self.estimator = Estimator(self.config.max_logged_blocks)
         self.next_decision = self.config.first_decision_s
         self._error_logged = False
@@ -163,13 +165,13 @@ class AdaptiveManager:
         """Start the decision due at ``now``: snapshot the window to replay (safe to hand to another
         thread). None when there is nothing to replay; that decision is already logged."""
         cfg = self.config
-        unfit = self.decoded_blocks is not None or self.estimator.dropped_requests
-        if self.shadow_hits is not None and unfit:
-            raise RuntimeError("shadow_hits: these shadows would see decoded blocks or miss dropped requests")
-        if self.shadow_hits is not None and any(
-            len(h) < self.estimator.recorded for h in self.shadow_hits.values()
-        ):
-            raise ValueError("shadow_hits: fewer hit counts than requests arrived")
+        if self.shadow_hits is not None:  # raised here: the replay's errors are logged, not raised
+            if self.decoded_blocks is not None or self.estimator.dropped_requests:
+                raise RuntimeError(
+                    "shadow_hits: these shadows would see decoded blocks or miss dropped requests"
+                )
+            if any(len(hits) < self.estimator.recorded for hits in self.shadow_hits.values()):
+                raise ValueError("shadow_hits: fewer hit counts than requests arrived")
         start = max(0.0, now - cfg.window_s)
         persistent = cfg.shadows == "persistent"
         window = self.estimator.window(self._fed_until if persistent else start, now)

@@ -42,8 +42,6 @@ def simulate(
         requests = list(requests)
         if any(len(hits) != len(requests) for hits in shadow_hits.values()):
             raise ValueError("shadow_hits: need one hit count per request for every candidate")
-        if any(min(hits, default=0) < 0 for hits in shadow_hits.values()):
-            raise ValueError("shadow_hits: a cache-mode run's first_hit_tokens (serve mode's hold -1)")
         if isinstance(options.get("server"), VllmServer):
             raise ValueError("shadow_hits: the step loop's shadows see decoded blocks, not a plain run's")
     manager = AdaptiveManager(policy, capacity_blocks, shadow_hits=shadow_hits)
