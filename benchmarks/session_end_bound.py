@@ -13,9 +13,14 @@ never is one) to LRU's eviction end, deepest evicted first. Rules:
 - ``idle T``: ``T`` seconds after the session's latest request, if no request of it came since (a
   rule a policy that is told session ids could run: a timeout).
 
+The ``told+D`` columns are the policy that acts on such news: the core's ``chain-lru`` in session mode
+(``sessions=True``), told each end ``D`` seconds after the session's last request
+(``simulate(..., session_ends_after_s=D)``; its own rule for a session's own blocks,
+src/wakman/policies/chain_lru.py).
+
 Per mix (or ``--trace``'s file): the core's ``lru``, ``s3fifo``, ``chain-lru`` and ``belady`` (cache
-mode) and each rule's hit rate as points over the better of LRU and S3-FIFO; the summary gives each
-column's mean gain and its share of the mean gap to Belady. The loop's plain LRU must equal the
+mode) and each column's hit rate as points over the better of LRU and S3-FIFO; the summary gives
+each column's mean gain and its share of the mean gap to Belady. The loop's plain LRU must equal the
 core's LRU on every workload (the loop's check; the run stops otherwise). Session ids are the
 trace's (``Request.session_id``; the generator gives every request one).
 
@@ -119,14 +124,16 @@ def main() -> None:
         ("idle", float(t)) for t in args.idle.split(",") if t
     ]
     names = [f"end+{d:g}" if rule == "end" else f"idle {d:g}" for rule, d in rules]
+    told = [float(d) for d in args.ends.split(",") if d]  # chain-lru told each end D s late
+    told_names = [f"told+{d:g}" for d in told]
     seed = "" if args.trace else f", seed {args.seed}"
     print(
         f"cache mode, {args.capacity:,} blocks{seed}; points over the better of lru and s3fifo "
         "(chain-lru and each rule)"
     )
-    print("| mix | lru | s3fifo | belady | chain-lru | " + " | ".join(names) + " |")
-    print("|---|---|---|---|---|" + "---|" * len(names))
-    gains: dict[str, list[float]] = {name: [] for name in ("chain-lru", *names)}
+    print("| mix | lru | s3fifo | belady | chain-lru | " + " | ".join(names + told_names) + " |")
+    print("|---|---|---|---|---|" + "---|" * (len(names) + len(told_names)))
+    gains: dict[str, list[float]] = {name: [] for name in ("chain-lru", *names, *told_names)}
     gaps: list[float] = []
     for mix, load in workloads(args):
         began = time.perf_counter()
@@ -142,6 +149,16 @@ def main() -> None:
         gains["chain-lru"].append(100 * (core["chain-lru"] - best))
         for name, (rule, seconds) in zip(names, rules, strict=True):
             gains[name].append(100 * (lru_with_drops(requests, args.capacity, rule, seconds) - best))
+        for name, seconds in zip(told_names, told, strict=True):
+            result = simulate(
+                requests,
+                "chain-lru",
+                args.capacity,
+                mode="cache",
+                policy_params={"sessions": True},
+                session_ends_after_s=seconds,
+            )
+            gains[name].append(100 * (result.hit_rate - best))
         cells = [f"{core[n]:.4f}" for n in ("lru", "s3fifo", "belady")]
         cells += [f"{gains[n][-1]:+.2f}" for n in gains]
         print(f"| {mix} | " + " | ".join(cells) + f" |  ({time.perf_counter() - began:.0f} s)", flush=True)

@@ -158,6 +158,10 @@ NB_MODULE(_core, m) {
       .def(
           "in_session", [](Policy& p, nb::handle session) { p.in_session(to_key(session)); }, "session"_a,
           "Hint: the on_request that follows belongs to this session (a 64-bit key).")
+      .def(
+          "end_session", [](Policy& p, nb::handle session) { p.end_session(to_key(session)); }, "session"_a,
+          "Hint: this session (a 64-bit key) sends no more requests. Policies that do not follow sessions "
+          "ignore it.")
       .def_prop_ro("learns_from_requests", &Policy::learns_from_requests,
                    "Whether on_request changes anything (a host may skip building its keys otherwise).")
       .def_prop_ro("hears_misses", &Policy::hears_misses,
@@ -227,7 +231,9 @@ NB_MODULE(_core, m) {
       .def_ro("small_ratio", &ChainLRU::small_ratio_)
       .def_ro("sessions", &ChainLRU::sessions_)
       .def_prop_ro("sessions_followed", &ChainLRU::sessions_followed)
-      .def_prop_ro("demoted", &ChainLRU::demoted, "Blocks moved to P's oldest end as an abandoned branch.")
+      .def_prop_ro("demoted", &ChainLRU::demoted,
+                   "Blocks moved to P's oldest end (an abandoned branch, an ended session's own blocks).")
+      .def_prop_ro("sessions_ended", &ChainLRU::sessions_ended, "Followed sessions that end_session ended.")
       .def("in_ghost", [](const ChainLRU& p, nb::handle k) { return p.in_ghost(to_key(k)); })
       .def("in_probation", [](const ChainLRU& p, nb::handle k) { return p.in_probation(to_key(k)); })
       .def("extension_rate", [](const ChainLRU& p, nb::handle k) { return p.extension_rate(to_key(k)); }, "root"_a,

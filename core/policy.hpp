@@ -22,6 +22,8 @@
 //   inserting_for(root)  the inserts that follow belong to the chain whose first block is root
 //   in_session(session)  the on_request that follows belongs to this session (a trace's session id,
 //                as a 64-bit key), where the host knows one
+//   end_session(session)  the host was told that this session sends no more requests (a client's
+//                close; a trace replay told each end after the fact)
 // The host owns capacity: the policy orders, the host decides when to evict. The exact semantics of
 // each policy are stated once, in the docstring of its Python module (src/wakman/policies/NAME.py).
 //
@@ -114,6 +116,7 @@ class Policy {
                           double /*now_s*/) {}
   virtual void inserting_for(Key /*root*/) {}
   virtual void in_session(Key /*session*/) {}
+  virtual void end_session(Key /*session*/) {}
   // Whether on_request changes anything: a host that must build the keys for it (vLLM's queue)
   // skips the hint for a policy that ignores it.
   virtual bool learns_from_requests() const { return false; }

@@ -6,12 +6,13 @@ from __future__ import annotations
 import random
 from collections import OrderedDict
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from streams import splitmix64
 from wakman.data import BUNDLED_MOONCAKE
-from wakman.drivers import replay_request
+from wakman.drivers import replay_request, session_key
 from wakman.policies import make_policy
 from wakman.simulation import simulate
 from wakman.simulation.server import ServerModel
@@ -42,6 +43,9 @@ class Model:
             self.minis = [Model(mini, window_s, threshold, mode=m, small_ratio=small_ratio) for m in MODES]
             self.blocks, self.duel_hits, self.switches = 0.0, [0.0, 0.0], 0
         self.session_last: dict[int, list[int]] = {}
+        self.serial: dict[int, int] = {}  # followed session -> its serial (an ended one's is gone)
+        self.next_serial = 0
+        self.owner: dict[int, int | None] = {}  # block -> the serial that brought it, None: shared
         self.prob: OrderedDict[int, None] = OrderedDict()  # oldest first
         self.main: OrderedDict[int, None] = OrderedDict()
         self.rare: dict[int, bool] = {}
@@ -73,12 +77,12 @@ class Model:
             shared = 0
             while shared < min(len(last), len(chain)) and last[shared] == chain[shared]:
                 shared += 1
-            for k in last[shared:]:  # each to P's oldest end: the deepest ends oldest, evicted first
-                if k in self.prob or k in self.main:
-                    (self.prob if k in self.prob else self.main).pop(k)
-                    self.prob[k] = None
-                    self.prob.move_to_end(k, last=False)
+            for k in last[shared:]:
+                self.demote(k)
             self.session_last[session] = chain
+            if session not in self.serial:  # followed from now on, under a new serial
+                self.serial[session] = self.next_serial = self.next_serial + 1
+            self.own(self.serial[session], chain[shared:])
         for end, (t, root) in sorted(self.open.items(), key=lambda item: item[1][0]):
             if t <= now - self.window_s:
                 del self.open[end]
@@ -97,6 +101,35 @@ class Model:
         self.context_rare = self.rate(root) < self.threshold
         if self.minis:
             self.duel(keys[:full], outputs)
+
+    def demote(self, k: int) -> None:
+        """A resident block to P's oldest end: of blocks demoted in prefix order, the deepest ends
+        oldest, evicted first."""
+        if k in self.prob or k in self.main:
+            (self.prob if k in self.prob else self.main).pop(k)
+            self.prob[k] = None
+            self.prob.move_to_end(k, last=False)
+
+    def own(self, serial: int, keys: list[int]) -> None:
+        """A followed session's request holds these blocks (those after the prefix it shares with the
+        session's previous request): the first session to hold a block that is not cached then
+        owns it; a second one makes it shared (None). Past 16 * C entries, those of blocks no
+        longer cached go."""
+        for k in keys:
+            if k in self.owner:
+                if self.owner[k] != serial:
+                    self.owner[k] = None
+                continue
+            self.owner[k] = None if (k in self.prob or k in self.main) else serial
+            if len(self.owner) > 16 * self.capacity:
+                self.owner = {b: o for b, o in self.owner.items() if b in self.prob or b in self.main}
+
+    def end_session(self, session: int) -> None:
+        last = self.session_last.pop(session, None)
+        serial = self.serial.pop(session, None)
+        for k in last or ():
+            if serial is not None and self.owner.get(k) == serial:
+                self.demote(k)
 
     def duel(self, prompt: list[int], outputs: list[int]) -> None:
         sampled = [k for k in prompt if splitmix64(k) % self.every == 0]
@@ -366,3 +399,89 @@ def test_session_mode_follows_its_stated_semantics(reqs, capacity, sessions):
         assert policy.eviction_order() == model.order()
     if not sessions:
         assert policy.demoted == 0
+
+
+# Sessions that extend their requests, abandon part of them, or end (the host is told): an ended
+# session's own blocks go to P's oldest end; a block another followed session's last request holds
+# (the shared roots 500 and 501) stays.
+ending_requests = st.lists(
+    st.tuples(
+        st.integers(0, 4),  # session
+        st.sampled_from(["extend", "extend", "keep-half", "end"]),
+        st.integers(1, 6),  # new full blocks
+        st.floats(0.0, 90.0),  # gap to the previous request (s)
+    ),
+    min_size=1,
+    max_size=60,
+)
+
+
+@settings(max_examples=200, deadline=None)
+@given(reqs=ending_requests, capacity=st.integers(2, 24), mode=st.sampled_from(["recency", "adaptive"]))
+def test_a_sessions_end_follows_its_stated_semantics(reqs, capacity, mode):
+    """``end_session`` moves the blocks of the session's last request that no other followed
+    session's last request holds to P's oldest end (the deepest first), and stops following the
+    session (a later request of it starts afresh)."""
+    policy = make_policy("chain-lru", capacity, window_s=30.0, threshold=0.4, sessions=True, mode=mode)
+    model = Model(capacity, 30.0, threshold=0.4, sessions=True, mode=mode)
+    last: dict[int, list[int]] = {}
+    now, fresh, ended = 0.0, 1000, 0
+    for session, how, new, gap in reqs:
+        now += gap
+        if how == "end":
+            ended += session in model.session_last
+            policy.end_session(session_key(f"s{session}"))
+            model.end_session(session)
+            last.pop(session, None)
+        else:
+            before = last.get(session, [500 + session % 2])  # two roots shared by the sessions
+            keys = (before if how == "extend" else before[: max(1, len(before) // 2)]) + list(
+                range(fresh, fresh + new)
+            )
+            fresh += new
+            last[session] = keys
+            hits, _, _ = replay_request(policy, keys, len(keys) * 16 + 1, 16, (), now, f"s{session}")
+            model.on_request(keys, len(keys), [], now, session)
+            assert hits == model.serve(keys)
+        assert policy.eviction_order() == model.order()
+        assert policy.sessions_followed == len(model.session_last)
+    assert policy.sessions_ended == ended
+
+
+def test_session_ends_in_cache_mode_are_told_after_each_sessions_last_request():
+    """``simulate(..., session_ends_after_s=D)`` tells each session's end D seconds after its last
+    request, before the first request at or after that time: the same hits, request by request, as
+    the model told the same ends; told ends move the hit rate."""
+    reqs = generate_requests(build_config(preset="mix04-single-multi-50", duration_s=900, rate=1.5), seed=5)
+    capacity, params = 3000, {"sessions": True, "mode": "recency"}
+    baseline = simulate(reqs, "chain-lru", capacity, mode="cache", policy_params=params)
+    for after_s in (0.0, 5.0, 30.0):
+        result = simulate(
+            reqs, "chain-lru", capacity, mode="cache", policy_params=params, session_ends_after_s=after_s
+        )
+        model = Model(capacity, sessions=True, mode="recency")
+        last = {r.session_id: i for i, r in enumerate(reqs)}
+        due = sorted((reqs[i].arrival_s + after_s, i, sid) for sid, i in last.items())
+        ids = {sid: n for n, sid in enumerate(last)}
+        hits = []
+        for index, r in enumerate(reqs):
+            while due and due[0][0] <= r.arrival_s and due[0][1] < index:
+                model.end_session(ids[due.pop(0)[2]])
+            keys = [int(k) for k in r.block_keys[: r.full_blocks]]
+            outputs = [int(k) for k in r.output_keys]
+            model.on_request(keys, len(keys), outputs, r.arrival_s, ids[r.session_id])
+            prefix = model.prefix(keys[: r.max_hit_blocks])
+            for k in reversed(keys + outputs):
+                model.access(k)
+            hits.append(prefix * r.block_size)
+        assert result.first_hit_tokens == hits
+        if after_s == 0.0:  # 0.189 -> 0.302 on 2026-12-05
+            assert result.hit_rate > baseline.hit_rate + 0.05
+
+
+def test_session_ends_are_refused_outside_cache_mode_and_below_zero():
+    reqs = generate_requests(build_config(preset="mix02-pure-multi", duration_s=60, rate=1.5), seed=0)
+    with pytest.raises(ValueError, match="cache mode only"):
+        simulate(reqs, "chain-lru", 100, mode="serve", session_ends_after_s=5.0)
+    with pytest.raises(ValueError, match=">= 0 seconds"):
+        simulate(reqs, "chain-lru", 100, mode="cache", session_ends_after_s=-1.0)

@@ -258,7 +258,33 @@ class ChainLRU final : public Policy {
     session_ = session;
     has_session_ = true;
   }
+  // Session mode: the session sends no more requests. Its own blocks in its last request (those
+  // it brought, that no other followed session has asked for since: owner_) go to P's oldest end,
+  // the deepest last (evicted first, never before a block under it); the session is no longer
+  // followed (its slot is freed; its serial is never given again, so a later session that asks
+  // for one of its blocks makes it shared).
+  void end_session(Key session) override {
+    if (!sessions_) return;
+    const int32_t slot = session_index_.find(session);
+    if (slot < 0) return;
+    const auto at = static_cast<size_t>(slot);
+    for (Key k : session_last_[at])
+      if (owner_.find(k) == serial_of_slot_[at]) demote(k);
+    session_index_.erase(session);
+    const size_t moved = session_last_.size() - 1;  // the last slot fills the freed one
+    if (at != moved) {
+      session_last_[at].swap(session_last_[moved]);
+      session_of_slot_[at] = session_of_slot_[moved];
+      serial_of_slot_[at] = serial_of_slot_[moved];
+      *session_index_.value_of(session_of_slot_[at]) = slot;
+    }
+    session_last_.pop_back();
+    session_of_slot_.pop_back();
+    serial_of_slot_.pop_back();
+    ++sessions_ended_;
+  }
   size_t sessions_followed() const { return session_index_.size(); }
+  int64_t sessions_ended() const { return sessions_ended_; }
   int64_t demoted() const { return demoted_; }
   void inserting_for(Key root) override {
     int32_t r = stats_.find_root(root);
@@ -386,6 +412,10 @@ class ChainLRU final : public Policy {
     rarely_extended_ = false;
     session_index_.clear();
     session_last_.clear();
+    session_of_slot_.clear();
+    serial_of_slot_.clear();
+    owner_.clear();
+    next_serial_ = kShared + 1;
     has_session_ = false;
     if (adaptive_) {
       for (auto& mini : minis_) mini->reset();
@@ -400,7 +430,8 @@ class ChainLRU final : public Policy {
   }
   void pinned_keys(std::vector<Key>& out) const override { s_.pinned_keys(out); }
   size_t bytes() const override {
-    size_t held = session_index_.bytes() + session_last_.capacity() * sizeof(std::vector<Key>);
+    size_t held = session_index_.bytes() + owner_.bytes() + session_last_.capacity() * sizeof(std::vector<Key>) +
+                  session_of_slot_.capacity() * (sizeof(Key) + sizeof(int32_t));
     for (const auto& last : session_last_) held += last.capacity() * sizeof(Key);
     if (adaptive_) held += minis_[0]->bytes() + minis_[1]->bytes() + sampled_.capacity() * sizeof(Key);
     return s_.bytes() + stats_.bytes() + held;
@@ -460,21 +491,43 @@ class ChainLRU final : public Policy {
   // it is evicted first and never before a block under it.
   void follow_session(const Key* keys, size_t full, const Key* outputs, size_t n_out) {
     int32_t slot = session_index_.find(session_);
+    size_t shared = 0;
     if (slot < 0) {
       if (session_last_.size() >= kMaxSessions) return;
       slot = static_cast<int32_t>(session_last_.size());
       session_index_.insert(session_, slot);
       session_last_.emplace_back();
+      session_of_slot_.push_back(session_);
+      serial_of_slot_.push_back(next_serial_);
+      next_serial_ = next_serial_ == INT32_MAX ? kShared + 1 : next_serial_ + 1;
     } else {
       const std::vector<Key>& last = session_last_[static_cast<size_t>(slot)];
       auto now_at = [&](size_t j) { return j < full ? keys[j] : outputs[j - full]; };
-      size_t shared = 0;
       while (shared < last.size() && shared < full + n_out && last[shared] == now_at(shared)) ++shared;
       for (size_t j = shared; j < last.size(); ++j) demote(last[j]);
     }
     std::vector<Key>& last = session_last_[static_cast<size_t>(slot)];
     last.assign(keys, keys + full);
     last.insert(last.end(), outputs, outputs + n_out);
+    const int32_t serial = serial_of_slot_[static_cast<size_t>(slot)];
+    for (size_t j = shared; j < last.size(); ++j) own(last[j], serial);
+  }
+  // A followed session (serial) asks for key: a block no one owns becomes its own, unless it is
+  // already cached (another brought it); one another session owns becomes shared. When owner_
+  // holds more than kOwnerEntries * C entries, those of keys no longer resident go (at most C
+  // stay: the sweep is amortized O(1) per insert).
+  void own(Key key, int32_t serial) {
+    if (int32_t* owner = owner_.value_of(key)) {
+      if (*owner != serial) *owner = kShared;
+      return;
+    }
+    owner_.insert(key, find_resident(key) >= 0 ? kShared : serial);
+    if (owner_.size() <= kOwnerEntries * static_cast<size_t>(capacity_)) return;
+    std::vector<Key> gone;
+    owner_.for_each([&](Key k, int32_t) {
+      if (find_resident(k) < 0) gone.push_back(k);
+    });
+    for (Key k : gone) owner_.erase(k);
   }
   void demote(Key key) {
     int32_t i = find_resident(key);
@@ -508,7 +561,13 @@ class ChainLRU final : public Policy {
   Key session_ = 0;
   KeyMap session_index_;                        // session key -> its slot in session_last_
   std::vector<std::vector<Key>> session_last_;  // per followed session: its last request's keys
-  int64_t demoted_ = 0;
+  std::vector<Key> session_of_slot_;            // per slot: its session key
+  std::vector<int32_t> serial_of_slot_;         // per slot: its session's serial (owner_'s values)
+  static constexpr int32_t kShared = 0;         // owner_'s value for a block two sessions asked for
+  static constexpr size_t kOwnerEntries = 16;   // owner_ is swept when it holds more than this * C
+  KeyMap owner_;  // key -> the serial of the followed session that brought it, or kShared
+  int32_t next_serial_ = kShared + 1;
+  int64_t demoted_ = 0, sessions_ended_ = 0;
 };
 
 }  // namespace wakman

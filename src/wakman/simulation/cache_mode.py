@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from wakman.drivers import StrandedCount, replay_request
+from wakman.drivers import StrandedCount, replay_request, session_key
 from wakman.policies import EvictionPolicy
 from wakman.simulation.controller import Controller
 from wakman.simulation.results import SimResult
@@ -24,6 +24,7 @@ def replay_prefixes(
     warmup_requests: int = 0,
     track_stranded: bool = True,
     controller: Controller | None = None,
+    session_ends_after_s: float | None = None,
 ) -> SimResult:
     """``controller.on_arrival`` sees each request, then ``controller.cache_decide`` may name a
     policy to switch the live cache to before that request (the adaptive manager's decisions in
@@ -32,7 +33,9 @@ def replay_prefixes(
     request: the run an in-line loop gives, without the manager's shadows and the live cache taking
     turns in the CPU's caches. ``track_stranded``: count the stranded blocks at the end (one more
     walk over every chain). ``result.first_hit_tokens`` gets every request's hit tokens (arrival
-    order, warm-up included), as serve mode's first admissions."""
+    order, warm-up included), as serve mode's first admissions. ``session_ends_after_s``: the policy
+    is told that each session has ended (``end_session``, ``session_ends`` below) that many seconds
+    after its last request's arrival."""
     switches: dict[int, str] = {}  # request index -> the policy the live cache switches to before it
     if controller is not None:
         for index, req in enumerate(requests):
@@ -42,7 +45,12 @@ def replay_prefixes(
                 switches[index] = name
     misses = 0
     per_request = result.first_hit_tokens
+    ends = session_ends(requests, session_ends_after_s) if session_ends_after_s is not None else []
+    told = 0  # ends[:told] have been told
     for index, req in enumerate(requests):
+        while told < len(ends) and ends[told][0] <= req.arrival_s and ends[told][1] < index:
+            policy.end_session(session_key(ends[told][2]))
+            told += 1
         if index in switches:
             assert controller is not None
             policy = controller.cache_switch(policy, switches[index])
@@ -64,6 +72,18 @@ def replay_prefixes(
         # (with no eviction and no policy switch every accessed block is still resident: none stranded)
         result.stranded_blocks = count_stranded(requests, policy)
     return result
+
+
+def session_ends(requests: Sequence[Request], after_s: float) -> list[tuple[float, int, str]]:
+    """Each session's end as a replay tells it, in the order told: (when in seconds: its last
+    request's arrival + ``after_s``, the index of that request, the session id). The trace knows each
+    end after the fact; a live cache would hear it from a client that closes its sessions. An end is
+    told before the first later request that arrives at or after its time (never before the
+    session's last request); requests without a session id have none."""
+    if not after_s >= 0:
+        raise ValueError(f"session_ends_after_s must be >= 0 seconds, got {after_s}")
+    last = {req.session_id: index for index, req in enumerate(requests) if req.session_id is not None}
+    return sorted((requests[index].arrival_s + after_s, index, sid) for sid, index in last.items())
 
 
 def count_stranded(requests: Sequence[Request], policy: EvictionPolicy) -> int:

@@ -47,15 +47,21 @@ def simulate(
     policy_params: dict[str, Any] | None = None,
     track_stranded: bool = True,
     future: tuple[BeladyFuture, list[int]] | None = None,
+    session_ends_after_s: float | None = None,
 ) -> SimResult:
     """Simulate ``requests`` (in arrival order). ``policy`` is a name from ``wakman.policies`` or a
     ready policy object; a ``controller`` (the adaptive manager, ``wakman.adaptive.simulate``)
     watches the run and may switch the policy. ``track_stranded`` False: cache mode leaves
     ``stranded_blocks`` at 0 and skips the walk over every chain that counts them (about a second
     on a 94 M-access trace). ``future``: Belady's, from ``belady_future(requests, mode)`` (built here
-    when None; only ``belady`` reads it)."""
+    when None; only ``belady`` reads it). ``session_ends_after_s`` (cache mode): tell the policy that
+    each session has ended that many seconds after its last request (a what-if from the trace's
+    hindsight: what a client that closes its sessions would give; only chain-lru built with
+    ``sessions=True`` acts on it)."""
     if mode not in MODES:
         raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
+    if session_ends_after_s is not None and mode != "cache":
+        raise ValueError("session_ends_after_s: cache mode only (the serve loop passes no session ids)")
     if capacity_blocks < 1:
         raise ValueError(f"capacity must be >= 1 block, got {capacity_blocks}")
     requests = list(requests)
@@ -83,7 +89,14 @@ def simulate(
         result.extra["pool_blocks"] = capacity_blocks  # the infinite ceiling's unbounded pool
     if mode == "cache":
         replay_prefixes(
-            requests, policy_obj, result, warmup_s, warmup_requests, track_stranded, controller=controller
+            requests,
+            policy_obj,
+            result,
+            warmup_s,
+            warmup_requests,
+            track_stranded,
+            controller=controller,
+            session_ends_after_s=session_ends_after_s,
         )
     else:
         pool = BlockPool(capacity_blocks, policy_obj)
