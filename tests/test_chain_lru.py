@@ -82,7 +82,7 @@ class Model:
             self.session_last[session] = chain
             if session not in self.serial:  # followed from now on, under a new serial
                 self.serial[session] = self.next_serial = self.next_serial + 1
-            self.own(self.serial[session], chain[shared:])
+            self.own(self.serial[session], chain)
         for end, (t, root) in sorted(self.open.items(), key=lambda item: item[1][0]):
             if t <= now - self.window_s:
                 del self.open[end]
@@ -111,18 +111,17 @@ class Model:
             self.prob.move_to_end(k, last=False)
 
     def own(self, serial: int, keys: list[int]) -> None:
-        """A followed session's request holds these blocks (those after the prefix it shares with the
-        session's previous request): the first session to hold a block that is not cached then
-        owns it; a second one makes it shared (None). Past 16 * C entries, those of blocks no
-        longer cached go."""
+        """A followed session's request holds these blocks: the first session to hold a block that
+        is not cached then owns it; another one makes it shared (None). First, past 4 * C
+        entries, those of blocks no longer cached go."""
+        if len(self.owner) > 4 * self.capacity:
+            self.owner = {b: o for b, o in self.owner.items() if b in self.prob or b in self.main}
         for k in keys:
             if k in self.owner:
                 if self.owner[k] != serial:
                     self.owner[k] = None
                 continue
             self.owner[k] = None if (k in self.prob or k in self.main) else serial
-            if len(self.owner) > 16 * self.capacity:
-                self.owner = {b: o for b, o in self.owner.items() if b in self.prob or b in self.main}
 
     def end_session(self, session: int) -> None:
         last = self.session_last.pop(session, None)
@@ -402,8 +401,8 @@ def test_session_mode_follows_its_stated_semantics(reqs, capacity, sessions):
 
 
 # Sessions that extend their requests, abandon part of them, or end (the host is told): an ended
-# session's own blocks go to P's oldest end; a block another followed session's last request holds
-# (the shared roots 500 and 501) stays.
+# session's own blocks go to P's oldest end; a block another followed session has held since the
+# session brought it (the shared roots 500 and 501) stays.
 ending_requests = st.lists(
     st.tuples(
         st.integers(0, 4),  # session
@@ -419,9 +418,9 @@ ending_requests = st.lists(
 @settings(max_examples=200, deadline=None)
 @given(reqs=ending_requests, capacity=st.integers(2, 24), mode=st.sampled_from(["recency", "adaptive"]))
 def test_a_sessions_end_follows_its_stated_semantics(reqs, capacity, mode):
-    """``end_session`` moves the blocks of the session's last request that no other followed
-    session's last request holds to P's oldest end (the deepest first), and stops following the
-    session (a later request of it starts afresh)."""
+    """``end_session`` moves the session's own blocks of its last request (brought by it, held by no
+    other followed session's request since) to P's oldest end (the deepest first), and stops
+    following the session (a later request of it starts afresh)."""
     policy = make_policy("chain-lru", capacity, window_s=30.0, threshold=0.4, sessions=True, mode=mode)
     model = Model(capacity, 30.0, threshold=0.4, sessions=True, mode=mode)
     last: dict[int, list[int]] = {}
@@ -460,13 +459,21 @@ def test_session_ends_in_cache_mode_are_told_after_each_sessions_last_request():
             reqs, "chain-lru", capacity, mode="cache", policy_params=params, session_ends_after_s=after_s
         )
         model = Model(capacity, sessions=True, mode="recency")
-        last = {r.session_id: i for i, r in enumerate(reqs)}
-        due = sorted((reqs[i].arrival_s + after_s, i, sid) for sid, i in last.items())
+        last = {r.session_id: i for i, r in enumerate(reqs)}  # session -> its last request
         ids = {sid: n for n, sid in enumerate(last)}
+        told: set[str] = set()
         hits = []
         for index, r in enumerate(reqs):
-            while due and due[0][0] <= r.arrival_s and due[0][1] < index:
-                model.end_session(ids[due.pop(0)[2]])
+            # before this request: every untold end due at or before its arrival, of a session
+            # whose last request came before it, in the order (due time, last request)
+            due = sorted(
+                (reqs[i].arrival_s + after_s, i, sid)
+                for sid, i in last.items()
+                if sid not in told and i < index and reqs[i].arrival_s + after_s <= r.arrival_s
+            )
+            for _, _, sid in due:
+                model.end_session(ids[sid])
+                told.add(sid)
             keys = [int(k) for k in r.block_keys[: r.full_blocks]]
             outputs = [int(k) for k in r.output_keys]
             model.on_request(keys, len(keys), outputs, r.arrival_s, ids[r.session_id])
@@ -477,6 +484,24 @@ def test_session_ends_in_cache_mode_are_told_after_each_sessions_last_request():
         assert result.first_hit_tokens == hits
         if after_s == 0.0:  # 0.189 -> 0.302 on 2026-12-05
             assert result.hit_rate > baseline.hit_rate + 0.05
+
+
+def test_a_block_another_session_holds_since_is_not_the_ended_sessions_own():
+    """B brings blocks 1 and 2; other traffic evicts them and the owner table is swept; A brings
+    them again (they are A's own), then B's next request holds them: A's end demotes only its own
+    block 10, not B's prefix."""
+    policy = make_policy("chain-lru", 4, threshold=0.0, sessions=True, mode="recency")
+    now = 0.0
+    for sid, keys in [("B", [1, 2]), *((f"x{i}", [100 + 10 * i + j for j in range(3)]) for i in range(6))]:
+        now += 1.0
+        replay_request(policy, keys, len(keys) * 16 + 1, 16, (), now, sid)
+    assert not {1, 2} & set(policy.eviction_order())
+    for sid, keys in [("A", [1, 2, 10]), ("B", [1, 2, 20])]:
+        now += 1.0
+        replay_request(policy, keys, len(keys) * 16 + 1, 16, (), now, sid)
+    policy.end_session(session_key("A"))
+    assert policy.eviction_order() == [10, 20, 2, 1]  # oldest first: B's blocks stay in LRU order
+    assert policy.demoted == 1 and policy.sessions_ended == 1 and policy.sessions_followed == 7
 
 
 def test_session_ends_are_refused_outside_cache_mode_and_below_zero():

@@ -261,8 +261,8 @@ class ChainLRU final : public Policy {
   // Session mode: the session sends no more requests. Its own blocks in its last request (those
   // it brought, that no other followed session has asked for since: owner_) go to P's oldest end,
   // the deepest last (evicted first, never before a block under it); the session is no longer
-  // followed (its slot is freed; its serial is never given again, so a later session that asks
-  // for one of its blocks makes it shared).
+  // followed (its slot is freed; its serial is not given again until serials wrap, so a later
+  // session that asks for one of its blocks makes it shared).
   void end_session(Key session) override {
     if (!sessions_) return;
     const int32_t slot = session_index_.find(session);
@@ -416,6 +416,7 @@ class ChainLRU final : public Policy {
     serial_of_slot_.clear();
     owner_.clear();
     next_serial_ = kShared + 1;
+    sessions_ended_ = 0;
     has_session_ = false;
     if (adaptive_) {
       for (auto& mini : minis_) mini->reset();
@@ -498,8 +499,11 @@ class ChainLRU final : public Policy {
       session_index_.insert(session_, slot);
       session_last_.emplace_back();
       session_of_slot_.push_back(session_);
-      serial_of_slot_.push_back(next_serial_);
-      next_serial_ = next_serial_ == INT32_MAX ? kShared + 1 : next_serial_ + 1;
+      if (next_serial_ == INT32_MAX) {  // serials wrap: no ownership survives from before
+        owner_.clear();
+        next_serial_ = kShared + 1;
+      }
+      serial_of_slot_.push_back(next_serial_++);
     } else {
       const std::vector<Key>& last = session_last_[static_cast<size_t>(slot)];
       auto now_at = [&](size_t j) { return j < full ? keys[j] : outputs[j - full]; };
@@ -509,20 +513,22 @@ class ChainLRU final : public Policy {
     std::vector<Key>& last = session_last_[static_cast<size_t>(slot)];
     last.assign(keys, keys + full);
     last.insert(last.end(), outputs, outputs + n_out);
+    if (owner_.size() > kOwnerEntries * static_cast<size_t>(capacity_)) sweep_owners();
     const int32_t serial = serial_of_slot_[static_cast<size_t>(slot)];
-    for (size_t j = shared; j < last.size(); ++j) own(last[j], serial);
+    for (Key k : last) own(k, serial);
   }
-  // A followed session (serial) asks for key: a block no one owns becomes its own, unless it is
-  // already cached (another brought it); one another session owns becomes shared. When owner_
-  // holds more than kOwnerEntries * C entries, those of keys no longer resident go (at most C
-  // stay: the sweep is amortized O(1) per insert).
+  // A followed session (serial) holds key in a request: a block no one owns becomes its own,
+  // unless it is already cached (another brought it); one another session owns becomes shared.
   void own(Key key, int32_t serial) {
     if (int32_t* owner = owner_.value_of(key)) {
       if (*owner != serial) *owner = kShared;
       return;
     }
     owner_.insert(key, find_resident(key) >= 0 ? kShared : serial);
-    if (owner_.size() <= kOwnerEntries * static_cast<size_t>(capacity_)) return;
+  }
+  // Before a request's blocks are owned, once owner_ holds more than kOwnerEntries * C entries:
+  // those of blocks no longer cached go (at most C stay, so the sweep is amortized O(1) a block).
+  void sweep_owners() {
     std::vector<Key> gone;
     owner_.for_each([&](Key k, int32_t) {
       if (find_resident(k) < 0) gone.push_back(k);
@@ -564,7 +570,7 @@ class ChainLRU final : public Policy {
   std::vector<Key> session_of_slot_;            // per slot: its session key
   std::vector<int32_t> serial_of_slot_;         // per slot: its session's serial (owner_'s values)
   static constexpr int32_t kShared = 0;         // owner_'s value for a block two sessions asked for
-  static constexpr size_t kOwnerEntries = 16;   // owner_ is swept when it holds more than this * C
+  static constexpr size_t kOwnerEntries = 4;    // owner_ is swept when it holds more than this * C
   KeyMap owner_;  // key -> the serial of the followed session that brought it, or kShared
   int32_t next_serial_ = kShared + 1;
   int64_t demoted_ = 0, sessions_ended_ = 0;
