@@ -482,7 +482,7 @@ def test_session_ends_in_cache_mode_are_told_after_each_sessions_last_request():
                 model.access(k)
             hits.append(prefix * r.block_size)
         assert result.first_hit_tokens == hits
-        if after_s == 0.0:  # 0.189 -> 0.302 on 2026-12-05
+        if after_s == 0.0:  # 0.189 -> 0.304 on 2026-12-05
             assert result.hit_rate > baseline.hit_rate + 0.05
 
 
