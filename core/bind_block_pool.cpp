@@ -163,6 +163,24 @@ FlatTrace flat_trace(nb::handle requests, double warmup_s, int64_t warmup_reques
   return t;
 }
 
+// The session hints for a loop (set_sessions): `sessions` (None, or one 64-bit key per request, 0 for
+// none) and `session_ends_after_s` (None: no ends told; else seconds after a session's last request
+// finishes).
+template <class Loop>
+void read_sessions(Loop& loop, nb::handle sessions, nb::handle session_ends_after_s, size_t n) {
+  std::vector<Key> keys;
+  if (!sessions.is_none()) {
+    for (nb::handle k : sessions) keys.push_back(as_key(k));
+    if (keys.size() != n) throw nb::value_error("serve: sessions needs one key per request");
+  }
+  double after_s = -1.0;
+  if (!session_ends_after_s.is_none()) {
+    after_s = nb::cast<double>(session_ends_after_s);
+    if (!(after_s >= 0)) throw nb::value_error("serve: session_ends_after_s must be >= 0 seconds");
+  }
+  loop.set_sessions(std::move(keys), after_s);
+}
+
 // A loop's figures for Python (serve.py's fill_result reads them).
 nb::dict totals_dict(const ServeTotals& t, const PyServeHooks& hooks) {
   nb::dict out;
@@ -198,13 +216,16 @@ nb::dict totals_dict(const ServeTotals& t, const PyServeHooks& hooks) {
 // serve.py's run(): read the requests once into flat arrays, run the loop, hand back the figures.
 nb::dict serve(nb::handle pool, nb::handle requests, double prefill_tokens_per_s, double prefill_overhead_s,
                double decode_tokens_per_s, int64_t max_running, double warmup_s, int64_t warmup_requests,
-               double interval_s, nb::handle controller, nb::handle belady_offsets, bool cache_outputs) {
+               double interval_s, nb::handle controller, nb::handle belady_offsets, bool cache_outputs,
+               nb::handle sessions, nb::handle session_ends_after_s) {
   PyBlockPool& p = nb::cast<PyBlockPool&>(pool);
   FlatTrace t = flat_trace(requests, warmup_s, warmup_requests, belady_offsets);
   ServerParams server{prefill_tokens_per_s, prefill_overhead_s, decode_tokens_per_s, max_running, cache_outputs};
   PyServeHooks hooks(pool, requests, controller);
+  const size_t n = t.reqs.size();
   ServeLoop loop(p.pool, server, std::move(t.reqs), std::move(t.keys), std::move(t.outputs), std::move(t.measured),
                  interval_s, std::move(t.belady_offsets), hooks);
+  read_sessions(loop, sessions, session_ends_after_s, n);
   return totals_dict(loop.run(), hooks);
 }
 
@@ -212,7 +233,8 @@ nb::dict serve(nb::handle pool, nb::handle requests, double prefill_tokens_per_s
 nb::dict serve_steps(nb::handle pool, nb::handle requests, int64_t max_num_batched_tokens, int64_t max_num_seqs,
                      double step_s, double token_s, double warmup_s, int64_t warmup_requests, double interval_s,
                      nb::handle controller, nb::handle belady_offsets, bool cache_outputs,
-                     std::optional<nb::ndarray<int64_t, nb::ndim<1>, nb::c_contig, nb::device::cpu>> sampled) {
+                     std::optional<nb::ndarray<int64_t, nb::ndim<1>, nb::c_contig, nb::device::cpu>> sampled,
+                     nb::handle sessions, nb::handle session_ends_after_s) {
   if (max_num_batched_tokens < 1 || max_num_seqs < 1 || !(step_s > 0) || !(token_s >= 0))
     throw nb::value_error("serve_steps: max_num_batched_tokens and max_num_seqs must be >= 1, step_s > 0, token_s >= 0");
   PyBlockPool& p = nb::cast<PyBlockPool&>(pool);
@@ -221,8 +243,10 @@ nb::dict serve_steps(nb::handle pool, nb::handle requests, int64_t max_num_batch
   if (sampled && sampled->shape(0) != t.reqs.size())
     throw nb::value_error("serve_steps: sampled_tokens needs one entry per request");
   PyServeHooks hooks(pool, requests, controller, sampled ? sampled->data() : nullptr);
+  const size_t n = t.reqs.size();
   StepLoop loop(p.pool, params, std::move(t.reqs), std::move(t.keys), std::move(t.outputs), std::move(t.measured),
                 interval_s, std::move(t.belady_offsets), hooks);
+  read_sessions(loop, sessions, session_ends_after_s, n);
   return totals_dict(loop.run(), hooks);
 }
 
@@ -379,11 +403,15 @@ void bind_block_pool(nb::module_& m) {
 
   m.def("serve", &serve, "pool"_a, "requests"_a, "prefill_tokens_per_s"_a, "prefill_overhead_s"_a,
         "decode_tokens_per_s"_a, "max_running"_a, "warmup_s"_a, "warmup_requests"_a, "interval_s"_a,
-        "controller"_a.none(), "belady_offsets"_a.none(), "cache_outputs"_a = true,
-        "Serve mode's event loop over pool (semantics: wakman.simulation.serve); returns its figures.");
+        "controller"_a.none(), "belady_offsets"_a.none(), "cache_outputs"_a = true, "sessions"_a.none() = nb::none(),
+        "session_ends_after_s"_a.none() = nb::none(),
+        "Serve mode's event loop over pool (semantics: wakman.simulation.serve); returns its figures. sessions: "
+        "each request's session key (0: none); session_ends_after_s: tell each session's end that long after its "
+        "last request finishes.");
   m.def("serve_steps", &serve_steps, "pool"_a, "requests"_a, "max_num_batched_tokens"_a, "max_num_seqs"_a, "step_s"_a,
         "token_s"_a, "warmup_s"_a, "warmup_requests"_a, "interval_s"_a, "controller"_a.none(), "belady_offsets"_a.none(),
         "cache_outputs"_a = true, "sampled_tokens"_a.noconvert().none() = nb::none(),
+        "sessions"_a.none() = nb::none(), "session_ends_after_s"_a.none() = nb::none(),
         "Serve mode step by step on a vLLM configuration (semantics: wakman.simulation.steps); returns its figures. "
         "sampled_tokens (int64, one per request) gets each request's output tokens sampled so far as the loop runs.");
   m.def("request_block_keys", &request_block_keys, "block_keys"_a, "full"_a, "output_keys"_a, "request"_a,

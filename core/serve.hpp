@@ -33,6 +33,7 @@ struct ServerParams {
 
 class ServeLoop : LoopState {
  public:
+  using LoopState::set_sessions;
   // belady_offsets: empty, or each request's start offset in a Belady policy's future (size n + 1).
   ServeLoop(BlockPool& pool, const ServerParams& server, std::vector<ServeRequest> requests, std::vector<Key> keys,
             std::vector<Key> outputs, std::vector<uint8_t> measured, double interval_s,
@@ -191,6 +192,7 @@ class ServeLoop : LoopState {
     pool_.release_run(index);
     runs_[index].blocks = 0;
     drop_running(index);
+    request_done(index, out_.now);
   }
 
   ServerParams server_;

@@ -9,6 +9,8 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <functional>
+#include <queue>
 #include <vector>
 
 #include "block_pool.hpp"
@@ -122,12 +124,40 @@ class LoopState {
                              static_cast<int64_t>(r.n_out), index, j);
   }
 
-  // The policy hears of request i's arrival: its full prompt keys, and its output keys when the host
+  // The session hints where the trace has session ids: each request's session key (0: none; empty:
+  // no request has one); with end_after_s >= 0 (seconds), each session's end is told that long after
+  // its last request in the trace finishes (at the first arrival or finish at or after that time).
+  void set_sessions(std::vector<Key> sessions, double end_after_s) {
+    sessions_ = std::move(sessions);
+    end_after_s_ = end_after_s;
+    last_of_session_.assign(sessions_.size(), 0);
+    if (end_after_s < 0 || sessions_.empty()) return;
+    KeyMap seen;
+    for (size_t i = sessions_.size(); i-- > 0;) {
+      if (sessions_[i] == 0 || seen.find(sessions_[i]) >= 0) continue;
+      seen.insert(sessions_[i], 0);
+      last_of_session_[i] = 1;
+    }
+  }
+
+  // The policy hears of request i's arrival: first the session ends now due, then its session
+  // (in_session) where it has one, then its full prompt keys, and its output keys when the host
   // knows them (vLLM does not: its plugin passes none).
   void announce(size_t i, double now, bool with_outputs) {
     const ServeRequest& r = reqs_[i];
-    pool_.policy().on_request(keys_.data() + r.key_at, static_cast<size_t>(full_[i]), outputs_.data() + r.out_at,
-                              with_outputs ? r.n_out : 0, now);
+    tell_due_ends(now);
+    Policy& policy = pool_.policy();
+    if (!sessions_.empty() && sessions_[i] != 0) policy.in_session(sessions_[i]);
+    policy.on_request(keys_.data() + r.key_at, static_cast<size_t>(full_[i]), outputs_.data() + r.out_at,
+                      with_outputs ? r.n_out : 0, now);
+  }
+
+  // Request i finished at now and its blocks are released: the last request of its session sets
+  // the session's end due end_after_s later.
+  void request_done(size_t i, double now) {
+    if (last_of_session_.empty() || !last_of_session_[i]) return;
+    ends_.push({now + end_after_s_, ends_told_ + ends_.size(), sessions_[i]});
+    tell_due_ends(now);
   }
 
   // An admission of request index at out_.now with `hits` hit blocks: the interval's counts and, at its
@@ -213,7 +243,25 @@ class LoopState {
   ServeTotals out_;
 
  private:
+  struct SessionEnd {
+    double due_s;
+    size_t seq;  // ties told in the order they became due
+    Key session;
+    bool operator>(const SessionEnd& o) const { return due_s != o.due_s ? due_s > o.due_s : seq > o.seq; }
+  };
+  void tell_due_ends(double now) {
+    for (; !ends_.empty() && ends_.top().due_s <= now; ++ends_told_) {
+      pool_.policy().end_session(ends_.top().session);
+      ends_.pop();
+    }
+  }
+
   std::vector<int64_t> full_;
+  std::vector<Key> sessions_;            // set_sessions
+  std::vector<uint8_t> last_of_session_;  // set_sessions: request i is its session's last
+  double end_after_s_ = -1.0;
+  std::priority_queue<SessionEnd, std::vector<SessionEnd>, std::greater<>> ends_;  // due, not yet told
+  size_t ends_told_ = 0;
   int64_t counted_evictions_ = 0;
   uint64_t tagged_ = 0;  // the pool's policy generation that tag_ names
   int32_t tag_ = -1;

@@ -28,6 +28,7 @@ struct StepParams {
 
 class StepLoop : LoopState {
  public:
+  using LoopState::set_sessions;
   StepLoop(BlockPool& pool, const StepParams& params, std::vector<ServeRequest> requests, std::vector<Key> keys,
            std::vector<Key> outputs, std::vector<uint8_t> measured, double interval_s,
            std::vector<int64_t> belady_offsets, ServeHooks& hooks)
@@ -148,6 +149,7 @@ class StepLoop : LoopState {
       if (r.generated >= r.max_tokens) {
         pool_.release_run(s.index);
         r.done = finished = true;
+        request_done(s.index, now + took);
       }
     }
     if (finished)

@@ -15,7 +15,7 @@ from wakman.data import BUNDLED_MOONCAKE
 from wakman.drivers import replay_request, session_key
 from wakman.policies import make_policy
 from wakman.simulation import simulate
-from wakman.simulation.server import ServerModel
+from wakman.simulation.server import ServerModel, VllmServer
 from wakman.traces import read_trace
 from wakman.workload import build_config, generate_requests
 
@@ -504,9 +504,34 @@ def test_a_block_another_session_holds_since_is_not_the_ended_sessions_own():
     assert policy.demoted == 1 and policy.sessions_ended == 1 and policy.sessions_followed == 7
 
 
-def test_session_ends_are_refused_outside_cache_mode_and_below_zero():
+@pytest.mark.parametrize("server", [ServerModel(), VllmServer()])
+def test_the_serve_loops_pass_session_ids_and_tell_each_end_after_its_last_request_finishes(server):
+    """Both serve loops tell chain-lru each request's session (in_session) and, with
+    ``session_ends_after_s``, each session's end that long after its last request finishes: at 0 s
+    every session's end is told (each last request finishes before the run ends), an end due after
+    the last event never is, and a policy that does not follow sessions is unaffected."""
+    reqs = generate_requests(build_config(preset="mix04-single-multi-50", duration_s=900, rate=1.5), seed=5)
+    sessions = {r.session_id for r in reqs}
+    capacity = 3000
+
+    def run(policy: str, after_s: float | None, **params):
+        built = make_policy(policy, capacity, **params)
+        return built, simulate(reqs, built, capacity, server=server, session_ends_after_s=after_s)
+
+    followed, plain = run("chain-lru", None, sessions=True)
+    assert followed.sessions_followed == len(sessions) and followed.sessions_ended == 0
+    told, at_once = run("chain-lru", 0.0, sessions=True)
+    assert told.sessions_ended == len(sessions) and told.sessions_followed == 0
+    assert at_once.hit_rate > plain.hit_rate + 0.02  # the ended sessions' blocks go first
+    never, late = run("chain-lru", 1e9, sessions=True)
+    assert never.sessions_ended == 0 and late.first_hit_tokens == plain.first_hit_tokens
+    _, lru = run("lru", None)
+    _, lru_told = run("lru", 0.0)
+    assert lru_told.first_hit_tokens == lru.first_hit_tokens
+
+
+def test_session_ends_below_zero_are_refused():
     reqs = generate_requests(build_config(preset="mix02-pure-multi", duration_s=60, rate=1.5), seed=0)
-    with pytest.raises(ValueError, match="cache mode only"):
-        simulate(reqs, "chain-lru", 100, mode="serve", session_ends_after_s=5.0)
-    with pytest.raises(ValueError, match=">= 0 seconds"):
-        simulate(reqs, "chain-lru", 100, mode="cache", session_ends_after_s=-1.0)
+    for mode in ("serve", "cache"):
+        with pytest.raises(ValueError, match=">= 0 seconds"):
+            simulate(reqs, "chain-lru", 100, mode=mode, session_ends_after_s=-1.0)

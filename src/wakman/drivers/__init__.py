@@ -16,7 +16,7 @@ from functools import lru_cache
 
 from wakman import _core
 from wakman.policies import EvictionPolicy
-from wakman.traces.model import full_blocks, hit_limit
+from wakman.traces.model import Request, full_blocks, hit_limit
 
 cached_prefix = _core.cached_prefix
 StrandedCount = _core.StrandedCount
@@ -27,6 +27,28 @@ def session_key(session_id: str) -> int:
     """A session id as the core's 64-bit key (the first 8 bytes of its BLAKE2b digest: the same in
     every process, unlike Python's string hash)."""
     return int.from_bytes(hashlib.blake2b(session_id.encode(), digest_size=8).digest(), "little")
+
+
+def session_keys(requests: Sequence[Request]) -> list[int] | None:
+    """Each request's session key (0 where it has no session id), or None when none has one: the
+    serve loops' session hints (``in_session`` before each arrival's ``on_request``)."""
+    if all(r.session_id is None for r in requests):
+        return None
+    return [0 if r.session_id is None else session_key(r.session_id) for r in requests]
+
+
+def session_ends(requests: Sequence[Request], after_s: float) -> list[tuple[float, int, str]]:
+    """Each session's end as cache mode tells it (``end_session``), in the order told: (when in
+    seconds: its last request's arrival + ``after_s``, the index of that request, the session id);
+    a request takes no time in cache mode, so that is ``after_s`` after the session's last request
+    is done (the serve loops count from its finish). The trace knows each end after the fact; a
+    live cache would hear it from a client that closes its sessions. An end is told before the
+    first later request that arrives at or after its time (never before the session's last
+    request); requests without a session id have none."""
+    if not after_s >= 0:
+        raise ValueError(f"session_ends_after_s must be >= 0 seconds, got {after_s}")
+    last = {req.session_id: index for index, req in enumerate(requests) if req.session_id is not None}
+    return sorted((requests[index].arrival_s + after_s, index, sid) for sid, index in last.items())
 
 
 def replay_request(
@@ -56,4 +78,13 @@ def replay_request(
     )
 
 
-__all__ = ["StrandedCount", "cached_prefix", "full_blocks", "hit_limit", "replay_request", "session_key"]
+__all__ = [
+    "StrandedCount",
+    "cached_prefix",
+    "full_blocks",
+    "hit_limit",
+    "replay_request",
+    "session_ends",
+    "session_key",
+    "session_keys",
+]

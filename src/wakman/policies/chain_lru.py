@@ -64,29 +64,30 @@ crediting blocks whose prefix is gone, which filtering leaves behind.
   without a ghost entry; ``evict_key`` (the host's eviction of a given key) puts a key from P into
   G as P's victims go and drops one from M; ``reset`` forgets the statistics too.
 
-Session mode (``sessions=True``, off by default), for hosts that know each request's session id
-(a trace's ``session_id``: kv-cache-tester conversations and sub-agents, AIPerf sessions; sent by
+Session mode (``sessions=True``, off by default), for hosts that know each request's session id (a
+trace's ``session_id``: kv-cache-tester conversations and sub-agents, AIPerf sessions; sent by
 ``replay_request`` as ``in_session(key)`` before ``on_request``): per session (at most 4,096
 followed) chain-lru keeps its previous request's chain (full prompt blocks, then outputs). When the
 session's next request shares only a prefix of it (a compacted or edited context, a restart), the
 rest is the session's abandoned branch: each of its resident, unpinned blocks moves to P's oldest
-end, shallowest first, so the deepest is evicted first and none before a block under it (a later
-hit still moves it to M). A session's end, where the host is told of it (``end_session(key)``: a
-client that closes its sessions; ``simulate(..., session_ends_after_s=D)`` replays a trace telling
-each end ``D`` seconds after the session's last request, a what-if from the trace's hindsight):
-its *own* blocks in its last request move to P's oldest end the same way (in the filter mode P
-goes first only while it holds ``small_ratio * C`` blocks), and the session is no longer followed
-(an unknown session's end changes nothing). A block is a followed session's own when that
-session's request (full prompt blocks and outputs, at ``on_request``) was the first to hold it and
-it was not cached then (the session brought it), and no other followed session's request has held
-it since (a shared system prompt or a popular fixed prompt never is). Before a followed session's
-request is counted, if more than ``4 * C`` blocks have an owner entry, the entries of blocks no
-longer cached go (a block evicted and brought again later has a new owner). Memory, in session
-mode only: 8 bytes per block of each followed session's last request, and at most ``4 * C`` owner
-entries plus one request's blocks, in a table at most a quarter full (16-byte slots: 64-128 bytes
-an entry); measured, about 350 bytes per cache block on mix04 at 3,000 and 12,000 blocks, where
-without session mode chain-lru holds 505 and 366. Only cache mode and ``replay_request``'s
-callers give the session hints so far: the serve loop, vLLM and the offload tier do not.
+end, shallowest first, so the deepest is evicted first and none before a block under it (a later hit
+still moves it to M). A session's end, where the host is told of it (``end_session(key)``: a client
+that closes its sessions; ``simulate(..., session_ends_after_s=D)`` replays a trace telling each end
+``D`` seconds after the session's last request is done (serve mode: when it finishes), a what-if
+from the trace's hindsight): its *own* blocks in its last request move to P's oldest end the same
+way (in the filter mode P goes first only while it holds ``small_ratio * C`` blocks), and the
+session is no longer followed (an unknown session's end changes nothing). A block is a followed
+session's own when that session's request (full prompt blocks and outputs, at ``on_request``) was
+the first to hold it and it was not cached then (the session brought it), and no other followed
+session's request has held it since (a shared system prompt or a popular fixed prompt never is).
+Before a followed session's request is counted, if more than ``4 * C`` blocks have an owner entry,
+the entries of blocks no longer cached go (a block evicted and brought again later has a new owner).
+Memory, in session mode only: 8 bytes per block of each followed session's last request, and at most
+``4 * C`` owner entries plus one request's blocks, in a table at most a quarter full (16-byte slots:
+64-128 bytes an entry); measured, about 350 bytes per cache block on mix04 at 3,000 and 12,000
+blocks, where without session mode chain-lru holds 505 and 366. Cache mode, ``replay_request``'s
+callers and both serve loops (to a policy in session mode) give the session hints; vLLM and the
+offload tier do not.
 
 Without the hints (``replay``, ``access``, a driver that sees no requests) no block is rare, the
 duel never runs, every insert goes to M and chain-lru is exactly LRU; in the recency mode the same

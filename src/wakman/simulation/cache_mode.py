@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from wakman.drivers import StrandedCount, replay_request, session_key
+from wakman.drivers import StrandedCount, replay_request, session_ends, session_key
 from wakman.policies import EvictionPolicy
 from wakman.simulation.controller import Controller
 from wakman.simulation.results import SimResult
@@ -34,8 +34,8 @@ def replay_prefixes(
     turns in the CPU's caches. ``track_stranded``: count the stranded blocks at the end (one more
     walk over every chain). ``result.first_hit_tokens`` gets every request's hit tokens (arrival
     order, warm-up included), as serve mode's first admissions. ``session_ends_after_s``: the policy
-    is told that each session has ended (``end_session``, ``session_ends`` below) that many seconds
-    after its last request's arrival."""
+    is told that each session has ended (``end_session``, ``wakman.drivers.session_ends``) that many
+    seconds after its last request's arrival."""
     switches: dict[int, str] = {}  # request index -> the policy the live cache switches to before it
     if controller is not None:
         for index, req in enumerate(requests):
@@ -72,18 +72,6 @@ def replay_prefixes(
         # (with no eviction and no policy switch every accessed block is still resident: none stranded)
         result.stranded_blocks = count_stranded(requests, policy)
     return result
-
-
-def session_ends(requests: Sequence[Request], after_s: float) -> list[tuple[float, int, str]]:
-    """Each session's end as a replay tells it, in the order told: (when in seconds: its last
-    request's arrival + ``after_s``, the index of that request, the session id). The trace knows each
-    end after the fact; a live cache would hear it from a client that closes its sessions. An end is
-    told before the first later request that arrives at or after its time (never before the
-    session's last request); requests without a session id have none."""
-    if not after_s >= 0:
-        raise ValueError(f"session_ends_after_s must be >= 0 seconds, got {after_s}")
-    last = {req.session_id: index for index, req in enumerate(requests) if req.session_id is not None}
-    return sorted((requests[index].arrival_s + after_s, index, sid) for sid, index in last.items())
 
 
 def count_stranded(requests: Sequence[Request], policy: EvictionPolicy) -> int:

@@ -54,14 +54,15 @@ def simulate(
     watches the run and may switch the policy. ``track_stranded`` False: cache mode leaves
     ``stranded_blocks`` at 0 and skips the walk over every chain that counts them (about a second
     on a 94 M-access trace). ``future``: Belady's, from ``belady_future(requests, mode)`` (built here
-    when None; only ``belady`` reads it). ``session_ends_after_s`` (cache mode): tell the policy that
-    each session has ended that many seconds after its last request (a what-if from the trace's
-    hindsight: what a client that closes its sessions would give; only chain-lru built with
-    ``sessions=True`` acts on it)."""
+    when None; only ``belady`` reads it). ``session_ends_after_s``: tell the policy that each session
+    has ended that many seconds after its last request is done (serve mode: finishes; cache mode:
+    arrives, a request taking no time there), a what-if from the trace's hindsight: what a client
+    that closes its sessions would give; only chain-lru built with ``sessions=True`` acts on it.
+    Both modes pass each request's session id (``in_session``) where the trace has them."""
     if mode not in MODES:
         raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
-    if session_ends_after_s is not None and mode != "cache":
-        raise ValueError("session_ends_after_s: cache mode only (the serve loop passes no session ids)")
+    if session_ends_after_s is not None and not session_ends_after_s >= 0:
+        raise ValueError(f"session_ends_after_s must be >= 0 seconds, got {session_ends_after_s}")
     if capacity_blocks < 1:
         raise ValueError(f"capacity must be >= 1 block, got {capacity_blocks}")
     requests = list(requests)
@@ -110,6 +111,7 @@ def simulate(
             controller,
             offsets,
             warmup_requests,
+            session_ends_after_s,
         ).run()
     report = getattr(controller, "report", None)
     if report is not None:

@@ -25,6 +25,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from wakman import _core
+from wakman.drivers import session_keys
 from wakman.simulation.controller import Controller
 from wakman.simulation.pool import BlockPool
 from wakman.simulation.results import IntervalStats, SimResult
@@ -45,11 +46,18 @@ class ServeSimulation:
         controller: Controller | None = None,
         belady_offsets: list[int] | None = None,
         warmup_requests: int = 0,
+        session_ends_after_s: float | None = None,
     ) -> None:
         self.requests, self.pool, self.server, self.result = requests, pool, server, result
         self.warmup_s, self.interval_s, self.controller = warmup_s, interval_s, controller
         self.belady_offsets = belady_offsets  # each request's start in Belady's future, then the end
         self.warmup_requests = warmup_requests
+        # the session hints, where the pool's policy follows sessions (chain-lru's session mode) and
+        # the trace has session ids: in_session before each arrival's on_request, and each session's
+        # end told session_ends_after_s after its last request finishes
+        follows = getattr(pool.policy, "sessions", False) is True
+        self.sessions = session_keys(requests) if follows else None
+        self.session_ends_after_s = session_ends_after_s
 
     def run(self) -> SimResult:
         server, pool = self.server, self.pool
@@ -63,6 +71,8 @@ class ServeSimulation:
                 self.interval_s,
                 self.controller,
                 self.belady_offsets,
+                self.sessions,
+                self.session_ends_after_s,
             )
         else:
             out = _core.serve(
@@ -78,6 +88,8 @@ class ServeSimulation:
                 self.controller,
                 self.belady_offsets,
                 server.cache_outputs,
+                self.sessions,
+                self.session_ends_after_s,
             )
         return fill_result(self.result, out, pool, len(self.requests))
 

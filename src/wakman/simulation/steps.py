@@ -75,8 +75,11 @@ def serve_steps(
     interval_s: float,
     controller: Controller | None,
     belady_offsets: list[int] | None,
+    sessions: list[int] | None = None,
+    session_ends_after_s: float | None = None,
 ) -> dict[str, Any]:
-    """Run the loop above; returns the core's figures (``serve.fill_result`` reads them)."""
+    """Run the loop above; returns the core's figures (``serve.fill_result`` reads them).
+    ``sessions`` / ``session_ends_after_s``: the session hints (``ServeSimulation``)."""
     sampled = None
     if controller is not None and hasattr(controller, "decoded_blocks"):
         sampled = np.zeros(len(requests), dtype=np.int64)
@@ -96,6 +99,8 @@ def serve_steps(
             belady_offsets,
             server.cache_outputs,
             sampled,
+            sessions,
+            session_ends_after_s,
         )
     finally:
         if sampled is not None:  # the views logged keep their own reference; no later run reads this one
