@@ -58,9 +58,9 @@ def main() -> None:
         reqs = generate_requests(build_config(preset=name, duration_s=args.duration), seed=args.seed)
         for c in capacities:
             rate = {p: simulate(reqs, p, c, mode=args.mode).hit_rate for p in POLICIES if p != "chain-lru"}
-            told = {} if args.told is None else {"policy_params": {"sessions": True}}
+            params = {} if args.told is None else {"policy_params": {"sessions": True}}
             rate["chain-lru"] = simulate(
-                reqs, "chain-lru", c, mode=args.mode, session_ends_after_s=args.told, **told
+                reqs, "chain-lru", c, mode=args.mode, session_ends_after_s=args.told, **params
             ).hit_rate
             best = max(rate["lru"], rate["s3fifo"])
             gains[c].append(100 * (rate["chain-lru"] - best))

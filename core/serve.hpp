@@ -111,6 +111,8 @@ class ServeLoop : LoopState {
       if ((runs_[index].last + r.block_size - 1) / r.block_size > pool_.capacity()) {
         ++out_.rejected;  // it could never finish (vLLM: max_model_len must fit the cache)
         waiting_.pop_front();
+        request_done(index, out_.now);  // done, if refused: its session's end can come
+        tell_due_ends(out_.now);
         continue;
       }
       if (!admit(index)) return;
@@ -193,6 +195,7 @@ class ServeLoop : LoopState {
     runs_[index].blocks = 0;
     drop_running(index);
     request_done(index, out_.now);
+    tell_due_ends(out_.now);
   }
 
   ServerParams server_;

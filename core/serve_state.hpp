@@ -126,7 +126,7 @@ class LoopState {
 
   // The session hints where the trace has session ids: each request's session key (0: none; empty:
   // no request has one); with end_after_s >= 0 (seconds), each session's end is told that long after
-  // its last request in the trace finishes (at the first arrival or finish at or after that time).
+  // its last-arriving request is done (at the first arrival or finish at or after that time).
   void set_sessions(std::vector<Key> sessions, double end_after_s) {
     sessions_ = std::move(sessions);
     end_after_s_ = end_after_s;
@@ -152,12 +152,19 @@ class LoopState {
                       with_outputs ? r.n_out : 0, now);
   }
 
-  // Request i finished at now and its blocks are released: the last request of its session sets
-  // the session's end due end_after_s later.
+  // Request i is done at now (finished, its blocks released; or refused as larger than the pool):
+  // the last-arriving request of its session sets the session's end due end_after_s later. The
+  // loop tells the ends due (tell_due_ends) once the requests done at the same moment are released.
   void request_done(size_t i, double now) {
     if (last_of_session_.empty() || !last_of_session_[i]) return;
     ends_.push({now + end_after_s_, ends_told_ + ends_.size(), sessions_[i]});
-    tell_due_ends(now);
+  }
+  // Tells the policy every session end due at or before now.
+  void tell_due_ends(double now) {
+    for (; !ends_.empty() && ends_.top().due_s <= now; ++ends_told_) {
+      pool_.policy().end_session(ends_.top().session);
+      ends_.pop();
+    }
   }
 
   // An admission of request index at out_.now with `hits` hit blocks: the interval's counts and, at its
@@ -249,13 +256,6 @@ class LoopState {
     Key session;
     bool operator>(const SessionEnd& o) const { return due_s != o.due_s ? due_s > o.due_s : seq > o.seq; }
   };
-  void tell_due_ends(double now) {
-    for (; !ends_.empty() && ends_.top().due_s <= now; ++ends_told_) {
-      pool_.policy().end_session(ends_.top().session);
-      ends_.pop();
-    }
-  }
-
   std::vector<int64_t> full_;
   std::vector<Key> sessions_;            // set_sessions
   std::vector<uint8_t> last_of_session_;  // set_sessions: request i is its session's last

@@ -84,6 +84,8 @@ class StepLoop : LoopState {
     const ServeRequest& r = reqs_[index];
     if (runs_[index].prompt + runs_[index].max_tokens > pool_.capacity() * r.block_size) {
       ++out_.rejected;
+      request_done(index, now);  // done, if refused: its session's end can come
+      tell_due_ends(now);
       return;
     }
     hooks_.on_arrival(now, index);
@@ -152,9 +154,11 @@ class StepLoop : LoopState {
         request_done(s.index, now + took);
       }
     }
-    if (finished)
+    if (finished) {
       running_.erase(std::remove_if(running_.begin(), running_.end(), [this](uint32_t k) { return runs_[k].done; }),
                      running_.end());
+      tell_due_ends(now + took);  // once every request finishing in this step has released its blocks
+    }
     return took;
   }
 

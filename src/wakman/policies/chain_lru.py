@@ -73,21 +73,22 @@ rest is the session's abandoned branch: each of its resident, unpinned blocks mo
 end, shallowest first, so the deepest is evicted first and none before a block under it (a later hit
 still moves it to M). A session's end, where the host is told of it (``end_session(key)``: a client
 that closes its sessions; ``simulate(..., session_ends_after_s=D)`` replays a trace telling each end
-``D`` seconds after the session's last request is done (serve mode: when it finishes), a what-if
-from the trace's hindsight): its *own* blocks in its last request move to P's oldest end the same
-way (in the filter mode P goes first only while it holds ``small_ratio * C`` blocks), and the
-session is no longer followed (an unknown session's end changes nothing). A block is a followed
-session's own when that session's request (full prompt blocks and outputs, at ``on_request``) was
-the first to hold it and it was not cached then (the session brought it), and no other followed
-session's request has held it since (a shared system prompt or a popular fixed prompt never is).
-Before a followed session's request is counted, if more than ``4 * C`` blocks have an owner entry,
-the entries of blocks no longer cached go (a block evicted and brought again later has a new owner).
-Memory, in session mode only: 8 bytes per block of each followed session's last request, and at most
-``4 * C`` owner entries plus one request's blocks, in a table at most a quarter full (16-byte slots:
-64-128 bytes an entry); measured, about 350 bytes per cache block on mix04 at 3,000 and 12,000
-blocks, where without session mode chain-lru holds 505 and 366. Cache mode, ``replay_request``'s
-callers and both serve loops (to a policy in session mode) give the session hints; vLLM and the
-offload tier do not.
+``D`` seconds after the session's last-arriving request is done (serve mode: when it finishes or is
+refused as larger than the pool), a what-if from the trace's hindsight): its *own* blocks in its
+last request move to P's oldest end the same way (in the filter mode P goes first only while it
+holds ``small_ratio * C`` blocks), and the session is no longer followed (an unknown session's end
+changes nothing). A block is a followed session's own when that session's request (full prompt
+blocks and outputs, at ``on_request``) was the first to hold it and it was not cached then (the
+session brought it), and no other followed session's request has held it since (a shared system
+prompt or a popular fixed prompt never is). Before a followed session's request is counted, if more
+than ``4 * C`` blocks have an owner entry, the entries of blocks no longer cached go (a block
+evicted and brought again later has a new owner). Memory, in session mode only: 8 bytes per block of
+each followed session's last request, and at most ``4 * C`` owner entries plus one request's blocks,
+in a table at most a quarter full (16-byte slots: 64-128 bytes an entry); measured, about 350 bytes
+per cache block on mix04 at 3,000 and 12,000 blocks, where without session mode chain-lru holds 505
+and 366. Cache mode, ``replay_request``'s callers and both serve loops give the session hints where
+the trace has session ids (the step loop, as vLLM's plugin, tells no output keys, so an end there
+moves prompt blocks only); vLLM and the offload tier do not.
 
 Without the hints (``replay``, ``access``, a driver that sees no requests) no block is rare, the
 duel never runs, every insert goes to M and chain-lru is exactly LRU; in the recency mode the same

@@ -52,11 +52,10 @@ class ServeSimulation:
         self.warmup_s, self.interval_s, self.controller = warmup_s, interval_s, controller
         self.belady_offsets = belady_offsets  # each request's start in Belady's future, then the end
         self.warmup_requests = warmup_requests
-        # the session hints, where the pool's policy follows sessions (chain-lru's session mode) and
-        # the trace has session ids: in_session before each arrival's on_request, and each session's
-        # end told session_ends_after_s after its last request finishes
-        follows = getattr(pool.policy, "sessions", False) is True
-        self.sessions = session_keys(requests) if follows else None
+        # the session hints, where the trace has session ids: in_session before each arrival's
+        # on_request, and each session's end told session_ends_after_s after its last-arriving
+        # request is done (only chain-lru's session mode acts on them, also after a switch to it)
+        self.sessions = session_keys(requests)
         self.session_ends_after_s = session_ends_after_s
 
     def run(self) -> SimResult:
