@@ -373,6 +373,19 @@ session_requests = st.lists(
 )
 
 
+def _kept(before: list[int], how: str) -> list[int]:
+    """What a session's next request keeps of its previous one's blocks."""
+    return {"extend": before, "keep-half": before[: max(1, len(before) // 2)], "restart": before[:1]}[how]
+
+
+def _session_request(policy, model: Model, session: int, keys: list[int], now: float) -> None:
+    """One request of ``session`` through the policy (``replay_request`` with its session id) and
+    the model: the same hit prefix."""
+    hits, _, _ = replay_request(policy, keys, len(keys) * 16 + 1, 16, (), now, f"s{session}")
+    model.on_request(keys, len(keys), [], now, session)
+    assert hits == model.serve(keys)
+
+
 @settings(max_examples=200, deadline=None)
 @given(reqs=session_requests, capacity=st.integers(2, 24), sessions=st.booleans())
 def test_session_mode_follows_its_stated_semantics(reqs, capacity, sessions):
@@ -386,15 +399,10 @@ def test_session_mode_follows_its_stated_semantics(reqs, capacity, sessions):
     for session, how, new, gap in reqs:
         now += gap
         before = last.get(session, [500 + session % 2])  # two roots, two sessions each
-        prefix = {"extend": before, "keep-half": before[: max(1, len(before) // 2)], "restart": before[:1]}[
-            how
-        ]
-        keys = prefix + list(range(fresh, fresh + new))
+        keys = _kept(before, how) + list(range(fresh, fresh + new))
         fresh += new
         last[session] = keys
-        hits, _, _ = replay_request(policy, keys, len(keys) * 16 + 1, 16, (), now, f"s{session}")
-        model.on_request(keys, len(keys), [], now, session)
-        assert hits == model.serve(keys)
+        _session_request(policy, model, session, keys, now)
         assert policy.eviction_order() == model.order()
     if not sessions:
         assert policy.demoted == 0
@@ -434,14 +442,10 @@ def test_a_sessions_end_follows_its_stated_semantics(reqs, capacity, mode):
             last.pop(session, None)
         else:
             before = last.get(session, [500 + session % 2])  # two roots shared by the sessions
-            keys = (before if how == "extend" else before[: max(1, len(before) // 2)]) + list(
-                range(fresh, fresh + new)
-            )
+            keys = _kept(before, how) + list(range(fresh, fresh + new))
             fresh += new
             last[session] = keys
-            hits, _, _ = replay_request(policy, keys, len(keys) * 16 + 1, 16, (), now, f"s{session}")
-            model.on_request(keys, len(keys), [], now, session)
-            assert hits == model.serve(keys)
+            _session_request(policy, model, session, keys, now)
         assert policy.eviction_order() == model.order()
         assert policy.sessions_followed == len(model.session_last)
     assert policy.sessions_ended == ended

@@ -61,8 +61,6 @@ def simulate(
     Both modes pass each request's session id (``in_session``) where the trace has them."""
     if mode not in MODES:
         raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
-    if session_ends_after_s is not None and not session_ends_after_s >= 0:
-        raise ValueError(f"session_ends_after_s must be >= 0 seconds, got {session_ends_after_s}")
     if capacity_blocks < 1:
         raise ValueError(f"capacity must be >= 1 block, got {capacity_blocks}")
     requests = list(requests)
