@@ -154,6 +154,8 @@ def test_unknown_policy_names_are_refused_before_the_trace_is_read(trace, tmp_pa
 
 # flags that mean nothing where they are given, or an unknown policy: refused before the trace is read
 SIM = ["simulate", "{trace}", "--policy", "lru", "--capacity-blocks", "9"]
+REPLAY = ["replay", "{trace}", "--policy"]
+SESSIONS = ["simulate", "{trace}", "--policy", "chain-lru", "--capacity-blocks", "9", "--sessions"]
 CONFLICTS = [
     ([*SIM, "--mode", "cache", "--prefill-tps", "9"], "--prefill-tps"),
     ([*SIM, "--mode", "cache", "--series", "--json"], "--series"),
@@ -161,6 +163,10 @@ CONFLICTS = [
     ([*SIM, "--mode", "cache", "--server-model", "{tmp}/settings.json"], "--server-model"),
     ([*SIM, "--mode", "cache", "--plot", "{tmp}/p.png"], "--plot"),
     ([*SIM, "--per-request"], "--per-request"),
+    ([*SIM, "--sessions"], "--sessions"),
+    ([*SIM, "--session-ends-after-s", "0"], "--session-ends-after-s"),
+    (["simulate", "{trace}", "--policy", "wakman", "--capacity-blocks", "9", "--sessions"], "--sessions"),
+    ([*SESSIONS, "--session-ends-after-s", "-1"], "--session-ends-after-s"),
     (["simulate", "{trace}", "--policy", "lruu", "--capacity-blocks", "9"], "--policy"),
     (["sweep", "{trace}", "--capacities", "9", "--mode", "cache", "--max-num-seqs", "4"], "--max-num-seqs"),
     (["stats", "{trace}", "--no-curve", "--plot", "{tmp}/p.png"], "--no-curve"),
@@ -169,6 +175,8 @@ CONFLICTS = [
     (["advise", "{trace}", "--capacity-blocks", "9", "--max-running", "4"], "--max-running"),
     (["replay", "{trace}", "--policy", "lruu", "--capacity-blocks", "64"], "--policy"),
     (["replay", "{trace}", "--policy", "lru", "--capacity-blocks", "64", "--per-request"], "--per-request"),
+    ([*REPLAY, "stock", "--capacity-blocks", "64", "--sessions"], "--sessions"),
+    ([*REPLAY, "chain-lru", "--capacity-blocks", "64", "--session-ends"], "--session-ends"),
 ]
 READS_THE_TRACE = {"simulate": "simulate", "sweep": "simulate", "stats": "traces", "advise": "advise"}
 
@@ -182,6 +190,16 @@ def test_conflicting_flags_are_refused_before_the_trace_is_read(trace, tmp_path,
     else:  # replay: refused before vLLM is looked for
         monkeypatch.setattr("wakman.cli.replay._check_vllm", work_started)
     clean_error(invoke(*[a.format(trace=trace, tmp=tmp_path) for a in args]), flag)
+
+
+def test_sessions_on_a_trace_without_session_ids_is_refused(tmp_path):
+    import msgspec
+
+    path = tmp_path / "anonymous.jsonl"
+    requests = generate_requests(build_config(duration_s=60.0))
+    write_trace([msgspec.structs.replace(r, session_id=None) for r in requests], path, "native")
+    result = invoke("simulate", path, "--policy", "chain-lru", "--capacity-blocks", 99, "--sessions")
+    clean_error(result, "--sessions", "no session ids")
 
 
 # 3. replay without vLLM

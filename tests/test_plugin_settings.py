@@ -31,6 +31,14 @@ def test_manager_variables_change_the_preset():
     assert config.half_life_s == PLUS.half_life_s  # the rest is the preset's
 
 
+def test_sessions_put_chain_lru_in_session_mode_wherever_it_runs():
+    assert not PluginSettings.from_env({"WAKMAN_POLICY": "chain-lru"}).sessions
+    assert PluginSettings.from_env({"WAKMAN_POLICY": "chain-lru", "WAKMAN_SESSIONS": "1"}).sessions
+    plus = PluginSettings.from_env({"WAKMAN_POLICY": "wakman-plus", "WAKMAN_SESSIONS": "1"})
+    assert plus.sessions and plus.adaptive.policy_params["chain-lru"] == {"sessions": True}
+    assert PLUS.policy_params.get("chain-lru", {}).get("sessions") is None  # the preset is untouched
+
+
 @pytest.mark.parametrize(
     ("env", "message"),
     [
@@ -41,6 +49,9 @@ def test_manager_variables_change_the_preset():
         ({"WAKMAN_POLICY": "wakman", "WAKMAN_INTERVAL_S": "0"}, "must be > 0 seconds"),
         ({"WAKMAN_POLICY": "wakman", "WAKMAN_CANDIDATES": "lru"}, "give two or more"),
         ({"WAKMAN_REPLAY": "later"}, "WAKMAN_REPLAY='later'"),
+        ({"WAKMAN_POLICY": "chain-lru", "WAKMAN_SESSIONS": "yes"}, "WAKMAN_SESSIONS='yes'"),
+        ({"WAKMAN_POLICY": "s3fifo", "WAKMAN_SESSIONS": "1"}, "WAKMAN_SESSIONS=1 needs chain-lru"),
+        ({"WAKMAN_POLICY": "wakman", "WAKMAN_SESSIONS": "1"}, "chain-lru among the candidates of wakman"),
     ],
 )
 def test_bad_values_are_refused_with_the_variable_named(env, message):
@@ -107,3 +118,31 @@ def test_wakman_records_reach_the_handlers_vllm_has_when_they_are_emitted(logger
         "vllm1:policy line",
         "vllm2:after reconfiguration",
     ]
+
+
+@pytest.mark.parametrize(
+    ("value", "ends"),
+    [
+        (True, True),
+        (1, True),
+        ("true", True),
+        (" 1 ", True),
+        (False, False),
+        (0, False),
+        ("0", False),
+        ("", False),
+        (None, False),
+        ("soon", False),
+        ([1], False),
+    ],
+)
+def test_a_client_marks_a_sessions_last_request_in_vllm_xargs(value, ends):
+    """``vllm_xargs: {"session_end": ...}`` reaches the scheduler as ``SamplingParams.extra_args``;
+    a value that is not a flag is ignored (logged once), never fatal to the engine."""
+    from types import SimpleNamespace
+
+    from wakman.vllm_plugin.sessions import ends_session
+
+    extra = None if value is None else {"session_end": value}
+    assert ends_session(SimpleNamespace(sampling_params=SimpleNamespace(extra_args=extra))) is ends
+    assert ends_session(SimpleNamespace(sampling_params=None)) is False

@@ -125,6 +125,28 @@ def test_simulate_cli_json(tmp_path):
     assert 0 < flat["hit_rate"] < 1 and flat["requests"] > 100
 
 
+def test_simulate_cli_session_hints(tmp_path):
+    """``--sessions`` puts chain-lru in session mode (the generator's sessions never abandon a
+    branch, so alone it changes nothing here); ``--session-ends-after-s 0`` tells each session's end
+    as its last request finishes, which the run shows as a higher hit rate (the figures are those
+    of the Python API given the same hints)."""
+    path = tmp_path / "t.jsonl"
+    runner = CliRunner()
+    args = ["generate", "--preset", "mix04-single-multi-50", "--duration", "600", "-o", str(path)]
+    assert runner.invoke(app, args).exit_code == 0
+    rates = {}
+    for extra in ((), ("--sessions",), ("--sessions", "--session-ends-after-s", "0")):
+        base = ["simulate", str(path), "--policy", "chain-lru", "--capacity-blocks", "3000", "--json"]
+        result = runner.invoke(app, [*base, *extra])
+        assert result.exit_code == 0, result.output
+        rates[extra] = json.loads(result.stdout)["hit_rate"]
+    hash_only, sessions, told = rates.values()
+    assert sessions == hash_only and told > hash_only + 0.01
+    requests = list(read_trace(path))
+    direct = simulate(requests, "chain-lru", 3000, policy_params={"sessions": True}, session_ends_after_s=0)
+    assert told == direct.hit_rate
+
+
 def test_sweep_cli_writes_csv_json_png(tmp_path):
     path = tmp_path / "t.jsonl"
     runner = CliRunner()

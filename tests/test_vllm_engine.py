@@ -127,6 +127,26 @@ def test_the_replays_simulate_command_gives_vllms_hits(tmp_path):
     assert abs(kept["hit_rate"] - replayed["hit_rate"]) > 0.01
 
 
+def test_session_ends_marked_by_the_client_reach_chain_lru_in_the_engine(tmp_path):
+    """``wakman replay --sessions --session-ends``: the engine gets each request's session id and
+    each session's last request carries the client's end mark (``vllm_xargs`` ``session_end``); with
+    ``WAKMAN_SESSIONS=1`` chain-lru demotes an ended session's own blocks, so vLLM's own counters
+    show more hits than hash-only chain-lru on the same trace (single-turn and chat sessions, a
+    cache under pressure), and the simulate command the replay names (``--sessions
+    --session-ends-after-s 0``) predicts vLLM's hit rate within a point."""
+    trace = small_trace(duration_s=300, rate=4.0, mix=(0.4, 0.6, 0.0), short_prompts=True)
+    path = write_trace_file(trace, tmp_path / "sessions.jsonl")
+    args = ("replay", "--engine", "vllm", "--capacity-blocks", "300", str(path), "--policy", "chain-lru")
+    hash_only = wakman_cli(*args)
+    told = wakman_cli(*args, "--sessions", "--session-ends")
+    assert told["prompt_tokens"] == hash_only["prompt_tokens"] > 100_000
+    assert told["hit_rate"] > hash_only["hit_rate"] + 0.02
+    command = shlex.split(told["simulate_command"])
+    assert command[-3:] == ["--sessions", "--session-ends-after-s", "0"]
+    predicted = wakman_cli(*command[1:])
+    assert abs(predicted["hit_rate"] - told["hit_rate"]) <= 0.01
+
+
 def test_replay_json_is_alone_on_stdout(tmp_path):
     """``wakman replay --engine vllm --json | jq`` works: stdout is the JSON object and nothing else,
     vLLM's own log lines (written to stdout by vLLM's logging) are on stderr, those of the engine's

@@ -174,6 +174,52 @@ def test_chain_lru_hears_each_request_as_the_simulator_does(seed):
     assert hits["chain-lru"] != hits["lru"]
 
 
+def _chat_sessions(seed: int, spacing_s: float) -> list:
+    """``_chats_and_singles`` with session ids: each chat's turns share one, each single request is
+    a session of its own; one request every ``spacing_s`` seconds."""
+    out, chat_of_root, chats = [], {}, 0
+    for i, r in enumerate(_chats_and_singles(seed)):
+        keys = r.block_keys.tolist()
+        if keys[0] == 1:
+            session = f"single-{i}"
+        else:
+            if keys[0] not in chat_of_root:
+                chat_of_root[keys[0]], chats = chats, chats + 1
+            session = f"chat-{chat_of_root[keys[0]]}"
+        out.append(msgspec.structs.replace(r, arrival_s=spacing_s * i, session_id=session))
+    return out
+
+
+@pytest.mark.parametrize(("seed", "spacing_s"), [(1, 10.0), (2, 10.0), (3, 0.01)])
+def test_session_ids_and_ends_reach_chain_lru_as_the_simulator_gives_them(seed, spacing_s):
+    """With ``WAKMAN_SESSIONS=1`` chain-lru follows vLLM's ``Request.session_id`` and hears a
+    session's end when the request its client marked last (``vllm_xargs`` ``session_end``) is done;
+    the simulator's step loop gives the same hints from the trace (``session_ends_after_s=0``).
+    vLLM's hit tokens per request and the policy's final eviction order are the simulator's
+    exactly, one request at a time and with several arriving (and finishing) in each step; every
+    session's end was heard; and the hints change the hits (hash-only chain-lru differs)."""
+    requests = _chat_sessions(seed, spacing_s)
+    capacity = 40
+    hits, live = {}, None
+    for sessions in (True, False):
+        scheduler = build_scheduler(capacity, "chain-lru", env={"WAKMAN_SESSIONS": "1" if sessions else "0"})
+        checked = pool_of(scheduler)
+        loop = SchedulerLoop(scheduler, sessions=True)
+        result = loop.run(requests, after_step=lambda k, pool=checked: pool.check())
+        hits[sessions] = _first_hits(result, len(requests))
+        if sessions:
+            live = checked.free_block_queue.policy
+    reference = make_policy("chain-lru", capacity, sessions=True)
+    keyed = _under_vllms_keys(requests, capacity)
+    sim = simulate(keyed, reference, capacity, server=VllmServer(4096, 64, 1 / 40), session_ends_after_s=0)
+    assert hits[True] == sim.first_hit_tokens
+    assert live.eviction_order() == reference.eviction_order()
+    sessions = len({r.session_id for r in requests})
+    assert live.sessions_ended == reference.sessions_ended == sessions
+    assert live.demoted > 0
+    assert hits[True] != hits[False]
+
+
 def _under_vllms_keys(requests: list, capacity: int) -> list:
     """The requests with the keys vLLM's queue gives the policy for their blocks (``policy_key`` of
     each block hash in group 0): chain-lru's duel samples blocks by key, so the simulator must see

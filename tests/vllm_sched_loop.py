@@ -170,13 +170,17 @@ class LoopResult:
 class SchedulerLoop:
     """Drives one scheduler through traces (several ``run`` calls continue on the same clock)."""
 
-    def __init__(self, scheduler: Any, step_s: float = 1 / 40) -> None:
+    def __init__(self, scheduler: Any, step_s: float = 1 / 40, sessions: bool = False) -> None:
         from vllm.utils.hashing import get_hash_fn_by_name
         from vllm.v1.core.kv_cache_utils import get_request_block_hasher, init_none_hash
 
         if step_s <= 0:
             raise ValueError("step_s must be > 0 seconds")
         self.scheduler, self.step_s = scheduler, step_s
+        # sessions: each request carries its trace session id, and each session's last request in
+        # the trace the client's end mark (vllm_xargs session_end), as a client that closes them
+        self.sessions = sessions
+        self._last_of_session: set[int] = set()
         cache_config = scheduler.vllm_config.cache_config
         hash_fn = get_hash_fn_by_name(cache_config.prefix_caching_hash_algo)
         init_none_hash(hash_fn)
@@ -193,9 +197,18 @@ class SchedulerLoop:
         from vllm import SamplingParams
         from vllm.v1.request import Request
 
-        params = SamplingParams(max_tokens=max_tokens, ignore_eos=True, temperature=0.0, detokenize=False)
+        session: dict[str, Any] = {}
+        extra = None
+        if self.sessions and req.session_id is not None:
+            session["session_id"] = req.session_id
+            if index in self._last_of_session:
+                extra = {"session_end": True}
+        params = SamplingParams(
+            max_tokens=max_tokens, ignore_eos=True, temperature=0.0, detokenize=False, extra_args=extra
+        )
         self._serial += 1
         return Request(
+            **session,
             request_id=f"{self._serial}-{index}",
             prompt_token_ids=self.tokens.prompt(req, index),
             sampling_params=params,
@@ -254,6 +267,8 @@ class SchedulerLoop:
         scheduler = self.scheduler
         max_len = scheduler.max_model_len
         result = LoopResult(requests=len(requests))
+        last = {r.session_id: i for i, r in enumerate(requests) if r.session_id is not None}
+        self._last_of_session = set(last.values())
         if requests and not self._started:
             self.clock, self._started = requests[0].arrival_s, True
         i, n = 0, len(requests)

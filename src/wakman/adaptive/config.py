@@ -68,6 +68,18 @@ class AdaptiveConfig:
     def with_options(self, **changes: object) -> AdaptiveConfig:
         return replace(self, **changes)
 
+    def with_sessions(self) -> AdaptiveConfig:
+        """This config with its chain-lru candidate in session mode (``sessions=True``: the live
+        chain-lru follows session ids; its shadows hear none). ValueError without that candidate."""
+        if SESSION_POLICY not in self.candidates:
+            raise ValueError(f"session mode needs {SESSION_POLICY} among the candidates of {self.name}")
+        params = dict(self.policy_params)
+        params[SESSION_POLICY] = {**params.get(SESSION_POLICY, {}), "sessions": True}
+        return replace(self, policy_params=params)
+
+
+SESSION_POLICY = "chain-lru"  # the one policy with a session mode (``sessions=True``)
+
 
 PAPER = AdaptiveConfig()
 PLUS = AdaptiveConfig(

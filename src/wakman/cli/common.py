@@ -24,7 +24,7 @@ import tempfile
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager, suppress
 from pathlib import Path
-from typing import TYPE_CHECKING, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
 import typer
 from rich.console import Console
@@ -32,6 +32,8 @@ from rich.markup import escape
 
 if TYPE_CHECKING:
     from rich.progress import Progress
+
+    from wakman.adaptive.config import AdaptiveConfig
 
 from wakman.experiments.plots import FORMATS as PLOT_FORMATS
 from wakman.traces import TraceFormatError, detect_format, read_trace
@@ -320,3 +322,28 @@ def cli_errors(interrupted_note: str = "nothing was written") -> Iterator[None]:
     except (TraceFormatError, ValueError, OSError) as exc:
         err_console.print(f"[red]error:[/red] {escape(str(exc))}", highlight=False)
         sys.exit(2)
+
+
+def session_mode(
+    policy: str, sessions: bool, ends_after_s: float | None, ends_flag: str = "--session-ends-after-s"
+) -> tuple[str | AdaptiveConfig, dict[str, Any]]:
+    """What to run for ``--policy`` with ``--sessions`` and ``ends_flag`` (``ends_after_s``: seconds
+    after a session's last request is done, None: no ends told): the policy (a preset with its
+    chain-lru in session mode) and the simulation's session options; a ValueError naming the flag
+    for a policy without a session mode."""
+    from wakman.adaptive.config import ADAPTIVE_PRESETS, SESSION_POLICY
+
+    check_numbers((ends_flag, ends_after_s, ">=0"))
+    if not sessions:
+        if ends_after_s is not None:
+            raise ValueError(f"{ends_flag} needs --sessions (only session mode hears ends)")
+        return policy, {}
+    options: dict[str, Any] = {"session_ends_after_s": ends_after_s}
+    if policy in ADAPTIVE_PRESETS:
+        try:
+            return ADAPTIVE_PRESETS[policy].with_sessions(), options
+        except ValueError as exc:
+            raise ValueError(f"--sessions: {exc}") from None
+    if policy != SESSION_POLICY:
+        raise ValueError(f"--sessions: {SESSION_POLICY} (or wakman-plus) has a session mode, not {policy}")
+    return policy, {**options, "policy_params": {"sessions": True}}

@@ -19,6 +19,7 @@ from wakman.cli.common import (
     json_text,
     open_trace,
     progress_bars,
+    session_mode,
     stdout_to_stderr,
 )
 from wakman.traces import detect_format
@@ -66,6 +67,18 @@ def replay(
     max_batched: int = typer.Option(4096, "--max-num-batched-tokens", help="vLLM's token budget per step."),
     limit: int | None = typer.Option(None, "--limit", help="Replay only the first N requests."),
     check: bool = typer.Option(False, "--check-invariants", help="Check the pool's invariants every step."),
+    sessions: bool = typer.Option(
+        False,
+        "--sessions",
+        help="Send each request's session id (vLLM's session_id) to an engine whose chain-lru follows them "
+        "(WAKMAN_SESSIONS=1; chain-lru or wakman-plus).",
+    ),
+    session_ends: bool = typer.Option(
+        False,
+        "--session-ends",
+        help="With --sessions: mark each session's last request (vllm_xargs session_end), as a client "
+        "that closes its sessions; its end is told when it finishes.",
+    ),
 ) -> None:
     """Replay TRACE through an in-process vLLM engine; report vLLM's own prefix-cache counters."""
     with cli_errors("the replay stopped before its results"):
@@ -76,6 +89,7 @@ def replay(
             raise ValueError(f"--policy: unknown policy {policy!r}; choose from {', '.join(choices)}")
         if per_request and not as_json:
             raise ValueError("--per-request needs --json (a value per request)")
+        session_mode(policy, sessions, 0.0 if session_ends else None, "--session-ends")
         check_numbers(
             ("--capacity-blocks", capacity, ">=2"),
             ("--step-s", step_s, ">0"),
@@ -93,6 +107,8 @@ def replay(
             requests = requests[:limit]
         if not requests:
             raise ValueError(f"{trace}: no requests to replay")
+        if sessions and all(r.session_id is None for r in requests):
+            raise ValueError(f"--sessions: {trace} has no session ids (a session_id per request)")
         trace_bs = requests[0].block_size
         if block_size is not None and not sets_block_size and trace_bs != block_size:
             raise ValueError(
@@ -132,6 +148,8 @@ def replay(
                     max_num_batched_tokens=max_batched,
                     after_step=after,
                     progress=lambda done, total: bar.update(task, completed=done),
+                    sessions=sessions,
+                    session_ends=session_ends,
                 )
     sm = result.server
     same = [
@@ -150,6 +168,8 @@ def replay(
         same.append(f"--max-output-tokens {max_output_tokens}")
     if result.output_keys_ignored:
         same.append("--fresh-outputs")
+    if sessions:
+        same.append("--sessions --session-ends-after-s 0" if session_ends else "--sessions")
     flat = result.as_flat_dict(per_request=per_request)
     # the same server and requests in the simulator (`--server-model` on this JSON does the same)
     flat["limit"] = limit  # the replay's --limit (null: the whole trace), for --server-model

@@ -36,6 +36,7 @@ from wakman.cli.common import (
     parse_ints,
     parse_names,
     progress_bars,
+    session_mode,
 )
 from wakman.simulation import MODES, ServerModel, VllmServer
 from wakman.traces.model import Request, as_engine_serves
@@ -82,6 +83,17 @@ CACHE_OUTPUTS = typer.Option(
 )
 WARMUP = typer.Option(0.0, "--warmup-s", help="Requests arriving earlier are left out of the figures.")
 MODE = typer.Option("serve", "--mode", help="serve (time, pinning) or cache (shadow replay).")
+SESSIONS = typer.Option(
+    False,
+    "--sessions",
+    help="chain-lru (also wakman-plus's) follows the trace's session ids: its session mode.",
+)
+SESSION_ENDS = typer.Option(
+    None,
+    "--session-ends-after-s",
+    help="With --sessions: tell each session's end this many seconds after its last request is done "
+    "(from the trace's hindsight: what a client that marks its sessions' last requests gives).",
+)
 
 
 @dataclass(frozen=True)
@@ -314,6 +326,8 @@ def simulate(
     block_size: int | None = BlockSizeOption,
     rate: float | None = RateOption,
     seed: int | None = SeedOption,
+    sessions: bool = SESSIONS,
+    session_ends_after_s: float | None = SESSION_ENDS,
 ) -> None:
     """Simulate one policy at one cache size; report vLLM's prefix-cache hit rate and more."""
     with cli_errors("nothing was written" if plot is None else f"{plot} was not written"):
@@ -325,6 +339,7 @@ def simulate(
         if per_request and not as_json:
             raise ValueError("--per-request needs --json (a value per request)")
         _serve_only(mode, series=series)
+        chosen, session_options = session_mode(policy, sessions, session_ends_after_s)
         if mode == "cache" and plot is not None and policy not in ADAPTIVE_PRESETS:
             raise ValueError(
                 "--plot: cache mode draws an adaptive policy's decisions only (a static policy has no "
@@ -352,9 +367,18 @@ def simulate(
             requests = view.apply(
                 list(counted(view.take(open_trace(trace, fmt, block_size, rate, seed)), bar, "reading"))
             )
+            if sessions and all(r.session_id is None for r in requests):
+                raise ValueError(f"--sessions: {trace} has no session ids (a session_id per request)")
             bar.add_task(f"simulating {policy}", total=None)
             result = run_simulation(
-                requests, policy, capacity, mode=mode, server=server, warmup_s=warmup_s, interval_s=interval_s
+                requests,
+                chosen,
+                capacity,
+                mode=mode,
+                server=server,
+                warmup_s=warmup_s,
+                interval_s=interval_s,
+                **session_options,
             )
         flat = result.as_flat_dict(series=series, per_request=per_request)
         if result.saturation is not None and result.saturation.saturated:

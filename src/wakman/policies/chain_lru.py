@@ -88,7 +88,9 @@ in a table at most a quarter full (16-byte slots: 64-128 bytes an entry); measur
 per cache block on mix04 at 3,000 and 12,000 blocks, where without session mode chain-lru holds 505
 and 366. Cache mode, ``replay_request``'s callers and both serve loops give the session hints where
 the trace has session ids (the step loop, as vLLM's plugin, tells no output keys, so an end there
-moves prompt blocks only); vLLM and the offload tier do not.
+moves prompt blocks only); so does vLLM's scheduler with ``WAKMAN_SESSIONS=1`` (``Request.session_id``;
+an end when the request its client marked ``session_end`` is done: ``vllm_plugin/sessions.py``); the
+offload tier does not (vLLM gives it no session ids).
 
 Without the hints (``replay``, ``access``, a driver that sees no requests) no block is rare, the
 duel never runs, every insert goes to M and chain-lru is exactly LRU; in the recency mode the same

@@ -88,19 +88,23 @@ def build_llm(
     max_num_seqs: int = 64,
     max_num_batched_tokens: int = 4096,
     model_dir: Path | None = None,
+    sessions: bool = False,
     **engine_kwargs: Any,
 ) -> Any:
     """An in-process ``vllm.LLM`` with ``capacity_blocks`` usable KV blocks.
 
-    ``policy=None`` runs stock vLLM; otherwise wakman's scheduler with ``WAKMAN_POLICY=policy`` (the
-    other ``WAKMAN_*`` variables are read from the environment as usual)."""
+    ``policy=None`` runs stock vLLM; otherwise wakman's scheduler with ``WAKMAN_POLICY=policy`` and
+    ``WAKMAN_SESSIONS`` = ``1`` if ``sessions`` else ``0`` (the other ``WAKMAN_*`` variables are read
+    from the environment as usual)."""
     check_environment()  # before vLLM is imported: a broken torchvision would kill the import
     for key, value in ENGINE_ENV.items():
         os.environ.setdefault(key, value)
     if policy is not None:
         os.environ["WAKMAN_POLICY"] = policy
+        os.environ["WAKMAN_SESSIONS"] = "1" if sessions else "0"
     else:
         os.environ.pop("WAKMAN_POLICY", None)
+        os.environ.pop("WAKMAN_SESSIONS", None)
     from vllm import LLM
 
     limit = capacity_blocks * block_size

@@ -34,6 +34,7 @@ from wakman.vllm_plugin.engine import (
     prefix_cache_counters,
     shutdown_llm,
 )
+from wakman.vllm_plugin.sessions import END_MARK
 
 FIRST_TOKEN = 3  # ids 0-2 are left to special tokens
 
@@ -138,8 +139,15 @@ def replay(
     after_step: Callable[[Any], None] | None = None,
     progress: Callable[[int, int], None] | None = None,
     llm: Any = None,
+    sessions: bool = False,
+    session_ends: bool = False,
 ) -> ReplayResult:
     """Drive an in-process engine with ``requests`` in arrival order; ``policy=None`` is stock vLLM.
+
+    ``sessions``: each request goes to the engine with its trace ``session_id`` (vLLM's
+    ``session_id``) and the engine runs with ``WAKMAN_SESSIONS=1``; ``session_ends`` (with it): each
+    session's last request in the trace carries the client's end mark (``vllm_xargs`` ``session_end``,
+    ``vllm_plugin.sessions``), as from a client that closes its sessions.
 
     ``after_step(scheduler)`` runs after every engine step (the soak test checks invariants there).
     Pass ``llm`` to reuse an engine built by ``build_llm`` with the same settings; the caller keeps
@@ -154,7 +162,11 @@ def replay(
         raise ValueError(f"the trace's block size ({trace_bs}) differs from the engine's ({block_size})")
     if step_s <= 0:
         raise ValueError("step_s must be > 0 seconds")
+    if session_ends and not sessions:
+        raise ValueError("session_ends needs sessions")
     output_keys_ignored = any(len(r.output_keys) for r in requests)
+    last = {r.session_id: i for i, r in enumerate(requests) if r.session_id is not None}
+    marked = set(last.values()) if session_ends else set()
     requests = as_engine_serves(requests, max_output_tokens=max_output_tokens)
     os.environ.setdefault("WAKMAN_REPLAY", "inline")
     from vllm import SamplingParams
@@ -170,6 +182,7 @@ def replay(
             policy=policy,
             max_num_seqs=max_num_seqs,
             max_num_batched_tokens=max_num_batched_tokens,
+            sessions=sessions and policy is not None,
         )
 
     with _engine(llm, build) as llm:
@@ -196,10 +209,15 @@ def replay(
                     rejected += 1
                 else:
                     params = SamplingParams(
-                        max_tokens=out, ignore_eos=True, detokenize=False, temperature=0.0
+                        max_tokens=out,
+                        ignore_eos=True,
+                        detokenize=False,
+                        temperature=0.0,
+                        extra_args={END_MARK: True} if i in marked else None,
                     )
                     prompt = TokensPrompt(prompt_token_ids=tokens.prompt(req, i))
-                    engine.add_request(str(i), prompt, params, arrival_time=clock["t"])
+                    session = {"session_id": req.session_id} if sessions and req.session_id else {}
+                    engine.add_request(str(i), prompt, params, arrival_time=clock["t"], **session)
                 i += 1
                 if progress is not None:
                     progress(i, n)

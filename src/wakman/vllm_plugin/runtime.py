@@ -21,6 +21,7 @@ from wakman.policies import make_policy
 from wakman.vllm_plugin.block_pool import install, request_group
 from wakman.vllm_plugin.free_queue import policy_key
 from wakman.vllm_plugin.metrics import publish_state
+from wakman.vllm_plugin.sessions import SessionHints
 from wakman.vllm_plugin.settings import PluginSettings
 
 log = logging.getLogger(__name__)
@@ -40,10 +41,13 @@ class PolicyRuntime:
         self.settings, self.clock, self.engine_index = settings, clock, engine_index
         self.capacity = pool.num_gpu_blocks - 1
         self.manager = AdaptiveManager(settings.adaptive, self.capacity) if settings.adaptive else None
-        policy = (
-            self.manager.initial_policy() if self.manager else make_policy(settings.policy, self.capacity)
-        )
+        if self.manager:
+            policy = self.manager.initial_policy()
+        else:
+            params = {"sessions": True} if settings.sessions else {}
+            policy = make_policy(settings.policy, self.capacity, **params)
         self.pool = install(pool, policy, coordinator, manager)
+        self.sessions = SessionHints(self.pool.free_block_queue) if settings.sessions else None
         self._group = request_group(manager) if manager is not None else 0
         self.replay_hook: Replay | None = None  # tests inject a failing replay here
         self._executor = (
@@ -59,17 +63,29 @@ class PolicyRuntime:
         return self.manager.live if self.manager else self.settings.policy
 
     # ------------------------------------------------------------------ scheduler calls
-    def on_request(self, arrival_s: float, block_hashes: list, block_size: int, prompt_tokens: int) -> None:
-        """A request arrived (``arrival_s``: vLLM's arrival time, seconds): the live policy's request
-        hint (its full prompt blocks; a policy that does not learn from requests skips it in the
-        core), and the estimator's log. ``block_hashes`` is the request's own list, which vLLM
-        extends as decoding fills blocks: with ``log_outputs`` the estimator keeps a view of that
-        growing tail."""
+    def on_request(
+        self, arrival_s: float, block_hashes: list, block_size: int, prompt_tokens: int, request: Any = None
+    ) -> None:
+        """A request arrived (``arrival_s``: vLLM's arrival time, seconds): with ``WAKMAN_SESSIONS=1``
+        its session hint (``request``: vLLM's ``Request``), then the live policy's request hint (its
+        full prompt blocks; a policy that does not learn from requests skips it in the core), and
+        the estimator's log. ``block_hashes`` is the request's own list, which vLLM extends as
+        decoding fills blocks: with ``log_outputs`` the estimator keeps a view of that growing
+        tail."""
+        if self.sessions is not None and request is not None:
+            self.sessions.arrived(request)
         self.pool.free_block_queue.request_arrived(block_hashes, self._group, arrival_s)
         if self.manager is not None:
             prompt = [policy_key(h) for h in block_hashes]
             outputs = OutputBlocks(block_hashes, len(prompt)) if self.manager.config.log_outputs else ()
             self.manager.estimator.record(arrival_s, prompt, block_size, prompt_tokens, outputs)
+
+    def on_requests_done(self, live: Any, order: Any = (), blocks_pending: bool = False) -> None:
+        """After a scheduler call that may finish requests (``live``: the ids still held, vLLM's
+        ``scheduler.requests``; ``order``: the ids in the order the call finished them): the ends of
+        the sessions whose marked last request is done (``SessionHints.tell_done``)."""
+        if self.sessions is not None:
+            self.sessions.tell_done(live, order, blocks_pending)
 
     def on_step(self) -> None:
         manager = self.manager

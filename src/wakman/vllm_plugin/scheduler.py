@@ -2,7 +2,9 @@
 
 A thin subclass of vLLM's scheduler: after the stock constructor it puts the configured policy
 behind the block pool (``PolicyRuntime``); ``add_request`` logs the request for the estimator;
-``schedule`` gives the runtime one call per step. With async scheduling on (vLLM's GPU default),
+``schedule`` gives the runtime one call per step; after ``update_from_output`` and
+``finish_requests`` the runtime tells the ends of sessions whose last request is done
+(``WAKMAN_SESSIONS=1``, ``sessions.py``). With async scheduling on (vLLM's GPU default),
 ``WakmanScheduler(...)`` builds a ``WakmanAsyncScheduler`` instead, so the same flag keeps async
 scheduling working.
 """
@@ -63,10 +65,24 @@ class WakmanScheduler(Scheduler):
         )
 
     def add_request(self, request: Any) -> None:
-        self.wakman.on_request(
-            request.arrival_time, request.block_hashes, self._wakman_block_size, request.num_prompt_tokens
-        )
+        size, tokens = self._wakman_block_size, request.num_prompt_tokens
+        self.wakman.on_request(request.arrival_time, request.block_hashes, size, tokens, request)
         super().add_request(request)
+
+    def update_from_output(self, scheduler_output: Any, *args: Any, **kwargs: Any) -> Any:
+        out = super().update_from_output(scheduler_output, *args, **kwargs)
+        self._wakman_done(scheduler_output.num_scheduled_tokens)
+        return out
+
+    def finish_requests(self, request_ids: Any, *args: Any, **kwargs: Any) -> Any:
+        aborted = super().finish_requests(request_ids, *args, **kwargs)  # the requests it finished, in order
+        self._wakman_done([r.request_id for r in aborted or ()])
+        return aborted
+
+    def _wakman_done(self, order: Any) -> None:
+        # vLLM finishes requests in the order it processes them (update_from_output: the step's
+        # scheduled requests); with a KV connector's deferred frees their blocks come back later
+        self.wakman.on_requests_done(self.requests, order, bool(getattr(self, "deferred_frees", None)))
 
     def schedule(self, *args: Any, **kwargs: Any) -> Any:
         self.wakman.on_step()

@@ -8,6 +8,7 @@
 | ``WAKMAN_CANDIDATES`` | preset's | comma-separated candidate policies |
 | ``WAKMAN_HYSTERESIS`` | preset's (0 / 2) | points of hit rate the best shadow must beat the live one by |
 | ``WAKMAN_REPLAY`` | ``thread`` | ``thread`` (background replays) or ``inline`` (in the step, reproducible) |
+| ``WAKMAN_SESSIONS`` | ``0`` | ``1``: chain-lru follows vLLM's session ids and ends (``sessions.py``) |
 | ``WAKMAN_METRICS_DIR`` | set by the plugin | where the engine publishes its state for ``/metrics`` |
 
 Environment variables reach the engine-core processes vLLM spawns, and work the same for
@@ -20,7 +21,7 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from wakman.adaptive.config import ADAPTIVE_PRESETS, AdaptiveConfig
+from wakman.adaptive.config import ADAPTIVE_PRESETS, SESSION_POLICY, AdaptiveConfig
 from wakman.policies import ONLINE_POLICIES
 
 STATIC_POLICIES = tuple(p for p in ONLINE_POLICIES if p != "s3fifo-v0")
@@ -37,6 +38,7 @@ class PluginSettings:
     policy: str = "lru"
     adaptive: AdaptiveConfig | None = None
     replay: str = "thread"
+    sessions: bool = False  # chain-lru in session mode, told each request's session id and the ends
 
     @property
     def start_policy(self) -> str:
@@ -49,11 +51,14 @@ class PluginSettings:
         replay = env.get("WAKMAN_REPLAY", "thread").strip().lower()
         if replay not in REPLAY_MODES:
             raise SettingsError(f"WAKMAN_REPLAY={replay!r}: choose {' or '.join(REPLAY_MODES)}")
+        sessions = _sessions(env)
         if policy in STATIC_POLICIES:
             extra = [k for k in ADAPTIVE_VARS if env.get(k)]
             if extra:
                 raise SettingsError(f"{', '.join(extra)} only apply to wakman / wakman-plus, not {policy}")
-            return cls(policy=policy, replay=replay)
+            if sessions and policy != SESSION_POLICY:
+                raise SettingsError(f"WAKMAN_SESSIONS=1 needs {SESSION_POLICY} or wakman-plus, not {policy}")
+            return cls(policy=policy, replay=replay, sessions=sessions)
         if policy not in ADAPTIVE_PRESETS:
             choices = ", ".join((*STATIC_POLICIES, *ADAPTIVE_PRESETS))
             raise SettingsError(f"WAKMAN_POLICY={policy!r}: choose one of {choices}")
@@ -96,4 +101,16 @@ class PluginSettings:
             config = config.with_options(**changes)
         except ValueError as exc:
             raise SettingsError(f"WAKMAN_*: {exc}") from None
-        return cls(policy=policy, adaptive=config, replay=replay)
+        if sessions:
+            try:
+                config = config.with_sessions()
+            except ValueError as exc:
+                raise SettingsError(f"WAKMAN_SESSIONS=1: {exc}") from None
+        return cls(policy=policy, adaptive=config, replay=replay, sessions=sessions)
+
+
+def _sessions(env: Mapping[str, str]) -> bool:
+    value = env.get("WAKMAN_SESSIONS", "0").strip()
+    if value not in ("0", "1"):
+        raise SettingsError(f"WAKMAN_SESSIONS={value!r}: 1 (follow vLLM's session ids) or 0")
+    return value == "1"
