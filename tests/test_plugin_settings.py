@@ -120,29 +120,5 @@ def test_wakman_records_reach_the_handlers_vllm_has_when_they_are_emitted(logger
     ]
 
 
-@pytest.mark.parametrize(
-    ("value", "ends"),
-    [
-        (True, True),
-        (1, True),
-        ("true", True),
-        (" 1 ", True),
-        (False, False),
-        (0, False),
-        ("0", False),
-        ("", False),
-        (None, False),
-        ("soon", False),
-        ([1], False),
-    ],
-)
-def test_a_client_marks_a_sessions_last_request_in_vllm_xargs(value, ends):
-    """``vllm_xargs: {"session_end": ...}`` reaches the scheduler as ``SamplingParams.extra_args``;
-    a value that is not a flag is ignored (logged once), never fatal to the engine."""
-    from types import SimpleNamespace
-
-    from wakman.vllm_plugin.sessions import ends_session
-
-    extra = None if value is None else {"session_end": value}
-    assert ends_session(SimpleNamespace(sampling_params=SimpleNamespace(extra_args=extra))) is ends
-    assert ends_session(SimpleNamespace(sampling_params=None)) is False
+def test_an_empty_sessions_variable_is_unset():
+    assert not PluginSettings.from_env({"WAKMAN_POLICY": "lru", "WAKMAN_SESSIONS": " "}).sessions

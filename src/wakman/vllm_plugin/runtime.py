@@ -80,12 +80,13 @@ class PolicyRuntime:
             outputs = OutputBlocks(block_hashes, len(prompt)) if self.manager.config.log_outputs else ()
             self.manager.estimator.record(arrival_s, prompt, block_size, prompt_tokens, outputs)
 
-    def on_requests_done(self, live: Any, order: Any = (), blocks_pending: bool = False) -> None:
+    def on_requests_done(self, live: Any, order: Any = (), deferred: Any = (), step: int = 0) -> None:
         """After a scheduler call that may finish requests (``live``: the ids still held, vLLM's
-        ``scheduler.requests``; ``order``: the ids in the order the call finished them): the ends of
-        the sessions whose marked last request is done (``SessionHints.tell_done``)."""
+        ``scheduler.requests``; ``order``: the ids in the order the call finished them; ``deferred``
+        and ``step``: vLLM's deferred frees and step number): the ends of the sessions whose marked
+        last request is done and whose blocks are back (``SessionHints.tell_done``)."""
         if self.sessions is not None:
-            self.sessions.tell_done(live, order, blocks_pending)
+            self.sessions.tell_done(live, order, deferred, step)
 
     def on_step(self) -> None:
         manager = self.manager

@@ -55,6 +55,7 @@ class WakmanScheduler(Scheduler):
             manager=manager,
         )
         self._wakman_block_size = self.hash_block_size
+        self._wakman_updating = False  # inside update_from_output
         if os.environ.get("VLLM_ENABLE_V1_MULTIPROCESSING") == "0":
             register_collector()  # the engine shares the API's process: expose the metrics here
         log.info(
@@ -70,19 +71,26 @@ class WakmanScheduler(Scheduler):
         super().add_request(request)
 
     def update_from_output(self, scheduler_output: Any, *args: Any, **kwargs: Any) -> Any:
-        out = super().update_from_output(scheduler_output, *args, **kwargs)
+        self._wakman_updating = True  # its own finish_requests (a request's error) tells nothing yet
+        try:
+            out = super().update_from_output(scheduler_output, *args, **kwargs)
+        finally:
+            self._wakman_updating = False
         self._wakman_done(scheduler_output.num_scheduled_tokens)
         return out
 
     def finish_requests(self, request_ids: Any, *args: Any, **kwargs: Any) -> Any:
         aborted = super().finish_requests(request_ids, *args, **kwargs)  # the requests it finished, in order
-        self._wakman_done([r.request_id for r in aborted or ()])
+        if not self._wakman_updating:
+            self._wakman_done([r.request_id for r in aborted or ()])
         return aborted
 
     def _wakman_done(self, order: Any) -> None:
         # vLLM finishes requests in the order it processes them (update_from_output: the step's
-        # scheduled requests); with a KV connector's deferred frees their blocks come back later
-        self.wakman.on_requests_done(self.requests, order, bool(getattr(self, "deferred_frees", None)))
+        # scheduled requests); with deferred frees (a KV consumer's overlapping batches) their blocks
+        # come back at a later step
+        deferred = getattr(self, "deferred_frees", ())
+        self.wakman.on_requests_done(self.requests, order, deferred, getattr(self, "sched_step_seq", 0))
 
     def schedule(self, *args: Any, **kwargs: Any) -> Any:
         self.wakman.on_step()

@@ -23,9 +23,8 @@ trace's ``session_id``). A policy that does not follow sessions ignores both hin
 
 from __future__ import annotations
 
-import functools
 import logging
-from collections.abc import Container, Iterable
+from collections.abc import Collection, Container, Iterable
 from typing import Any
 
 from wakman.drivers import session_key
@@ -37,7 +36,7 @@ END_MARK = "session_end"  # SamplingParams.extra_args' (vllm_xargs') key marking
 
 def ends_session(request: Any) -> bool:
     """Whether the client marked ``request`` as its session's last (``extra_args["session_end"]``).
-    A value that is not a flag is logged once and ignored."""
+    A value that is not a flag is ignored (the first one logged)."""
     params = getattr(request, "sampling_params", None)
     extra = getattr(params, "extra_args", None) or {}
     value = extra.get(END_MARK)
@@ -47,46 +46,63 @@ def ends_session(request: Any) -> bool:
         return value != 0
     if isinstance(value, str) and value.strip().lower() in ("1", "true", "0", "false", ""):
         return value.strip().lower() in ("1", "true")
-    _warn_once(repr(value))
+    global _warned
+    if not _warned:
+        _warned = True
+        log.warning("wakman: ignoring vllm_xargs %s=%r (give true or false)", END_MARK, value)
     return False
 
 
-@functools.cache
-def _warn_once(value: str) -> None:
-    log.warning("wakman: ignoring vllm_xargs %s=%s (give true or false)", END_MARK, value)
+_warned = False
 
 
 class SessionHints:
-    """The session hints of one pool's live policy (``queue.policy``, whichever is live)."""
+    """The session hints of one pool's live policy (``queue.policy``, whichever is live).
+
+    A marked request is *ending* from its arrival until vLLM is done with it; then, if vLLM holds
+    freed blocks back (``deferred``: its deferred frees, ``(fence step, blocks)`` pairs, which a KV
+    consumer's overlapping batches make), it *waits* under the step it was done in (vLLM's
+    ``sched_step_seq``) until no deferred entry with a fence at or before that step is left (its own
+    blocks are among those, vLLM frees them in fence order); then its end is told. Ends are told in
+    the order the requests were done (a call's own ``order`` first, then by arrival)."""
 
     def __init__(self, queue: Any) -> None:
         self._queue = queue
         self._ending: dict[str, int] = {}  # request id -> session key, for marked requests not yet done
+        self._waiting: list[tuple[int, int]] = []  # (step done in, session key), in the order done
 
     def arrived(self, request: Any) -> None:
         """A request arrived: its session (if it has one) is told before its request hint."""
         session_id = getattr(request, "session_id", None)
         if not session_id:
             return
-        key = session_key(session_id)
+        key = session_key(str(session_id))
         self._queue.policy.in_session(key)
         if ends_session(request):
             self._ending[request.request_id] = key
 
     def tell_done(
-        self, live: Container[str], order: Iterable[str] = (), blocks_pending: bool = False
+        self,
+        live: Container[str],
+        order: Iterable[str] = (),
+        deferred: Collection[tuple[int, Any]] = (),
+        step: int = 0,
     ) -> None:
-        """Tell the ends of the marked requests no longer ``live`` (vLLM's ``scheduler.requests``),
-        in ``order`` (the ids in the order vLLM finished them; others after, by arrival), unless
-        ``blocks_pending`` (vLLM holds freed blocks back)."""
-        if not self._ending or blocks_pending:
-            return
-        done = [rid for rid in self._ending if rid not in live]
-        if not done:
-            return
+        """After a scheduler call that may have finished requests: the marked requests no longer
+        ``live`` (vLLM's ``scheduler.requests``) are done, in ``order`` (the ids in the order the call
+        finished them); tell every end whose blocks are back (``deferred`` and ``step``: above)."""
+        done = [rid for rid in self._ending if rid not in live] if self._ending else []
         if len(done) > 1:
             rank = {rid: i for i, rid in enumerate(order) if rid in self._ending}
             done.sort(key=lambda rid: rank.get(rid, len(rank)))
-        policy = self._queue.policy
-        for rid in done:
-            policy.end_session(self._ending.pop(rid))
+        self._waiting.extend((step, self._ending.pop(rid)) for rid in done)
+        if not self._waiting:
+            return
+        first_fence = min((fence for fence, _ in deferred), default=None)
+        told = 0
+        for done_in, key in self._waiting:
+            if first_fence is not None and first_fence <= done_in:
+                break
+            self._queue.policy.end_session(key)
+            told += 1
+        del self._waiting[:told]

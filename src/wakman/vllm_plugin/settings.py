@@ -57,7 +57,9 @@ class PluginSettings:
             if extra:
                 raise SettingsError(f"{', '.join(extra)} only apply to wakman / wakman-plus, not {policy}")
             if sessions and policy != SESSION_POLICY:
-                raise SettingsError(f"WAKMAN_SESSIONS=1 needs {SESSION_POLICY} or wakman-plus, not {policy}")
+                raise SettingsError(
+                    f"WAKMAN_SESSIONS=1 needs {SESSION_POLICY} or a preset with it, not {policy}"
+                )
             return cls(policy=policy, replay=replay, sessions=sessions)
         if policy not in ADAPTIVE_PRESETS:
             choices = ", ".join((*STATIC_POLICIES, *ADAPTIVE_PRESETS))
@@ -110,7 +112,7 @@ class PluginSettings:
 
 
 def _sessions(env: Mapping[str, str]) -> bool:
-    value = env.get("WAKMAN_SESSIONS", "0").strip()
+    value = env.get("WAKMAN_SESSIONS", "").strip() or "0"
     if value not in ("0", "1"):
         raise SettingsError(f"WAKMAN_SESSIONS={value!r}: 1 (follow vLLM's session ids) or 0")
     return value == "1"
