@@ -12,9 +12,13 @@ per-operation cost with the hints and the statistics included.
 request (``simulate(..., session_ends_after_s=D)``: a what-if from the trace's hindsight) in place
 of the hash-only chain-lru.
 
-Run: ``python benchmarks/chain_lru_mixes.py [--mode serve|cache] [--capacities 3000,6000,12000]
-[--seed 0] [--mixes a,b] [--duration 3600] [--cost] [--told D]``. About a minute on two cores for the default
-(serve mode, one-hour mixes, three capacities).
+``--server vllm`` runs serve mode in vLLM's scheduling step by step (``VllmServer()``), the loop
+whose session hints the vLLM plugin gives (``WAKMAN_SESSIONS=1``: ends told as the marked request
+finishes, ``--told 0``).
+
+Run: ``python benchmarks/chain_lru_mixes.py [--mode serve|cache] [--server event|vllm]
+[--capacities 3000,6000,12000] [--seed 0] [--mixes a,b] [--duration 3600] [--cost] [--told D]``.
+About a minute on two cores for the default (serve mode, one-hour mixes, three capacities).
 """
 
 from __future__ import annotations
@@ -23,7 +27,7 @@ import argparse
 import statistics
 import time
 
-from wakman.simulation import simulate
+from wakman.simulation import VllmServer, simulate
 from wakman.workload import MIXES, build_config, generate_requests
 
 POLICIES = ("lru", "s3fifo", "chain-lru", "belady")
@@ -38,6 +42,13 @@ def main() -> None:
     parser.add_argument("--duration", type=float, default=3600.0)
     parser.add_argument("--cost", action="store_true")
     parser.add_argument(
+        "--server",
+        choices=("event", "vllm"),
+        default="event",
+        help="serve mode's server: the event loop (docs/results.md's) or vLLM's scheduling step by step "
+        "(VllmServer's defaults: the loop whose hints the vLLM plugin gives)",
+    )
+    parser.add_argument(
         "--told",
         type=float,
         help="chain-lru in session mode, told each session's end this many seconds after its last "
@@ -51,6 +62,12 @@ def main() -> None:
     gains: dict[int, list[float]] = {c: [] for c in capacities}
     gaps: dict[int, list[float]] = {c: [] for c in capacities}
     told = "" if args.told is None else f"; chain-lru told each session's end {args.told:g} s late"
+    if args.server == "vllm" and args.mode != "serve":
+        parser.error("--server vllm is a serve-mode server")
+    run = {"mode": args.mode}
+    if args.server == "vllm":
+        run["server"] = VllmServer()
+        told += "; vLLM's step loop"
     print(f"{args.mode} mode, seed {args.seed}{told}; gain: points over the better of lru/s3fifo")
     print("| mix | blocks | lru | s3fifo | chain-lru | belady | gain |")
     print("|---|---|---|---|---|---|---|")
@@ -58,10 +75,10 @@ def main() -> None:
     for name in names:
         reqs = generate_requests(build_config(preset=name, duration_s=args.duration), seed=args.seed)
         for c in capacities:
-            rate = {p: simulate(reqs, p, c, mode=args.mode).hit_rate for p in POLICIES if p != "chain-lru"}
+            rate = {p: simulate(reqs, p, c, **run).hit_rate for p in POLICIES if p != "chain-lru"}
             params = {} if args.told is None else {"policy_params": {"sessions": True}}
             rate["chain-lru"] = simulate(
-                reqs, "chain-lru", c, mode=args.mode, session_ends_after_s=args.told, **params
+                reqs, "chain-lru", c, session_ends_after_s=args.told, **run, **params
             ).hit_rate
             best = max(rate["lru"], rate["s3fifo"])
             gains[c].append(100 * (rate["chain-lru"] - best))
