@@ -31,6 +31,7 @@ for decisions in (3, 5, 9):  # the engines publish new states; the mirror copies
     for path, state in states.items():
         state["decisions"] = decisions
         state["replay_seconds_total"] = 0.5 * decisions
+        state["session_ends"] = 2 * decisions
         Path(path).write_text(json.dumps(state))
     mirror.refresh(force=True)
 for path, state in states.items():  # within the interval: not re-read
@@ -88,6 +89,7 @@ def test_mirror_writes_exact_counters_and_gauges(tmp_path):
         assert _value(text, f'wakman:live_policy{{engine="{engine}",policy="{other}"}}') == 0.0
         assert _value(text, f'wakman:decisions_total{{engine="{engine}"}}') == 9.0  # not 3 + 5 + 9
         assert _value(text, f'wakman:replay_seconds_total{{engine="{engine}"}}') == 4.5
+        assert _value(text, f'wakman:session_ends_total{{engine="{engine}"}}') == 18.0
         assert _value(text, f'wakman:switches_total{{engine="{engine}"}}') == 2.0
         assert _value(text, f'wakman:replay_errors_total{{engine="{engine}"}}') == 1.0
         assert _value(text, f'wakman:last_replay_seconds{{engine="{engine}"}}') == 0.25

@@ -191,13 +191,16 @@ def _chat_sessions(seed: int, spacing_s: float) -> list:
 
 
 @pytest.mark.parametrize(("seed", "spacing_s"), [(1, 10.0), (2, 10.0), (3, 0.01)])
-def test_session_ids_and_ends_reach_chain_lru_as_the_simulator_gives_them(seed, spacing_s):
+def test_session_ids_and_ends_reach_chain_lru_as_the_simulator_gives_them(
+    seed, spacing_s, tmp_path, monkeypatch
+):
     """With ``WAKMAN_SESSIONS=1`` chain-lru follows vLLM's ``Request.session_id`` and hears a
     session's end when the request its client marked last (``vllm_xargs`` ``session_end``) is done;
     the simulator's step loop gives the same hints from the trace (``session_ends_after_s=0``).
     vLLM's hit tokens per request and the policy's final eviction order are the simulator's
     exactly, one request at a time and with several arriving (and finishing) in each step; every
     session's end was heard; and the hints change the hits (hash-only chain-lru differs)."""
+    monkeypatch.setenv("WAKMAN_METRICS_DIR", str(tmp_path))  # this test's engines' states only
     requests = _chat_sessions(seed, spacing_s)
     capacity = 40
     hits, live = {}, None
@@ -209,15 +212,26 @@ def test_session_ids_and_ends_reach_chain_lru_as_the_simulator_gives_them(seed, 
         hits[sessions] = _first_hits(result, len(requests))
         if sessions:
             live = checked.free_block_queue.policy
+            ends_told = scheduler.wakman.state()["session_ends"]
+            published = _session_ends_metric()  # published during the run, at most once a second
     reference = make_policy("chain-lru", capacity, sessions=True)
     keyed = _under_vllms_keys(requests, capacity)
     sim = simulate(keyed, reference, capacity, server=VllmServer(4096, 64, 1 / 40), session_ends_after_s=0)
     assert hits[True] == sim.first_hit_tokens
     assert live.eviction_order() == reference.eviction_order()
     sessions = len({r.session_id for r in requests})
-    assert live.sessions_ended == reference.sessions_ended == sessions
+    assert live.sessions_ended == reference.sessions_ended == ends_told == sessions
+    assert 0 < published <= sessions
     assert live.demoted > 0
     assert hits[True] != hits[False]
+
+
+def _session_ends_metric() -> float:
+    """``wakman:session_ends_total`` as ``/metrics`` shows it (this process's engine's state)."""
+    from wakman.vllm_plugin.metrics import WakmanCollector
+
+    family = next(f for f in WakmanCollector().collect() if f.name == "wakman:session_ends")
+    return sum(sample.value for sample in family.samples if sample.name.endswith("_total"))
 
 
 def _under_vllms_keys(requests: list, capacity: int) -> list:

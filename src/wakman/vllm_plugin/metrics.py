@@ -20,7 +20,9 @@ Metrics, the same in both modes:
 - ``wakman:live_policy{policy}``: 1 for the live policy, 0 for the other candidates;
 - ``wakman:decisions_total``, ``wakman:switches_total``, ``wakman:replay_errors_total``;
 - ``wakman:shadow_hit_rate{policy}``: each shadow's hit rate at the last replay;
-- ``wakman:last_replay_seconds`` and ``wakman:replay_seconds_total``.
+- ``wakman:last_replay_seconds`` and ``wakman:replay_seconds_total``;
+- ``wakman:session_ends_total``: session ends told to the live policy (``WAKMAN_SESSIONS=1``;
+  published at most once a second, on the engine's next step).
 """
 
 from __future__ import annotations
@@ -109,6 +111,9 @@ class WakmanCollector:
             "wakman:last_replay_seconds", "Wall time of the last replay", labels=["engine"]
         )
         total = CounterMetricFamily("wakman:replay_seconds", "Wall time of all replays", labels=["engine"])
+        ends = CounterMetricFamily(
+            "wakman:session_ends", "Session ends told to the live policy", labels=["engine"]
+        )
         for state in read_states():
             engine = str(state["engine"])
             for name in state["candidates"]:
@@ -120,7 +125,8 @@ class WakmanCollector:
             errors.add_metric([engine], state["replay_errors"])
             last.add_metric([engine], state["last_replay_seconds"])
             total.add_metric([engine], state["replay_seconds_total"])
-        yield from (live, shadow, decisions, switches, errors, last, total)
+            ends.add_metric([engine], state.get("session_ends", 0))
+        yield from (live, shadow, decisions, switches, errors, last, total, ends)
 
 
 def register_collector(registry: Any = None) -> None:
@@ -166,6 +172,7 @@ class MultiprocessMirror:
                 ("switches", "wakman:switches", "Live policy switches"),
                 ("replay_errors", "wakman:replay_errors", "Replays that failed"),
                 ("replay_seconds_total", "wakman:replay_seconds", "Wall time of all replays"),
+                ("session_ends", "wakman:session_ends", "Session ends told to the live policy"),
             )
         }
         self._copied: dict[tuple[str, str], float] = {}
@@ -186,7 +193,7 @@ class MultiprocessMirror:
                     self.shadow.labels(engine, name).set(rate)
                 self.last.labels(engine).set(state["last_replay_seconds"])
                 for key, counter in self.counters.items():
-                    value = float(state[key])
+                    value = float(state.get(key, 0))
                     delta = value - self._copied.get((key, engine), 0.0)
                     if delta > 0:  # an engine that restarted counts from its old total on
                         counter.labels(engine).inc(delta)

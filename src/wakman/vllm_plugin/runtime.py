@@ -48,6 +48,7 @@ class PolicyRuntime:
             policy = make_policy(settings.policy, self.capacity, **params)
         self.pool = install(pool, policy, coordinator, manager)
         self.sessions = SessionHints(self.pool.free_block_queue) if settings.sessions else None
+        self._unpublished_ends, self._next_publish_s = False, 0.0
         self._group = request_group(manager) if manager is not None else 0
         self.replay_hook: Replay | None = None  # tests inject a failing replay here
         self._executor = (
@@ -86,9 +87,16 @@ class PolicyRuntime:
         and ``step``: vLLM's deferred frees and step number): the ends of the sessions whose marked
         last request is done and whose blocks are back (``SessionHints.tell_done``)."""
         if self.sessions is not None:
+            told = self.sessions.ends_told
             self.sessions.tell_done(live, order, deferred, step)
+            self._unpublished_ends |= self.sessions.ends_told != told
 
     def on_step(self) -> None:
+        if self._unpublished_ends:  # the session ends counter, published at most once a second
+            now = time.monotonic()
+            if now >= self._next_publish_s:
+                self._unpublished_ends, self._next_publish_s = False, now + 1.0
+                publish_state(self)
         manager = self.manager
         if manager is None:
             return
@@ -143,6 +151,7 @@ class PolicyRuntime:
             "replay_seconds_total": 0.0,
             "last_replay_seconds": 0.0,
             "shadow_hit_rate": {},
+            "session_ends": self.sessions.ends_told if self.sessions is not None else 0,
         }
         if self.manager is not None:
             decisions = self.manager.decisions

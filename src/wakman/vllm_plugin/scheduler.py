@@ -59,10 +59,11 @@ class WakmanScheduler(Scheduler):
         if os.environ.get("VLLM_ENABLE_V1_MULTIPROCESSING") == "0":
             register_collector()  # the engine shares the API's process: expose the metrics here
         log.info(
-            "wakman: %s behind vLLM's free-block queue (%d blocks, %s)",
+            "wakman: %s behind vLLM's free-block queue (%d blocks, %s%s)",
             settings.policy,
             self.wakman.capacity,
             type(self).__name__,
+            "; chain-lru follows session ids and marked ends" if settings.sessions else "",
         )
 
     def add_request(self, request: Any) -> None:

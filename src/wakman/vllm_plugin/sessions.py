@@ -70,6 +70,7 @@ class SessionHints:
         self._queue = queue
         self._ending: dict[str, int] = {}  # request id -> session key, for marked requests not yet done
         self._waiting: list[tuple[int, int]] = []  # (step done in, session key), in the order done
+        self.ends_told = 0  # session ends told to the policy so far
 
     def arrived(self, request: Any) -> None:
         """A request arrived: its session (if it has one) is told before its request hint."""
@@ -106,3 +107,4 @@ class SessionHints:
             self._queue.policy.end_session(key)
             told += 1
         del self._waiting[:told]
+        self.ends_told += told
