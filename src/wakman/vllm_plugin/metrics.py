@@ -22,7 +22,8 @@ Metrics, the same in both modes:
 - ``wakman:shadow_hit_rate{policy}``: each shadow's hit rate at the last replay;
 - ``wakman:last_replay_seconds`` and ``wakman:replay_seconds_total``;
 - ``wakman:session_ends_total``: session ends told to the live policy (``WAKMAN_SESSIONS=1``;
-  published at most once a second, on the engine's next step).
+  published when one is told, at most once a second: one within the second shows at the next step
+  after it).
 """
 
 from __future__ import annotations

@@ -90,13 +90,19 @@ class PolicyRuntime:
             told = self.sessions.ends_told
             self.sessions.tell_done(live, order, deferred, step)
             self._unpublished_ends |= self.sessions.ends_told != told
+            self._publish_ends()
 
-    def on_step(self) -> None:
-        if self._unpublished_ends:  # the session ends counter, published at most once a second
+    def _publish_ends(self) -> None:
+        """Publish the session ends counter if it changed, at most once a second (an end within the
+        second after a publish waits for the next step or the next end)."""
+        if self._unpublished_ends:
             now = time.monotonic()
             if now >= self._next_publish_s:
                 self._unpublished_ends, self._next_publish_s = False, now + 1.0
                 publish_state(self)
+
+    def on_step(self) -> None:
+        self._publish_ends()
         manager = self.manager
         if manager is None:
             return
