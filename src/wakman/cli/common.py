@@ -347,3 +347,9 @@ def session_mode(
     if policy != SESSION_POLICY:
         raise ValueError(f"--sessions: {SESSION_POLICY} (or wakman-plus) has a session mode, not {policy}")
     return policy, {**options, "policy_params": {"sessions": True}}
+
+
+def require_session_ids(trace: Path, requests: Iterable[Request]) -> None:
+    """``--sessions`` on a trace whose requests carry no session id is a ValueError naming it."""
+    if all(r.session_id is None for r in requests):
+        raise ValueError(f"--sessions: {trace} has no session ids (a session_id per request)")

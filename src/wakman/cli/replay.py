@@ -19,6 +19,7 @@ from wakman.cli.common import (
     json_text,
     open_trace,
     progress_bars,
+    require_session_ids,
     session_mode,
     stdout_to_stderr,
 )
@@ -107,8 +108,8 @@ def replay(
             requests = requests[:limit]
         if not requests:
             raise ValueError(f"{trace}: no requests to replay")
-        if sessions and all(r.session_id is None for r in requests):
-            raise ValueError(f"--sessions: {trace} has no session ids (a session_id per request)")
+        if sessions:
+            require_session_ids(trace, requests)
         trace_bs = requests[0].block_size
         if block_size is not None and not sets_block_size and trace_bs != block_size:
             raise ValueError(

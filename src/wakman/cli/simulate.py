@@ -36,6 +36,7 @@ from wakman.cli.common import (
     parse_ints,
     parse_names,
     progress_bars,
+    require_session_ids,
     session_mode,
 )
 from wakman.simulation import MODES, ServerModel, VllmServer
@@ -367,8 +368,8 @@ def simulate(
             requests = view.apply(
                 list(counted(view.take(open_trace(trace, fmt, block_size, rate, seed)), bar, "reading"))
             )
-            if sessions and all(r.session_id is None for r in requests):
-                raise ValueError(f"--sessions: {trace} has no session ids (a session_id per request)")
+            if sessions:
+                require_session_ids(trace, requests)
             bar.add_task(f"simulating {policy}", total=None)
             result = run_simulation(
                 requests,

@@ -166,7 +166,7 @@ def replay(
         raise ValueError("session_ends needs sessions")
     output_keys_ignored = any(len(r.output_keys) for r in requests)
     last = {r.session_id: i for i, r in enumerate(requests) if r.session_id is not None}
-    marked = set(last.values()) if session_ends else set()
+    marked = set(last.values()) if session_ends else set()  # as a client that closes its sessions
     requests = as_engine_serves(requests, max_output_tokens=max_output_tokens)
     os.environ.setdefault("WAKMAN_REPLAY", "inline")
     from vllm import SamplingParams

@@ -87,9 +87,8 @@ class PolicyRuntime:
         and ``step``: vLLM's deferred frees and step number): the ends of the sessions whose marked
         last request is done and whose blocks are back (``SessionHints.tell_done``)."""
         if self.sessions is not None:
-            told = self.sessions.ends_told
-            self.sessions.tell_done(live, order, deferred, step)
-            self._unpublished_ends |= self.sessions.ends_told != told
+            if self.sessions.tell_done(live, order, deferred, step):
+                self._unpublished_ends = True
             self._publish_ends()
 
     def _publish_ends(self) -> None:

@@ -14,8 +14,10 @@ session_ends_after_s=0)``):
   (``on_request``), for a request with a session id;
 - ``end_session(session_key(id))`` once a marked request is done (finished or aborted) and its
   blocks are back in the pool: after the scheduler call that finished it (``update_from_output``,
-  ``finish_requests``), in the order vLLM finished them, before any later arrival; held while vLLM
-  defers block frees (a KV connector's in-flight writes), since a pinned block cannot be demoted.
+  ``finish_requests``), in the order vLLM finished them, before any later arrival; where vLLM
+  defers block frees (a KV consumer connector with overlapping batches), once the deferred frees
+  of the step it was done in are drained, since a pinned block cannot be demoted
+  (``SessionHints``).
 
 Session keys are ``wakman.drivers.session_key`` (BLAKE2b of the id: the simulator's keys for a
 trace's ``session_id``). A policy that does not follow sessions ignores both hints.
@@ -88,17 +90,18 @@ class SessionHints:
         order: Iterable[str] = (),
         deferred: Collection[tuple[int, Any]] = (),
         step: int = 0,
-    ) -> None:
+    ) -> int:
         """After a scheduler call that may have finished requests: the marked requests no longer
         ``live`` (vLLM's ``scheduler.requests``) are done, in ``order`` (the ids in the order the call
-        finished them); tell every end whose blocks are back (``deferred`` and ``step``: above)."""
+        finished them); tell every end whose blocks are back (``deferred`` and ``step``: above).
+        Returns how many ends it told."""
         done = [rid for rid in self._ending if rid not in live] if self._ending else []
         if len(done) > 1:
             rank = {rid: i for i, rid in enumerate(order) if rid in self._ending}
             done.sort(key=lambda rid: rank.get(rid, len(rank)))
         self._waiting.extend((step, self._ending.pop(rid)) for rid in done)
         if not self._waiting:
-            return
+            return 0
         first_fence = min((fence for fence, _ in deferred), default=None)
         told = 0
         for done_in, key in self._waiting:
@@ -108,3 +111,4 @@ class SessionHints:
             told += 1
         del self._waiting[:told]
         self.ends_told += told
+        return told
