@@ -172,7 +172,7 @@ Key group_key(PyObject* block_hash, uint32_t group) {
 }
 
 // append_n for one block (id b): a keyed block is unpinned; an unkeyed one with a hash becomes a
-// free key; the others join blank's tail.
+// free key; the others join reserve's tail (handed out last: vLLM's unpin_blocks).
 void release(FreeQueue& q, int32_t b, PyObject* block) {
   Key h = 0;
   if (!q.has_key(b) && block_hash(block, h)) q.cached(b, h, false);  // a new key, free at once
@@ -254,7 +254,7 @@ struct PyFreeQueue {
       blocks.push_back(nb::borrow(b));
     });
     queue = FreeQueue(blocks.size(), null_block, &as_policy(policy));
-    each_block(free_blocks, [&](PyObject* b) { queue.release_to_tail(block_id(b)); });
+    each_block(free_blocks, [&](PyObject* b) { queue.start_free(block_id(b)); });
   }
 
   PyObject* block(int32_t id) const { return blocks[static_cast<size_t>(id)].ptr(); }
@@ -342,17 +342,18 @@ struct PyFreeQueue {
 
   nb::list all_free() const {
     std::vector<int32_t> out;
-    for (int32_t b = queue.blank_head(); b != FreeQueue::kNone; b = queue.blank_next(b)) out.push_back(b);
+    for (int32_t b = queue.blank_head(); b != FreeQueue::kNone; b = queue.next_in_list(b)) out.push_back(b);
     std::vector<Key> order;
     queue.policy().eviction_order(order);
     for (Key k : order) out.push_back(queue.block_of(k));
+    for (int32_t b = queue.reserve_head(); b != FreeQueue::kNone; b = queue.next_in_list(b)) out.push_back(b);
     return as_list(out);
   }
 };
 
 // iter_blocks_after's iterator: blank blocks, then the policy's eviction order, read in chunks that
-// double (the first k blocks cost O(k), not O(free blocks)). Like the stock queue's walk, it reads
-// the live queue: do not change the queue while iterating.
+// double (the first k blocks cost O(k), not O(free blocks)), then reserve's blocks. Like the stock
+// queue's walk, it reads the live queue: do not change the queue while iterating.
 struct FreeBlockIter {
   nb::object owner;  // the FreeBlockQueue
   PyFreeQueue* q;
@@ -361,9 +362,18 @@ struct FreeBlockIter {
   std::vector<Key> order;
   size_t limit = 0;
   bool complete = false;  // `order` holds the policy's whole order
+  bool in_reserve = false;  // past the policy's order: next_reserve is the next block to yield
+  int32_t next_reserve = FreeQueue::kNone;
 
   FreeBlockIter(nb::object owner_, PyFreeQueue* q_, int32_t first_blank)
       : owner(std::move(owner_)), q(q_), next_blank(first_blank) {}
+
+  // The walk goes on in reserve, at block `first` (kNone: nothing more).
+  void continue_in_reserve(int32_t first) {
+    order.clear();
+    complete = in_reserve = true;
+    next_reserve = first;
+  }
 
   bool fetch_more() {
     if (complete) return false;
@@ -389,15 +399,23 @@ struct FreeBlockIter {
   nb::object next() {
     if (next_blank != FreeQueue::kNone) {
       int32_t b = next_blank;
-      next_blank = q->queue.blank_next(b);
+      next_blank = q->queue.next_in_list(b);
       return nb::borrow(q->block(b));
     }
-    while (true) {
+    while (!in_reserve) {
       while (pos >= order.size())
-        if (!fetch_more()) throw nb::stop_iteration();
+        if (!fetch_more()) {
+          continue_in_reserve(q->queue.reserve_head());
+          break;
+        }
+      if (in_reserve) break;
       int32_t b = q->queue.block_of(order[pos++]);
       if (b >= 0) return nb::borrow(q->block(b));
     }
+    if (next_reserve == FreeQueue::kNone) throw nb::stop_iteration();
+    int32_t b = next_reserve;
+    next_reserve = q->queue.next_in_list(b);
+    return nb::borrow(q->block(b));
   }
 };
 
@@ -460,12 +478,18 @@ void bind_free_queue(nb::module_& m) {
       .def_prop_ro("policy", [](const PyFreeQueue& q) { return q.policy_obj; })
       .def_prop_ro("num_free_blocks", [](const PyFreeQueue& q) { return q.queue.num_free(); })
       .def_prop_ro("num_blank_blocks", [](const PyFreeQueue& q) { return q.queue.blank_size(); },
-                   "Free blocks without a hash (handed out first).")
+                   "Free blocks without a hash, handed out first.")
+      .def_prop_ro("num_reserve_blocks", [](const PyFreeQueue& q) { return q.queue.reserve_size(); },
+                   "Free blocks without a hash released to the tail (vLLM's unpin_blocks), handed out last.")
       .def_prop_ro("num_hits", [](const PyFreeQueue& q) { return q.queue.num_hits(); },
                    "Prefix hits on cached blocks passed to the policies so far.")
-      .def("popleft", [](PyFreeQueue& q) { return q.popleft_n(1)[0]; })
+      .def("popleft",
+           [](PyFreeQueue& q) {
+             if (q.queue.num_free() == 0) throw nb::value_error("No free blocks available");  // as stock
+             return q.popleft_n(1)[0];
+           })
       .def("popleft_n", &PyFreeQueue::popleft_n, "n"_a,
-           "n victims: blank blocks first, then the policy's; their keys leave the policy.")
+           "n victims: blank blocks first, then the policy's, then reserve's; their keys leave the policy.")
       .def(
           "remove", [](PyFreeQueue& q, nb::handle b) { q.queue.take(block_id(b.ptr())); }, "block"_a,
           "The block leaves the free queue (ref_cnt 0 -> 1): a cached one is pinned.")
@@ -484,7 +508,8 @@ void bind_free_queue(nb::module_& m) {
           },
           "blocks"_a,
           "Blocks whose ref_cnt reached 0: keyed ones are unpinned; an unkeyed one with a hash (set on a path\n"
-          "no hook saw) becomes a key; the others join blank's tail.")
+          "no hook saw) becomes a key; the others join reserve's tail, handed out after every cached block (stock\n"
+          "vLLM appends uncached blocks only in unpin_blocks: last-resort eviction candidates).")
       .def(
           "prepend_n",
           [](PyFreeQueue& q, nb::handle blocks) {
@@ -504,7 +529,7 @@ void bind_free_queue(nb::module_& m) {
           "policy's own eviction of it would, ghost kept (they are evicted before any policy key, as stock\n"
           "does; a prefix hit before that re-keys them at release).")
       .def("get_all_free_blocks", &PyFreeQueue::all_free,
-           "Head to tail: blank blocks, then cached ones in the policy's eviction order.")
+           "Head to tail: blank blocks, then cached ones in the policy's eviction order, then reserve's.")
       .def(
           "iter_blocks_after",
           [](nb::handle self, nb::handle cursor) {
@@ -512,8 +537,12 @@ void bind_free_queue(nb::module_& m) {
             nb::object owner = nb::borrow(self);
             if (cursor.is_none()) return FreeBlockIter(owner, &q, q.queue.blank_head());
             int32_t b = block_id(cursor.ptr());
-            if (q.queue.in_blank(b)) return FreeBlockIter(owner, &q, q.queue.blank_next(b));
+            if (q.queue.in_blank(b)) return FreeBlockIter(owner, &q, q.queue.next_in_list(b));
             FreeBlockIter it(owner, &q, FreeQueue::kNone);
+            if (q.queue.in_reserve(b)) {
+              it.continue_in_reserve(q.queue.next_in_list(b));
+              return it;
+            }
             if (!q.queue.has_key(b) || !it.seek_after(q.queue.key_of(b))) {  // not free: nothing after it
               it.order.clear();
               it.complete = true;
@@ -576,6 +605,9 @@ void bind_free_queue(nb::module_& m) {
           "block"_a, "The block's policy key, or None while it is not cached.")
       .def(
           "in_blank", [](const PyFreeQueue& q, nb::handle b) { return q.queue.in_blank(block_id(b.ptr())); },
+          "block"_a)
+      .def(
+          "in_reserve", [](const PyFreeQueue& q, nb::handle b) { return q.queue.in_reserve(block_id(b.ptr())); },
           "block"_a)
       .def(
           "block_of",

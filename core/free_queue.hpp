@@ -8,12 +8,17 @@
 //   - blank: free blocks without a key, head first (a doubly linked list over block ids). vLLM
 //     hands out uncached blocks before cached ones; prepend puts a block at the head, as vLLM does.
 //   - the policy: every keyed block, pinned while vLLM holds it (ref_cnt > 0), evictable at 0.
+//   - reserve: free blocks without a key released to the queue's tail (append_n; vLLM's
+//     unpin_blocks: pages that stay readable until reused, "last-resort eviction candidates"),
+//     oldest first; handed out after blank and every evictable policy key.
 //
-// Invariants: a non-null block is free iff it is in blank or an unpinned policy key;
-// num_free() == blank size + policy.num_evictable(); every policy key is some block's key_of_;
-// the null block never enters blank or the policy. Steady-state operations allocate nothing.
+// Invariants: a non-null block is free iff it is in blank, in reserve or an unpinned policy key
+// (in one list at most: list_of_); num_free() == blank size + policy.num_evictable() + reserve size;
+// every policy key is some block's key_of_; the null block never enters a list or the policy.
+// Steady-state operations allocate nothing.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <stdexcept>
 #include <vector>
@@ -34,7 +39,7 @@ class FreeQueue {
         key_of_(num_blocks, 0),
         hash_of_(num_blocks, 0),
         has_key_(num_blocks, 0),
-        in_blank_(num_blocks, 0),
+        list_of_(num_blocks, kNoList),
         prev_(num_blocks, kNone),
         next_(num_blocks, kNone),
         block_of_(num_blocks) {}
@@ -45,30 +50,37 @@ class FreeQueue {
   void set_policy(Policy* p) { policy_ = p; }
 
   size_t num_blocks() const { return key_of_.size(); }
-  size_t num_free() const { return blank_size_ + policy_->num_evictable(); }
-  size_t blank_size() const { return blank_size_; }
+  size_t num_free() const { return blank_.size + policy_->num_evictable() + reserve_.size; }
+  size_t blank_size() const { return blank_.size; }
+  size_t reserve_size() const { return reserve_.size; }
   int32_t null_block() const { return null_; }
-  bool in_blank(int32_t b) const { return in_blank_[check(b)]; }
+  bool in_blank(int32_t b) const { return list_of_[check(b)] == kBlank; }
+  bool in_reserve(int32_t b) const { return list_of_[check(b)] == kReserve; }
   bool has_key(int32_t b) const { return has_key_[check(b)]; }
   Key key_of(int32_t b) const { return key_of_[check(b)]; }
   int32_t block_of(Key k) const { return block_of_.find(k); }
-  int32_t blank_head() const { return head_; }
-  int32_t blank_next(int32_t b) const { return next_[b]; }
+  int32_t blank_head() const { return blank_.head; }
+  int32_t reserve_head() const { return reserve_.head; }
+  // The block after b in its list (blank or reserve), or kNone.
+  int32_t next_in_list(int32_t b) const { return next_[b]; }
 
   // ------------------------------------------------------------ FreeKVCacheBlockQueue's protocol
-  // popleft_n: `n` victims, blank blocks first, then the policy's; the victims lose their keys.
+  // popleft_n: `n` victims, blank blocks first, then the policy's, then reserve's; the victims lose
+  // their keys.
   void take_victims(size_t n, std::vector<int32_t>& out) {
     if (n > num_free()) throw std::out_of_range("free queue: " + std::to_string(n) + " blocks asked, " +
                                                 std::to_string(num_free()) + " free");
     apply_expected_misses();
-    while (n > 0 && head_ != kNone) {
-      out.push_back(pop_blank_head());
+    while (n > 0 && blank_.head != kNone) {
+      out.push_back(pop_head(blank_));
       --n;
     }
+    const size_t from_policy = std::min(n, policy_->num_evictable());
+    size_t from_reserve = n - from_policy;
     // The policy picks every victim first, then their blocks are looked up: each victim's block_of_
     // entry starts loading as the policy names it, so the lookups do not wait on memory one by one.
     victims_.clear();
-    for (; n > 0; --n) {
+    for (n = from_policy; n > 0; --n) {
       victims_.push_back(policy_->evict());
       block_of_.prefetch(victims_.back());
     }
@@ -78,18 +90,22 @@ class FreeQueue {
       has_key_[b] = 0;
       out.push_back(b);
     }
+    for (; from_reserve > 0; --from_reserve) out.push_back(pop_head(reserve_));
   }
   // remove: block b leaves the free queue (ref_cnt 0 -> 1); a cached block is pinned.
   void take(int32_t b) {
     if (has_key_[check(b)]) policy_->pin(key_of_[b]);
-    else unlink_blank(b);
+    else unlink(b);
   }
   // append_n: b's ref_cnt reached 0; a cached block re-enters the policy's order, an uncached one
-  // joins blank's tail.
+  // joins reserve's tail (stock vLLM appends only unpin_blocks' pages uncached: its free_blocks
+  // prepends every uncached block).
   void release_to_tail(int32_t b) {
     if (has_key_[check(b)]) policy_->unpin(key_of_[b]);
-    else push_blank(b, false);
+    else push(reserve_, kReserve, b, false);
   }
+  // A free block at start-up (stock queue order): blank's tail.
+  void start_free(int32_t b) { push(blank_, kBlank, check(b), false); }
   // prepend_n: a block to hand out first, before any policy key: its key goes, if it has one. Either
   // it lost its hash while in use (a path that removes hashes unseen: the key goes as uncached()
   // drops it), or vLLM 0.34 frees it with evict_first (`keeps_hash`: its contents live in another
@@ -108,7 +124,7 @@ class FreeQueue {
         has_key_[b] = 0;
       }
     }
-    push_blank(b, true);
+    push(blank_, kBlank, b, true);
   }
 
   // Hints for a batch of calls (they change nothing): start loading what an operation on block b
@@ -128,7 +144,7 @@ class FreeQueue {
     if (has_key_[check(b)]) throw std::logic_error("free queue: block " + std::to_string(b) + " is cached already");
     hash_of_[b] = h;
     const Key k = free_copy_key(h, [this](Key c) { return block_of_.find(c) >= 0; });
-    if (!pinned && in_blank_[b]) unlink_blank(b);
+    if (!pinned && list_of_[b] != kNoList) unlink(b);
     policy_->insert(k, pinned);
     key_of_[b] = k;
     has_key_[b] = 1;
@@ -143,7 +159,7 @@ class FreeQueue {
     policy_->remove(k);
     block_of_.erase(k);
     has_key_[b] = 0;
-    if (free && b != null_) push_blank(b, true);
+    if (free && b != null_) push(blank_, kBlank, b, true);
   }
   // Bring block b's key in line with its hash (`hashed`: it has one, `h`: that hash; `in_use`:
   // ref_cnt > 0): a new hash makes a key, a lost hash drops it, a changed hash re-keys the block.
@@ -182,15 +198,16 @@ class FreeQueue {
   // Prefix hits passed to the policies so far.
   uint64_t num_hits() const { return hits_; }
   // reset_prefix_cache succeeded (every block free): the cached blocks join blank's tail in eviction
-  // order, and the policy forgets everything, ghosts included.
+  // order, then reserve's blocks, oldest first, and the policy forgets everything, ghosts included.
   void clear_cache() {
     std::vector<Key> order;
     policy_->eviction_order(order);
     for (Key k : order) {
       int32_t b = block_of_.find(k);
       has_key_[b] = 0;
-      push_blank(b, false);
+      push(blank_, kBlank, b, false);
     }
+    while (reserve_.head != kNone) push(blank_, kBlank, pop_head(reserve_), false);
     for (size_t b = 0; b < has_key_.size(); ++b) has_key_[b] = 0;
     block_of_.clear();
     policy_->reset();
@@ -202,47 +219,54 @@ class FreeQueue {
       throw std::out_of_range("free queue: no block " + std::to_string(b));
     return b;
   }
-  void push_blank(int32_t b, bool at_head) {
-    if (in_blank_[b]) throw std::logic_error("free queue: block " + std::to_string(b) + " is free already");
-    in_blank_[b] = 1;
-    ++blank_size_;
+  // A doubly linked list of block ids over prev_ / next_ (a block is in one list at most: list_of_).
+  struct BlockList {
+    int32_t head = kNone, tail = kNone;
+    size_t size = 0;
+  };
+  static constexpr uint8_t kNoList = 0, kBlank = 1, kReserve = 2;
+
+  void push(BlockList& list, uint8_t which, int32_t b, bool at_head) {
+    if (list_of_[b] != kNoList) throw std::logic_error("free queue: block " + std::to_string(b) + " is free already");
+    list_of_[b] = which;
+    ++list.size;
     if (at_head) {
       prev_[b] = kNone;
-      next_[b] = head_;
-      if (head_ != kNone) prev_[head_] = b;
-      else tail_ = b;
-      head_ = b;
+      next_[b] = list.head;
+      if (list.head != kNone) prev_[list.head] = b;
+      else list.tail = b;
+      list.head = b;
     } else {
       next_[b] = kNone;
-      prev_[b] = tail_;
-      if (tail_ != kNone) next_[tail_] = b;
-      else head_ = b;
-      tail_ = b;
+      prev_[b] = list.tail;
+      if (list.tail != kNone) next_[list.tail] = b;
+      else list.head = b;
+      list.tail = b;
     }
   }
-  void unlink_blank(int32_t b) {
-    if (!in_blank_[b]) throw std::logic_error("free queue: block " + std::to_string(b) + " is not free");
+  void unlink(int32_t b) {
+    if (list_of_[b] == kNoList) throw std::logic_error("free queue: block " + std::to_string(b) + " is not free");
+    BlockList& list = list_of_[b] == kBlank ? blank_ : reserve_;
     if (prev_[b] != kNone) next_[prev_[b]] = next_[b];
-    else head_ = next_[b];
+    else list.head = next_[b];
     if (next_[b] != kNone) prev_[next_[b]] = prev_[b];
-    else tail_ = prev_[b];
+    else list.tail = prev_[b];
     prev_[b] = next_[b] = kNone;
-    in_blank_[b] = 0;
-    --blank_size_;
+    list_of_[b] = kNoList;
+    --list.size;
   }
-  int32_t pop_blank_head() {
-    int32_t b = head_;
-    unlink_blank(b);
+  int32_t pop_head(BlockList& list) {
+    int32_t b = list.head;
+    unlink(b);
     return b;
   }
 
   Policy* policy_;
   int32_t null_;
   std::vector<Key> key_of_, hash_of_;
-  std::vector<uint8_t> has_key_, in_blank_;
+  std::vector<uint8_t> has_key_, list_of_;
   std::vector<int32_t> prev_, next_;
-  int32_t head_ = kNone, tail_ = kNone;
-  size_t blank_size_ = 0;
+  BlockList blank_, reserve_;
   uint64_t hits_ = 0;
   KeyMap block_of_;
   std::vector<Key> expected_;  // misses of the admission under way (expect_misses)

@@ -298,6 +298,70 @@ def test_blocks_freed_evict_first_are_handed_out_first_as_in_stock(policy):
     assert serve_one(stock, kept, 5) == serve_one(pool, kept, 5) == 5
 
 
+@pytest.mark.parametrize("policy", POLICIES)
+def test_unpinned_pages_are_handed_out_after_every_cached_block_as_in_stock(policy):
+    """vLLM's ``unpin_blocks`` (HiSparse: pages the GPU reads until they are reused) appends uncached
+    blocks to the free queue's tail, "last-resort eviction candidates": handed out after every cached
+    block that was free then, their reuse watchers firing only then. Stock vLLM's pool is the
+    reference (the whole order for lru and fifo, the pages' places for every policy)."""
+    stock, pool = make_pool(16, None), make_pool(16, policy)
+    kept = vllm_keys(range(200, 205))
+    reused: dict[int, list[int]] = {id(stock): [], id(pool): []}
+    pages = {}
+    for p in (stock, pool):
+        serve_one(p, kept, 5)  # five cached blocks in the free queue
+        pages[id(p)] = p.get_new_blocks(3)
+        p.unpin_blocks(pages[id(p)], lambda b, p=p: reused[id(p)].append(b.block_id))
+    free = [[b.block_id for b in p.free_block_queue.get_all_free_blocks()] for p in (stock, pool)]
+    assert free[1][-3:] == free[0][-3:] == [b.block_id for b in pages[id(stock)]]
+    assert sorted(free[1]) == sorted(free[0])
+    if policy in ("lru", "fifo"):
+        assert free[1] == free[0]
+    queue = pool.free_block_queue
+    assert queue.num_reserve_blocks == 3 and queue.num_free_blocks == stock.get_num_free_blocks()
+    walk = queue.get_all_free_blocks()
+    for i in (len(walk) - 4, len(walk) - 3, len(walk) - 1):  # the last cached block, in reserve
+        assert list(queue.iter_blocks_after(walk[i])) == walk[i + 1 :], i
+    pool.check()
+    # a page taken again (touched: a prefix-cache-style re-pin) leaves the queue, as in stock
+    for p in (stock, pool):
+        p.touch([pages[id(p)][0]])
+    assert pool.free_block_queue.num_reserve_blocks == 2
+    pool.check()
+    # every blank and cached block goes first; the pages' watchers fire as each is handed out
+    for p in (stock, pool):
+        taken = p.get_new_blocks(p.get_num_free_blocks() - 2)
+        assert reused[id(p)] == [] and pages[id(p)][1] not in taken
+        taken += p.get_new_blocks(2)
+        assert reused[id(p)] == [b.block_id for b in pages[id(p)][1:]]
+        p.free_blocks([*taken, pages[id(p)][0]])
+    pool.check()
+    assert serve_one(stock, kept, 5) == serve_one(pool, kept, 5)
+
+
+@pytest.mark.parametrize("policy", [None, "lru"])
+def test_popleft_of_an_empty_queue_raises_what_stock_raises(policy):
+    pool = make_pool(4, policy)
+    pool.get_new_blocks(4)
+    with pytest.raises(ValueError, match="No free blocks"):
+        pool.free_block_queue.popleft()
+
+
+def test_a_reset_hands_out_the_unpinned_pages_last():
+    """reset_prefix_cache (every block free) drops every hash; stock keeps its one list's order, so
+    the pages released by unpin_blocks stay behind the blocks that were cached."""
+    stock, pool = make_pool(12, None), make_pool(12, "lru")
+    for p in (stock, pool):
+        serve_one(p, vllm_keys(range(4)), 4)
+        p.unpin_blocks(p.get_new_blocks(2), lambda b: None)
+        assert p.reset_prefix_cache()
+    assert [b.block_id for b in pool.free_block_queue.get_all_free_blocks()] == [
+        b.block_id for b in stock.free_block_queue.get_all_free_blocks()
+    ]
+    assert pool.free_block_queue.num_reserve_blocks == 0
+    pool.check()
+
+
 def _stated_key(block_hash: bytes, group: int) -> int:
     """``policy_key`` as its docstring states it, written again here."""
     k = 0

@@ -5,11 +5,12 @@
 which already hold the pool, keep using the same object. No vLLM code is copied: the per-block hot
 path (``get_new_blocks``, ``free_blocks``, ``_insert_block_hash``, ``_remove_cached_block_hashes``,
 ``unpin_blocks``) stays stock and reaches the policy through the queue (``popleft_n`` evicts,
-``remove`` pins, ``append_n`` / ``prepend_n`` release). The hooks run once per call, each calling the
-method of the pool's own class and then telling the queue in one batch. They are set on the pool
-object (bound methods shadowing the class's), not by changing its class: CPython's attribute fast
-path for the pool's fields (which the stock per-block loops read) keys on the class the object was
-built as, and a changed class makes each such read about 2.5x slower.
+``remove`` pins, ``append_n`` / ``prepend_n`` release; ``unpin_blocks``' uncached pages wait in the
+queue's reserve, handed out after every cached block: free_queue.py). The hooks run once per call,
+each calling the method of the pool's own class and then telling the queue in one batch. They are
+set on the pool object (bound methods shadowing the class's), not by changing its class: CPython's
+attribute fast path for the pool's fields (which the stock per-block loops read) keys on the class
+the object was built as, and a changed class makes each such read about 2.5x slower.
 
 - ``touch``: before the stock touch, a prefix hit reaches the policy whether the block is free or
   already in use (``ref_cnt > 0``). Only touches made while the coordinator admits a request's
@@ -19,7 +20,8 @@ built as, and a changed class makes each such read about 2.5x slower.
   (pinned while in use); a block promoted from a partial to a full hash is re-keyed.
 - ``evict_blocks`` (a connector's evictions) / ``move_block_hashes``: a block that lost its hash leaves
   the policy in O(1); every other key keeps its metadata. A free one joins the head of the blank
-  blocks, as stock vLLM hands uncached blocks out first.
+  blocks (stock leaves it in its place in its one list; here it is handed out before any cached
+  block, which keeps each of those one eviction longer).
 - ``reset_prefix_cache``: on success the policy forgets everything, ghosts included.
 - the manager's ``allocate_slots``: first the request's chain root (its first full block) goes to
   the policy as the context of the blocks the allocation caches (``inserting_for``, the hint the

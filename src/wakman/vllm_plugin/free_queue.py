@@ -14,6 +14,11 @@
   cached under a hash that another block already holds (vLLM allows such duplicates) gets the first
   of ``copy_key(key, 1)``, ``(key, 2)``, ... that no block holds (the simulator's pool keys its
   copies the same way). Ghost entries are keyed by hash, so they survive block-id reuse.
+- ``reserve``: free blocks without a hash that ``append_n`` released to the tail, oldest first, handed
+  out after every evictable policy key. Stock vLLM appends uncached blocks only in ``unpin_blocks``
+  (HiSparse's pages, readable until reused: "last-resort eviction candidates"; its ``free_blocks``
+  prepends every uncached block). Stock puts them at its one list's tail, behind the cached blocks
+  free then but ahead of those freed later; here they wait behind every cached block.
 
 The block-to-key map lives in the core, by block id; the queue reads a block's ``block_id``,
 ``ref_cnt``, ``is_null`` and ``block_hash`` (from its ``_block_hash`` slot before vLLM 0.34) and
@@ -21,9 +26,9 @@ writes nothing to it (its ``prev_free_block`` / ``next_free_block`` slots stay N
 ``repr`` of a block works).
 ``iter_blocks_after`` yields lazily: the first k blocks cost O(k).
 
-Invariants (``check``): a non-null block is free (in blank or an evictable key) iff ``ref_cnt ==
-0``; ``num_free_blocks == num_blank_blocks + policy.num_evictable``; ``popleft_n(n)`` never refuses
-while ``n <= num_free_blocks``.
+Invariants (``check``): a non-null block is free (in blank, in reserve or an evictable key) iff
+``ref_cnt == 0``; ``num_free_blocks == num_blank_blocks + policy.num_evictable +
+num_reserve_blocks``; ``popleft_n(n)`` never refuses while ``n <= num_free_blocks``.
 """
 
 from __future__ import annotations
@@ -66,13 +71,15 @@ class PolicyFreeQueue(FreeBlockQueue):
             assert block.prev_free_block is None and block.next_free_block is None, block
             key = self.key_of(block)
             if key is None:
-                in_queue = self.in_blank(block)
-                assert block.block_hash is None or block.ref_cnt > 0 or in_queue, block
+                in_blank, in_reserve = self.in_blank(block), self.in_reserve(block)
+                assert not (in_blank and in_reserve), block
+                in_queue = in_blank or in_reserve
+                assert block.block_hash is None or block.ref_cnt > 0 or in_blank, block
             else:
                 keyed += 1
                 assert block.block_hash is not None, f"{block!r} has a key but no hash"
                 assert self.block_of(key) is block and key in policy, block
-                assert not self.in_blank(block), block
+                assert not self.in_blank(block) and not self.in_reserve(block), block
                 in_queue = not policy.is_pinned(key)
             assert in_queue == (block.ref_cnt == 0), (
                 f"block {block.block_id}: ref_cnt {block.ref_cnt}, free {in_queue}"
