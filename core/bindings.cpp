@@ -4,6 +4,7 @@
 // C-contiguous buffer of 8-byte integers (numpy uint64 or int64) is read in place (key_batch.hpp).
 #include <nanobind/nanobind.h>
 #include <nanobind/stl/optional.h>
+#include <nanobind/stl/pair.h>
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/vector.h>
 
@@ -199,6 +200,9 @@ NB_MODULE(_core, m) {
       .def(nb::init<int64_t, double, double, int, int, bool>(), "capacity"_a, "small_ratio"_a = 0.10,
            "ghost_ratio"_a = 0.90, "promote_threshold"_a = 2, "freq_cap"_a = 3, "warmup_to_main"_a = true)
       .def("in_ghost", [](const S3FIFO& p, nb::handle k) { return p.in_ghost(to_key(k)); })
+      .def(
+          "segment", [](const S3FIFO& p, nb::handle k) { return p.segment(to_key(k)); }, "key"_a,
+          "(in_small, freq) of a resident key; (False, -1) otherwise.")
       .def_prop_ro("ghost_size", &S3FIFO::ghost_size)
       .def_ro("small_ratio", &S3FIFO::small_ratio_)
       .def_ro("ghost_ratio", &S3FIFO::ghost_ratio_)

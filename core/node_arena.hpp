@@ -124,6 +124,35 @@ class List {
   size_t size_ = 0;
 };
 
+// A dry run of a queue whose oldest node is either taken or put back at the head with a counter
+// (S3-FIFO's and chain-lru's main queues): the list's nodes from the tail, then the nodes put back,
+// in turn. It writes no node; a node taken from the list carries count -1 (its own counter).
+// For eviction_order, not a hot path: the nodes put back go in a vector.
+class DryQueue {
+ public:
+  struct Entry {
+    int32_t node;
+    int count;  // -1: the node's own counter, unchanged
+  };
+  DryQueue(const NodeArena& a, const List& list) : a_(&a), next_(list.tail()) {}
+  bool empty() const { return next_ < 0 && taken_ == put_back_.size(); }
+  Entry pop() {
+    if (next_ >= 0) {
+      const int32_t i = next_;
+      next_ = (*a_)[i].newer;
+      return {i, -1};
+    }
+    return put_back_[taken_++];
+  }
+  void push(int32_t node, int count) { put_back_.push_back({node, count}); }
+
+ private:
+  const NodeArena* a_;
+  int32_t next_;
+  std::vector<Entry> put_back_;
+  size_t taken_ = 0;
+};
+
 }  // namespace wakman
 
 namespace wakman {

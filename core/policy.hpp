@@ -124,8 +124,10 @@ class Policy {
   // (vLLM's queue) skips them for a policy without ghosts.
   virtual bool hears_misses() const { return true; }
 
-  // Unpinned keys, likeliest victim first (exact for LRU and FIFO, the policy's queue order otherwise),
-  // appended to `out` until it holds `limit` keys: the first k victims cost O(k), not O(resident).
+  // Unpinned keys in the order evict() would take them if nothing else happened (no access, pin or
+  // miss: S3-FIFO's promotions and second chances, SIEVE's visited bits, ARC's p and ghosts counted),
+  // appended to `out` until it holds `limit` keys: a dry run that changes nothing; the first k victims
+  // cost O(k) plus the keys evict() would pass over (at most 3 second chances each; SIEVE's visited).
   virtual void eviction_order(std::vector<Key>& out, size_t limit) const = 0;
   void eviction_order(std::vector<Key>& out) const { eviction_order(out, SIZE_MAX); }
   virtual void pinned_keys(std::vector<Key>& out) const = 0;

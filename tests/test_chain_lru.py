@@ -3,6 +3,7 @@ behaviour on traffic whose chains are or are not extended."""
 
 from __future__ import annotations
 
+import copy
 import random
 from collections import OrderedDict
 
@@ -197,7 +198,11 @@ class Model:
         return hits
 
     def order(self) -> list[int]:
-        return [*self.prob, *self.main]
+        """evict()'s order if nothing else happened: evict() run on a copy of the queues."""
+        dry = copy.copy(self)
+        dry.prob, dry.main, dry.ghost = OrderedDict(self.prob), OrderedDict(self.main), OrderedDict()
+        dry.count = dict(self.count)
+        return [dry.evict() for _ in range(len(self.prob) + len(self.main))]
 
 
 MODES = ("recency", "filter")

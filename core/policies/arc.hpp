@@ -159,9 +159,43 @@ class ARC final : public Policy {
     p_ = 0.0;
     incoming_ = 0;
   }
+  // evict()'s order if nothing else happened: its rules (a pending ghost hit's REPLACE, the
+  // directory's bounds, p unchanged) run on the lists' sizes, T1 and T2 taken from their tails; no
+  // node changes.
   void eviction_order(std::vector<Key>& out, size_t limit) const override {
-    t1_.append_keys(s_.nodes, out, limit);
-    t2_.append_keys(s_.nodes, out, limit);
+    int32_t t1 = t1_.tail(), t2 = t2_.tail();
+    size_t n1 = t1_.size(), n2 = t2_.size(), b1 = b1_.size(), b2 = b2_.size();
+    const auto take = [&](bool from_t1, bool to_ghost) {
+      int32_t& at = from_t1 ? t1 : t2;
+      out.push_back(s_.nodes[at].key);
+      at = s_.nodes[at].newer;
+      --(from_t1 ? n1 : n2);
+      if (to_ghost) ++(from_t1 ? b1 : b2);
+    };
+    const auto replace = [&](bool in_b2) {
+      const double t1_resident = static_cast<double>(n1 + t1_pinned_);
+      const bool take_t1 = (t1_resident > 0 && (t1_resident > p_ || (t1_resident == p_ && in_b2))) ||
+                           (n2 + t2_pinned_) == 0;
+      take((take_t1 && n1 > 0) || n2 == 0, true);
+    };
+    const auto capacity = static_cast<size_t>(capacity_);
+    while (out.size() < limit && (n1 > 0 || n2 > 0)) {
+      if (incoming_) {
+        replace(incoming_ == 2);
+      } else if (n1 + t1_pinned_ + b1 >= capacity) {
+        if (b1 > 0) {
+          --b1;
+          replace(false);
+        } else if (n1 > 0) {
+          take(true, false);
+        } else {
+          replace(false);
+        }
+      } else {
+        if (n1 + n2 + t1_pinned_ + t2_pinned_ + b1 + b2 >= 2 * capacity && b2 > 0) --b2;
+        replace(false);
+      }
+    }
   }
   void pinned_keys(std::vector<Key>& out) const override { s_.pinned_keys(out); }
   size_t bytes() const override { return s_.bytes(); }

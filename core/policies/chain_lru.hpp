@@ -425,9 +425,29 @@ class ChainLRU final : public Policy {
       switches_ = requests_heard_ = requests_filtered_ = 0;
     }
   }
+  // evict()'s order if nothing else happened: its rules run on a dry run of P and M (M's second
+  // chances after its own nodes) and of P's resident count; no node changes.
   void eviction_order(std::vector<Key>& out, size_t limit) const override {
-    probation_.append_keys(s_.nodes, out, limit);
-    main_.append_keys(s_.nodes, out, limit);
+    DryQueue probation(s_.nodes, probation_), main(s_.nodes, main_);
+    size_t in_probation = probation_.size() + pinned_in_probation_;
+    while (out.size() < limit && !(probation.empty() && main.empty())) {
+      if (!probation.empty() &&
+          (!filter_ || main.empty() ||
+           static_cast<double>(in_probation) >= small_ratio_ * static_cast<double>(bound_))) {
+        out.push_back(s_.nodes[probation.pop().node].key);
+        --in_probation;
+        continue;
+      }
+      while (true) {
+        const DryQueue::Entry e = main.pop();
+        const int count = e.count >= 0 ? e.count : (s_.nodes[e.node].freq & kCount);
+        if (count == 0) {
+          out.push_back(s_.nodes[e.node].key);
+          break;
+        }
+        main.push(e.node, count - 1);
+      }
+    }
   }
   void pinned_keys(std::vector<Key>& out) const override { s_.pinned_keys(out); }
   size_t bytes() const override {

@@ -2,6 +2,7 @@
 #pragma once
 
 #include <algorithm>
+#include <utility>
 
 #include "../driver.hpp"
 #include "../node_arena.hpp"
@@ -42,6 +43,12 @@ class S3FIFO final : public Policy {
     return i >= 0 && s_.nodes[i].where == kGhost;
   }
   size_t ghost_size() const { return ghost_.size(); }
+  // A resident key's segment (true: S) and frequency, or false and -1 for another key.
+  std::pair<bool, int> segment(Key key) const {
+    int32_t i = find_resident(key);
+    if (i < 0) return {false, -1};
+    return {s_.nodes[i].where == kSmall, s_.nodes[i].freq};
+  }
 
   void begin_access(Key) {}
   int32_t find_resident(Key key) const {
@@ -149,9 +156,36 @@ class S3FIFO final : public Policy {
     small_pinned_ = main_pinned_ = 0;
     has_evicted_ = false;
   }
+  // evict()'s order if nothing else happened: its rules run on a dry run of S and M (M's
+  // re-inserted and promoted nodes after its own) and of M's resident count; no node changes.
   void eviction_order(std::vector<Key>& out, size_t limit) const override {
-    small_.append_keys(s_.nodes, out, limit);
-    main_.append_keys(s_.nodes, out, limit);
+    DryQueue small(s_.nodes, small_), main(s_.nodes, main_);
+    int64_t main_resident = static_cast<int64_t>(main_.size() + main_pinned_);
+    while (out.size() < limit && !(small.empty() && main.empty())) {
+      if (!main.empty() && (main_resident > main_capacity_ || small.empty())) {  // evict_main
+        while (true) {
+          const DryQueue::Entry e = main.pop();
+          const int freq = e.count >= 0 ? e.count : s_.nodes[e.node].freq;
+          if (freq < 1) {
+            out.push_back(s_.nodes[e.node].key);
+            --main_resident;
+            break;
+          }
+          main.push(e.node, std::min(freq, freq_cap_) - 1);
+        }
+        continue;
+      }
+      while (!small.empty()) {  // evict_small
+        const int32_t i = small.pop().node;
+        if (s_.nodes[i].freq >= promote_threshold_) {
+          main.push(i, 0);
+          ++main_resident;
+          continue;
+        }
+        out.push_back(s_.nodes[i].key);
+        break;
+      }
+    }
   }
   void pinned_keys(std::vector<Key>& out) const override { s_.pinned_keys(out); }
   size_t bytes() const override { return s_.bytes(); }

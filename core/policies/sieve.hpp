@@ -55,12 +55,22 @@ class Sieve final : public StoredPolicy {
     queue_.clear();
     hand_ = -1;
   }
-  // From the hand to the head, then from the tail up to the hand: the order the hand sweeps.
+  // evict()'s order if nothing else happened: the sweep goes round the queue from the hand (the
+  // tail when none), taking the unvisited keys and clearing the visited ones, which it takes on its
+  // second round: the unvisited keys, then the visited ones, each in the sweep's order.
   void eviction_order(std::vector<Key>& out, size_t limit) const override {
-    if (hand_ < 0) return queue_.append_keys(s_.nodes, out, limit);
-    for (int32_t i = hand_; i >= 0 && out.size() < limit; i = s_.nodes[i].newer) out.push_back(s_.nodes[i].key);
-    for (int32_t i = queue_.tail(); i != hand_ && out.size() < limit; i = s_.nodes[i].newer)
-      out.push_back(s_.nodes[i].key);
+    if (queue_.empty()) return;
+    const int32_t start = hand_ >= 0 ? hand_ : queue_.tail();
+    for (const bool visited : {false, true}) {
+      int32_t i = start;
+      do {
+        if ((s_.nodes[i].freq != 0) == visited) {
+          if (out.size() >= limit) return;
+          out.push_back(s_.nodes[i].key);
+        }
+        i = s_.nodes[i].newer >= 0 ? s_.nodes[i].newer : queue_.tail();
+      } while (i != start);
+    }
   }
   WAKMAN_DRIVEN(Sieve)
 

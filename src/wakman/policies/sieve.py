@@ -8,8 +8,9 @@ head). A key that leaves the queue under the hand (pinned or removed) moves the 
 neighbour, as libCacheSim's ``remove`` does.
 
 Pinning: a pinned key leaves the queue keeping its bit; ``unpin`` re-enters at the head.
-``eviction_order`` lists the keys in the order the hand sweeps them: from the hand to the head,
-then from the tail. No parameters.
+``eviction_order`` lists the keys in the order ``evict`` would take them if nothing else happened:
+the keys with ``visited == 0``, then those with ``visited == 1`` (cleared on the hand's first
+round), each in the hand's order (from the hand to the head, then from the tail). No parameters.
 """
 
 from __future__ import annotations
