@@ -352,8 +352,9 @@ struct PyFreeQueue {
 };
 
 // iter_blocks_after's iterator: blank blocks, then the policy's eviction order, read in chunks that
-// double (the first k blocks cost O(k), not O(free blocks)), then reserve's blocks. Like the stock
-// queue's walk, it reads the live queue: do not change the queue while iterating.
+// double (the first k blocks cost O(k) and the keys the order's dry run passes over, not O(free
+// blocks)), then reserve's blocks. Like the stock queue's walk, it reads the live queue: do not
+// change the queue while iterating.
 struct FreeBlockIter {
   nb::object owner;  // the FreeBlockQueue
   PyFreeQueue* q;
