@@ -580,8 +580,8 @@ def test_vllm_server_model_by_flags_or_file(trace, tmp_path):
     (tmp_path / "bad.json").write_text('{"step_s": 0}')
     clean_error(invoke(*base, "--server-model", tmp_path / "bad.json"), "step_s", "> 0")
     (tmp_path / "bad.json").write_text('{"step_s": 0.05, "tokens_per_s": 0}')
-    clean_error(invoke(*base, "--server-model", tmp_path / "bad.json"), "tokens_per_s", "> 0")
-    clean_error(invoke(*base, "--step-tokens-per-s", -5), "--step-tokens-per-s", "> 0")
+    clean_error(invoke(*base, "--server-model", tmp_path / "bad.json"), "tokens_per_s", ">= 1")
+    clean_error(invoke(*base, "--step-tokens-per-s", -5), "--step-tokens-per-s", ">= 1")
     # a throughput makes each step longer by its scheduled tokens: later first tokens
     timed = invoke(*base, "--server-model", replay_json, "--step-tokens-per-s", 20000)
     assert timed.exit_code == 0, timed.output
@@ -804,3 +804,167 @@ def test_a_commands_help_names_its_options():
     proc = subprocess.run([*WAKMAN, "simulate", "--help"], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
     assert "simulate [OPTIONS]" in proc.stdout and "--capacity-blocks" in proc.stdout, proc.stdout
+
+
+# absurd values: a clear error naming the flag or file, never a traceback, a hang or a half-written output
+
+HUGE = "99999999999999999999999"
+SIM9 = ["simulate", "{trace}", "--policy", "lru", "--capacity-blocks", "9"]
+EXTREME_FLAGS = [
+    (["simulate", "{trace}", "--policy", "lru", "--capacity-blocks", HUGE], "--capacity-blocks"),
+    (["shadow", "{trace}", "--capacities", HUGE], "--capacities"),
+    (["sweep", "{trace}", "--capacities", HUGE, "--out", "{tmp}/sweep"], "--capacities"),
+    (["advise", "{trace}", "--capacity-blocks", HUGE], "--capacity-blocks"),
+    (["advise", "{trace}", "--points", HUGE], "--points"),
+    ([*SIM9, "--max-running", HUGE], "--max-running"),
+    ([*SIM9, "--max-num-seqs", HUGE], "--max-num-seqs"),
+    ([*SIM9, "--max-num-batched-tokens", HUGE], "--max-num-batched-tokens"),
+    ([*SIM9, "--limit", HUGE], "--limit"),
+    ([*SIM9, "--decode-tps", "1e-300"], "--decode-tps"),
+    ([*SIM9, "--prefill-tps", "1e-300"], "--prefill-tps"),
+    ([*SIM9, "--step-s", "1e300"], "--step-s"),
+    ([*SIM9, "--step-tokens-per-s", "1e-300"], "--step-tokens-per-s"),
+    ([*SIM9, "--interval-s", "1e-12", "--series", "--json"], "--interval-s"),
+    ([*SIM9, "--interval-s", "0.01"], "--interval-s"),  # over a million intervals of the trace
+    (["advise", "{trace}", "--jobs", "-1"], "--jobs"),
+    (["advise", "{trace}", "--jobs", "0"], "--jobs"),
+    (["advise", "{trace}", "--gpu-memory", "1e300", "--kv-bytes-per-token", "1000"], "--gpu-memory"),
+    (["advise", "{trace}", "--gpu-memory", "1e5", "--kv-bytes-per-token", "1"], "--gpu-memory"),
+    (["generate", "-o", "{tmp}/t.jsonl", "--duration", "1e300"], "--duration"),
+    (["generate", "-o", "{tmp}/t.jsonl", "--rate", "1e300"], "--rate"),
+    (["generate", "-o", "{tmp}/t.jsonl", "--mix", "nan,0.5,0.5"], "--mix"),
+    (["generate", "-o", "{tmp}/t.jsonl", "--set", "single_turn.catalog_size=0"], "catalog_size"),
+]
+
+
+@pytest.fixture(scope="module")
+def long_trace(tmp_path_factory) -> Path:
+    """Two requests 3 hours apart: over a million intervals of 0.01 s."""
+    path = tmp_path_factory.mktemp("long") / "long.jsonl"
+    row = {"input_length": 100, "output_length": 5, "hash_ids": [1]}
+    path.write_text("".join(json.dumps({**row, "timestamp": t}) + "\n" for t in (0, 3 * 3600_000)))
+    return path
+
+
+@pytest.mark.parametrize(("args", "flag"), EXTREME_FLAGS, ids=[" ".join(a[2:]) for a, _ in EXTREME_FLAGS])
+def test_extreme_values_are_refused_naming_the_flag(trace, long_trace, tmp_path, monkeypatch, args, flag):
+    monkeypatch.chdir(tmp_path)
+    chosen = long_trace if "0.01" in args else trace
+    result = invoke(*[a.format(trace=chosen, tmp=tmp_path) for a in args])
+    clean_error(result, flag)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_the_largest_counts_still_run(trace):
+    most = str(2**63 - 1)
+    sim = [a.format(trace=trace) for a in SIM9]
+    result = invoke(*sim, "--max-running", most, "--limit", most, "--max-output-tokens", most, "--json")
+    assert result.exit_code == 0, result.output
+    result = invoke(*sim[:-1], 2**40, "--max-num-seqs", most, "--max-num-batched-tokens", most, "--json")
+    assert result.exit_code == 0 and json.loads(result.stdout)["measured_requests"] > 0, result.output
+
+
+@pytest.fixture
+def truncated_archive(tmp_path) -> Path:
+    """A kv-cache-tester archive cut short in its compressed data."""
+    import random
+    import tarfile
+
+    rng = random.Random(0)
+    folder = tmp_path / "conversations"
+    folder.mkdir()
+    for n in range(4):
+        ids = [rng.randrange(2**32) for _ in range(20_000)]
+        conv = {
+            "id": f"c{n}",
+            "block_size": 64,
+            "requests": [{"t": 0, "type": "n", "in": 2**21, "hash_ids": ids}],
+        }
+        (folder / f"c{n}.json").write_text(json.dumps(conv))
+    whole = tmp_path / "whole.tar.xz"
+    with tarfile.open(whole, "w:xz") as tar:
+        tar.add(folder, arcname="traces")
+    cut = tmp_path / "cut.tar.xz"
+    cut.write_bytes(whole.read_bytes()[: whole.stat().st_size // 2])
+    return cut
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["stats"],
+        ["simulate", "--policy", "lru", "--capacity-blocks", "9"],
+        ["sweep", "--capacities", "9", "--out", "{tmp}/s"],
+        ["advise"],
+        ["shadow", "--capacities", "9"],
+        ["convert", "{tmp}/c.jsonl", "--to", "native"],
+    ],
+    ids=lambda c: c[0],
+)
+def test_a_truncated_archive_is_an_error_naming_it(truncated_archive, tmp_path, command):
+    args = [command[0], truncated_archive, *(a.format(tmp=tmp_path) for a in command[1:])]
+    clean_error(invoke(*args), f"{truncated_archive}: truncated or corrupt archive")
+    assert not (tmp_path / "s").exists() and not (tmp_path / "c.jsonl").exists()
+
+
+def test_a_config_lacking_keys_names_the_file_not_a_flag(tmp_path):
+    config = tmp_path / "part.toml"
+    config.write_text("version = 1\nrate = 2.0\n")
+    result = invoke("generate", "-o", tmp_path / "t.jsonl", "--config", config, "--duration", 10)
+    clean_error(result, str(config), "warmup_s")
+    assert "--set" not in result.output
+
+
+@pytest.mark.parametrize("command", ["generate", "advise"])
+def test_a_config_that_is_not_utf8_names_the_file(trace, tmp_path, command):
+    config = tmp_path / "config.bin"
+    config.write_bytes(b'{"num_hidden_layers": "\xff"}\n')
+    args = (
+        ["generate", "-o", tmp_path / "t.jsonl", "--config"]
+        if command == "generate"
+        else ["advise", trace, "--model-config"]
+    )
+    clean_error(invoke(*args, config), str(config))
+
+
+def test_sweep_writes_all_its_outputs_or_none(trace, tmp_path, monkeypatch):
+    pytest.importorskip("matplotlib")
+
+    def disk_full(*_args, **_kwargs):
+        raise OSError(28, "No space left on device", str(tmp_path / "s" / "sweep.png"))
+
+    monkeypatch.setattr("wakman.experiments.plots.plot_sweep", disk_full)
+    clean_error(invoke("sweep", trace, "--capacities", "9", "--out", tmp_path / "s"), "No space left")
+    assert [p for p in tmp_path.rglob("*") if p.is_file()] == []
+
+
+@pytest.mark.parametrize("command", ["stats", "advise", "sweep"])
+def test_a_file_name_that_is_not_utf8_is_drawn(trace, tmp_path, command):
+    pytest.importorskip("matplotlib")
+    bad = Path(os.fsdecode(bytes(tmp_path) + b"/bad\xffname.jsonl"))
+    bad.write_bytes(trace.read_bytes())
+    plot = tmp_path / "p.png"
+    args = {
+        "stats": ["--plot", plot],
+        "advise": ["--plot", plot],
+        "sweep": ["--capacities", "9", "--out", tmp_path / "s"],
+    }[command]
+    # the name printed as the shell gives it (a terminal that shows raw bytes); the figure is the test
+    env = {**os.environ, "PYTHONIOENCODING": "utf-8:surrogateescape"}
+    done = subprocess.run([*WAKMAN, command, bad, *args], capture_output=True, env=env, timeout=120)
+    assert done.returncode == 0, done.stderr.decode(errors="replace")
+    assert (tmp_path / "s" / "sweep.png").exists() if command == "sweep" else plot.exists()
+
+
+def test_sigterm_says_interrupted_and_leaves_no_partial_file(tmp_path):
+    out = tmp_path / "t.jsonl.gz"
+    proc = subprocess.Popen([*WAKMAN, "generate", "-o", out], cwd=tmp_path, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 120
+    while not list(tmp_path.glob(".*.part")) and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert list(tmp_path.glob(".*.part")), "generate never started writing"
+    proc.terminate()
+    _, stderr = proc.communicate(timeout=60)
+    assert proc.returncode == 130, stderr
+    assert "interrupted" in stderr and "Traceback" not in stderr
+    assert list(tmp_path.iterdir()) == []

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gzip
 import json
+from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -29,6 +30,13 @@ CASES = {
     "decreasing timestamp": (rows({**GOOD, "timestamp": 10}, {**GOOD, "timestamp": 3}), 2, "timestamp"),
     "too many blocks": (rows({**GOOD, "hash_ids": [1, 2, 3, 4]}), 1, "hash_ids"),
     "zero prompt": (rows({**GOOD, "input_length": 0, "hash_ids": []}), 1, "input_length"),
+    # absurd values: refused with the line, never handed to the core (bad_cast, a vector past its
+    # size, MemoryError) nor simulated for ever
+    "input 1e26 tokens": (rows({**GOOD, "input_length": 10**26}), 1, "input_length"),
+    "input 2**63 - 1 tokens": (rows({**GOOD, "input_length": 2**63 - 1}), 1, "input_length"),
+    "output 2**63 - 1 tokens": (rows({**GOOD, "output_length": 2**63 - 1}), 1, "output_length"),
+    "timestamp 1e308": (rows(GOOD, {**GOOD, "timestamp": 1e308}), 2, "timestamp"),
+    "timestamp beyond a float": (rows(GOOD, {**GOOD, "timestamp": 10**400}), 2, "timestamp"),
 }
 
 
@@ -43,6 +51,66 @@ def test_each_bad_input_names_file_line_and_field(tmp_path, case):
     assert (err.path, err.line, err.field) == (str(path), line, field)
     assert f"{path}:{line}" in str(err)
     assert ("field '" in str(err)) == (field != "-")  # a line that is not JSON names no field
+
+
+def _kvcache_conversation(tmp_path, **request) -> Path:
+    folder = tmp_path / "conversations"
+    folder.mkdir()
+    first = {"t": 0, "type": "n", "in": 100, "out": 5, "hash_ids": [1]}
+    conv = {"id": "c", "block_size": 64, "requests": [first, {**first, **request}]}
+    (folder / "c.json").write_text(json.dumps(conv))
+    return folder
+
+
+HUGE_ROWS = {  # format -> (its first row, {field: an absurd value}), each error's field
+    "mooncake": (GOOD, {"timestamp": 1e300, "input_length": 2**63 - 1, "output_length": 2**40}),
+    "bailian": (
+        {**GOOD, "chat_id": 1, "parent_chat_id": -1},
+        {"timestamp": 1e300, "input_length": 2**63 - 1, "output_length": 2**40},
+    ),
+    "aiperf-sessions": (
+        {**GOOD, "session_id": "s"},
+        {"delay": 1e300, "input_length": 2**63 - 1, "output_length": 2**40},
+    ),
+    "native": (
+        {"arrival_s": 0, "block_keys": [1], "prompt_tokens": 100, "output_tokens": 5, "block_size": 64},
+        {"arrival_s": 1e300, "prompt_tokens": 2**63 - 1, "output_tokens": 2**40, "block_size": 2**40},
+    ),
+}
+FIELDS = {"delay": "timestamp", "arrival_s": "timestamp", "prompt_tokens": "input_length"}
+
+
+@pytest.mark.parametrize(
+    ("fmt", "field"), [(f, k) for f, (_, bad) in HUGE_ROWS.items() for k in bad], ids=lambda x: str(x)
+)
+def test_absurd_lengths_and_times_name_the_line(tmp_path, fmt, field):
+    first, bad = HUGE_ROWS[fmt]
+    path = tmp_path / "huge.jsonl"
+    header = ['{"format": "wakman-trace", "version": 1}'] if fmt == "native" else []
+    later = {**first, "delay": 0} if fmt == "aiperf-sessions" else first  # a session's next turn
+    path.write_text(rows(*header, first, {**later, field: bad[field]}))
+    with pytest.raises(TraceFormatError) as info:
+        list(read_trace(path, fmt))
+    reported = FIELDS.get(field, field).replace("output_tokens", "output_length")
+    assert (info.value.line, info.value.field) == (len(header) + 2, reported)
+
+
+@pytest.mark.parametrize(
+    ("request_", "field"),
+    [({"t": 1e300}, "timestamp"), ({"in": 2**63 - 1}, "input_length"), ({"out": 2**40}, "output_length")],
+)
+def test_absurd_kvcache_tester_requests_name_the_file(tmp_path, request_, field):
+    folder = _kvcache_conversation(tmp_path, **request_)
+    with pytest.raises(TraceFormatError) as info:
+        list(read_trace(folder, "kv-cache-tester"))
+    assert (info.value.path, info.value.field) == (str(folder / "c.json"), field)
+
+
+def test_a_kvcache_tester_rate_past_ten_years_is_refused(tmp_path):
+    folder = _kvcache_conversation(tmp_path)
+    (folder / "d.json").write_text((folder / "c.json").read_text())
+    with pytest.raises(ValueError, match="--rate 1e-300"):
+        list(read_trace(folder, "kv-cache-tester", rate=1e-300))
 
 
 def test_empty_file(tmp_path):

@@ -12,6 +12,7 @@ from rich.table import Table
 
 from wakman.adaptive.run import POLICY_NAMES
 from wakman.cli.common import (
+    MAX_BLOCKS,
     BlockSizeOption,
     FormatOption,
     check_numbers,
@@ -37,6 +38,8 @@ DEFAULT_POLICIES = "lru,fifo,s3fifo,sieve,arc,chain-lru,wakman,wakman-plus"
 # serve mode simulates every request's prefill and decode in time; past these the run takes too long
 SERVE_MAX_MEAN_PROMPT = 32_768
 SERVE_MAX_PROMPT_TOKENS = 200_000_000
+MAX_GPU_MEMORY_GIB = 1e6  # a million GiB
+MAX_POINTS = 1000
 
 
 def _layout(
@@ -58,7 +61,10 @@ def _layout(
     if model is not None:
         return model_layout(model, kv_dtype)
     if model_config is not None:
-        return config_layout(model_config, kv_dtype)
+        try:
+            return config_layout(model_config, kv_dtype)
+        except UnicodeDecodeError as exc:
+            raise ValueError(f"--model-config {model_config}: not UTF-8 text ({exc})") from None
     if kv_bytes is not None:
         if kv_bytes < 1:
             raise ValueError(f"--kv-bytes-per-token must be >= 1, got {kv_bytes}")
@@ -121,9 +127,10 @@ def advise(
             raise ValueError(f"--mode must be cache or serve, got {mode!r}")
         _serve_only(mode, prefill_tps=prefill_tps, decode_tps=decode_tps, max_running=max_running)
         check_numbers(
-            ("--capacity-blocks", capacity, ">=1"),
-            ("--gpu-memory", gpu_memory, ">0"),
-            ("--points", points, ">=1"),
+            ("--capacity-blocks", capacity, ">=1", MAX_BLOCKS),
+            ("--gpu-memory", gpu_memory, ">0", MAX_GPU_MEMORY_GIB),
+            ("--points", points, ">=1", MAX_POINTS),
+            ("--jobs", jobs, ">=1"),
         )
         if capacity is not None and gpu_memory is not None:
             raise ValueError("--capacity-blocks and --gpu-memory: give one of them")
@@ -139,10 +146,11 @@ def advise(
             if gpu_memory is not None:
                 assert layout is not None
                 capacity = layout.blocks_in(gpu_memory, curve.block_size)
-                if capacity < 1:
+                if not 1 <= capacity <= MAX_BLOCKS:
                     raise ValueError(
-                        f"--gpu-memory {gpu_memory} GiB holds no block of {curve.block_size} tokens "
-                        f"({layout.block_bytes(curve.block_size):,} B each)"
+                        f"--gpu-memory {gpu_memory:g} GiB holds {capacity:,} blocks of {curve.block_size} "
+                        f"tokens ({layout.block_bytes(curve.block_size):,} B each); the cache needs 1 to "
+                        f"{MAX_BLOCKS:,}"
                     )
             warnings: list[str] = []
             mean_prompt = curve.prompt_tokens / curve.requests

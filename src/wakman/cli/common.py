@@ -2,12 +2,16 @@
 
 - ``cli_errors(interrupted_note)``: wrap a command's whole body in it. Bad input (``ValueError``,
   ``OSError``, ``TraceFormatError``) becomes one line on stderr and exit code 2; Ctrl-C says
-  "interrupted: <what was lost or kept>" and exits 130 (``interrupted()`` does that by hand).
-- ``check_numbers`` and ``parse_ints``: validate numeric flags up front, naming the flag.
+  "interrupted: <what was lost or kept>" and exits 130 (``interrupted()`` does that by hand), and
+  so does SIGTERM.
+- ``check_numbers`` and ``parse_ints``: validate numeric flags up front, naming the flag; an integer
+  flag is at most ``INT_MAX`` (2**63 - 1, the core's 64-bit counts) unless a check gives its own bound
+  (cache sizes: ``MAX_BLOCKS``).
 - ``check_output`` / ``check_output_dir`` / ``check_plot``: before the work starts, refuse an output
   path that cannot be written (or a figure without matplotlib), naming the flag.
-- ``atomic_path`` / ``atomic_output`` (from ``wakman.traces.io``): every writer writes through one
-  of them: all or nothing, the user's umask, partial files removed on Ctrl-C, devices written in place.
+- ``atomic_path`` / ``atomic_paths`` / ``atomic_output`` (from ``wakman.traces.io``): every writer
+  writes through one of them: all or nothing (``atomic_paths``: several outputs together), the user's
+  umask, partial files removed on Ctrl-C, devices written in place.
 - ``open_trace``: read a trace by the shared ``--format/--block-size/--rate/--seed`` options; a
   trace without requests is an error naming the file.
 - ``progress_bars`` and ``counted``: progress (on ``err_console`` when stdout is machine-read).
@@ -19,9 +23,11 @@ import ctypes
 import json
 import math
 import os
+import signal
 import sys
 import tempfile
-from collections.abc import Iterable, Iterator
+import threading
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
@@ -37,8 +43,8 @@ if TYPE_CHECKING:
 
 from wakman.experiments.plots import FORMATS as PLOT_FORMATS
 from wakman.traces import TraceFormatError, detect_format, read_trace
-from wakman.traces.io import atomic_output, atomic_path
-from wakman.traces.model import Request
+from wakman.traces.io import atomic_output, atomic_path, atomic_paths
+from wakman.traces.model import MAX_BLOCK_SIZE, Request
 
 # Where stdout is a file or a pipe, rich takes its width from a terminal on stdin or stderr, or 80
 # columns without one, and cuts tables to it; keep every value there instead (240 columns). A
@@ -57,8 +63,11 @@ FORMATS_WITHOUT_BLOCK_SIZE = ("mooncake", "aiperf-sessions", "bailian")  # --blo
 SeedOption = typer.Option(None, "--seed", help="kv-cache-tester: seed of the conversation arrival process.")
 
 __all__ = [
+    "INT_MAX",
+    "MAX_BLOCKS",
     "atomic_output",
     "atomic_path",
+    "atomic_paths",
     "can_plot",
     "check_numbers",
     "check_output",
@@ -74,20 +83,38 @@ __all__ = [
 ]
 
 PLOT_EXTRA = "pip install 'wakman[plot]'"
-_RULES = {">0": lambda v: v > 0, ">=0": lambda v: v >= 0, ">=1": lambda v: v >= 1, ">=2": lambda v: v >= 2}
+INT_MAX = 2**63 - 1  # the largest count (requests, tokens) the core's 64-bit integers hold
+# the largest cache (blocks): a trillion blocks, beyond any memory; blocks times tokens a block
+# (at most MAX_BLOCK_SIZE) must fit the core's 64-bit token counts
+MAX_BLOCKS = 2**40
 
 
-def check_numbers(*checks: tuple[str, float | None, str]) -> None:
-    """Each ``(flag, value, rule)``, rule one of ``>0 >=0 >=1 >=2``: a value that breaks its rule
-    (or is not finite) is a ``ValueError`` naming the flag; ``None`` (flag not given) passes."""
-    for flag, value, rule in checks:
-        if value is not None and not (math.isfinite(value) and _RULES[rule](value)):
-            raise ValueError(f"{flag} must be {rule[:-1]} {rule[-1]}, got {value:g}")
+def _shown(value: float) -> str:
+    return f"{value:,}" if isinstance(value, int) else f"{value:g}"
 
 
-def parse_ints(text: str, flag: str, minimum: int = 1) -> list[int]:
-    """A comma-separated list of integers >= ``minimum`` (at least one), or a ``ValueError`` naming
-    the flag and the bad item."""
+def check_numbers(*checks: tuple[str, float | None, str] | tuple[str, float | None, str, float]) -> None:
+    """Each ``(flag, value, rule)`` or ``(flag, value, rule, most)``, rule ``>N`` or ``>=N`` (``>0``,
+    ``>=1``, ``>=0.001``): a value that breaks its rule, is not finite, or is above ``most`` (for an
+    integer, by default ``INT_MAX``) is a ``ValueError`` naming the flag; ``None`` (flag not given)
+    passes."""
+    for flag, value, rule, *most in checks:
+        if value is None:
+            continue
+        op = ">=" if rule.startswith(">=") else ">"
+        least = float(rule[len(op) :])
+        if not (isinstance(value, int) or math.isfinite(value)) or not (
+            value >= least if op == ">=" else value > least
+        ):
+            raise ValueError(f"{flag} must be {op} {rule[len(op) :]}, got {_shown(value)}")
+        bound = most[0] if most else INT_MAX if isinstance(value, int) else None
+        if bound is not None and value > bound:
+            raise ValueError(f"{flag} must be at most {_shown(bound)}, got {_shown(value)}")
+
+
+def parse_ints(text: str, flag: str, minimum: int = 1, maximum: int = INT_MAX) -> list[int]:
+    """A comma-separated list of integers in [``minimum``, ``maximum``] (at least one), or a
+    ``ValueError`` naming the flag and the bad item."""
     items = [x.strip() for x in text.split(",") if x.strip()]
     if not items:
         raise ValueError(f"{flag} needs at least one integer, got {text!r}")
@@ -99,6 +126,8 @@ def parse_ints(text: str, flag: str, minimum: int = 1) -> list[int]:
             raise ValueError(f"{flag}: {item!r} is not an integer") from None
         if value < minimum:
             raise ValueError(f"{flag}: {value} must be >= {minimum}")
+        if value > maximum:
+            raise ValueError(f"{flag}: {value} must be at most {maximum:,}")
         values.append(value)
     return values
 
@@ -210,7 +239,9 @@ def open_trace(
 ) -> Iterator[Request]:
     """Stream ``path``'s requests (format detected when ``fmt`` is None); the shared options are
     checked first, and a trace without requests is a ``ValueError`` naming the file."""
-    check_numbers(("--block-size", block_size, ">=1"), ("--rate", rate, ">0"), ("--seed", seed, ">=0"))
+    check_numbers(
+        ("--block-size", block_size, ">=1", MAX_BLOCK_SIZE), ("--rate", rate, ">0"), ("--seed", seed, ">=0")
+    )
     name = fmt or detect_format(path)
     options: dict[str, object] = {}
     if block_size is not None:
@@ -310,11 +341,26 @@ def stdout_to_stderr(active: bool = True) -> Iterator[None]:
         os.close(saved)
 
 
+def _sigterm_handler(owner: int) -> Callable[[int, object], None]:
+    """SIGTERM in process ``owner`` raises KeyboardInterrupt (handled as Ctrl-C); a worker process it
+    forked, which inherits the handler, ends at once as by default."""
+
+    def handler(signum: int, _frame: object) -> None:
+        if os.getpid() == owner:
+            raise KeyboardInterrupt
+        signal.signal(signum, signal.SIG_DFL)
+        os.kill(os.getpid(), signum)
+
+    return handler
+
+
 @contextmanager
 def cli_errors(interrupted_note: str = "nothing was written") -> Iterator[None]:
-    """Bad input becomes one clear line on stderr and exit code 2, never a traceback; Ctrl-C
-    becomes ``interrupted(interrupted_note)`` (exit 130; partial outputs are already removed by
-    ``atomic_path``)."""
+    """Bad input becomes one clear line on stderr and exit code 2, never a traceback; Ctrl-C (and
+    SIGTERM, in the main thread) becomes ``interrupted(interrupted_note)`` (exit 130; partial outputs
+    are already removed by ``atomic_path``)."""
+    main = threading.current_thread() is threading.main_thread()
+    previous = signal.signal(signal.SIGTERM, _sigterm_handler(os.getpid())) if main else None
     try:
         yield
     except KeyboardInterrupt:
@@ -322,6 +368,9 @@ def cli_errors(interrupted_note: str = "nothing was written") -> Iterator[None]:
     except (TraceFormatError, ValueError, OSError) as exc:
         err_console.print(f"[red]error:[/red] {escape(str(exc))}", highlight=False)
         sys.exit(2)
+    finally:
+        if main:
+            signal.signal(signal.SIGTERM, signal.SIG_DFL if previous is None else previous)
 
 
 def session_mode(

@@ -29,8 +29,8 @@ def _fractions(mix: str) -> list[float]:
         fractions = [float(x) for x in mix.split(",")]
     except ValueError:
         raise ValueError(f"--mix needs three comma-separated fractions, got {mix!r}") from None
-    if len(fractions) != 3 or min(fractions) < 0:
-        raise ValueError(f"--mix needs three fractions >= 0 (single,multi,agentic), got {mix!r}")
+    if len(fractions) != 3 or not all(0 <= f <= 1 for f in fractions):
+        raise ValueError(f"--mix needs three fractions in [0, 1] (single,multi,agentic), got {mix!r}")
     total = sum(fractions)
     if abs(total - 1) > MIX_TOLERANCE:
         raise ValueError(

@@ -10,6 +10,7 @@ from rich.table import Table
 
 from wakman.adaptive.config import ADAPTIVE_PRESETS
 from wakman.cli.common import (
+    MAX_BLOCKS,
     BlockSizeOption,
     FormatOption,
     cli_errors,
@@ -53,7 +54,7 @@ def shadow(
     path = trace or BUNDLED_MOONCAKE
     with cli_errors():
         names = parse_names(policy_names, "--policies", POLICIES)
-        sizes = list(dict.fromkeys(parse_ints(capacities, "--capacities")))
+        sizes = list(dict.fromkeys(parse_ints(capacities, "--capacities", maximum=MAX_BLOCKS)))
         results: dict[str, dict[int, float]] = {n: {} for n in names}
         # progress on stderr (stdout may be --json), only on a terminal, gone once done
         with progress_bars(to=err_console, transient=True, disable=not err_console.is_terminal) as progress:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import csv
-import io
 import itertools
 import json
 from collections.abc import Iterable
@@ -16,12 +15,13 @@ from wakman.adaptive import POLICY_NAMES
 from wakman.adaptive import simulate as run_simulation
 from wakman.adaptive.config import ADAPTIVE_PRESETS
 from wakman.cli.common import (
+    MAX_BLOCKS,
     PLOT_EXTRA,
     BlockSizeOption,
     FormatOption,
     RateOption,
     SeedOption,
-    atomic_output,
+    atomic_paths,
     can_plot,
     check_numbers,
     check_output_dir,
@@ -84,6 +84,13 @@ CACHE_OUTPUTS = typer.Option(
 )
 WARMUP = typer.Option(0.0, "--warmup-s", help="Requests arriving earlier are left out of the figures.")
 MODE = typer.Option("serve", "--mode", help="serve (time, pinning) or cache (shadow replay).")
+# Past these a modelled server's clock runs for ever (or its per-interval series fills the memory):
+# one token a second at the least, a minute an engine step at the most, a millisecond an interval
+# at the least, and a million intervals over the trace's arrivals at the most.
+MIN_TOKENS_PER_S = ">=1"
+MAX_STEP_S = 60.0
+MIN_INTERVAL_S = ">=0.001"
+MAX_INTERVALS = 1_000_000
 SESSIONS = typer.Option(
     False,
     "--sessions",
@@ -178,11 +185,9 @@ def _vllm_settings(path: Path) -> tuple[dict, TraceView | None]:
                 f"--server-model: {path}: {name} must be {'a number' if kind is float else 'an integer'}"
             )
         settings[name] = kind(value)
+    rules = {"step_s": (">0", MAX_STEP_S), "tokens_per_s": (MIN_TOKENS_PER_S,)}
     check_numbers(
-        *(
-            (f"--server-model {name}", value, ">0" if kinds[name] is float else ">=1")
-            for name, value in settings.items()
-        )
+        *((f"--server-model {name}", value, *rules.get(name, (">=1",))) for name, value in settings.items())
     )
     return settings, view
 
@@ -231,13 +236,13 @@ def _server(
         no_cache_outputs=not cache_outputs,
     )
     check_numbers(
-        ("--prefill-tps", prefill_tps, ">0"),
-        ("--decode-tps", decode_tps, ">0"),
+        ("--prefill-tps", prefill_tps, MIN_TOKENS_PER_S),
+        ("--decode-tps", decode_tps, MIN_TOKENS_PER_S),
         ("--max-running", max_running, ">=1"),
         ("--max-num-batched-tokens", max_num_batched_tokens, ">=1"),
         ("--max-num-seqs", max_num_seqs, ">=1"),
-        ("--step-s", step_s, ">0"),
-        ("--step-tokens-per-s", step_tokens_per_s, ">0"),
+        ("--step-s", step_s, ">0", MAX_STEP_S),
+        ("--step-tokens-per-s", step_tokens_per_s, MIN_TOKENS_PER_S),
         ("--warmup-s", warmup_s, ">=0"),
         ("--max-output-tokens", max_output_tokens, ">=1"),
         ("--limit", limit, ">=1"),
@@ -334,7 +339,9 @@ def simulate(
     with cli_errors("nothing was written" if plot is None else f"{plot} was not written"):
         if mode not in MODES:
             raise ValueError(f"--mode must be one of {', '.join(MODES)}")
-        check_numbers(("--capacity-blocks", capacity, ">=1"), ("--interval-s", interval_s, ">0"))
+        check_numbers(
+            ("--capacity-blocks", capacity, ">=1", MAX_BLOCKS), ("--interval-s", interval_s, MIN_INTERVAL_S)
+        )
         if policy not in POLICY_NAMES:
             raise ValueError(f"--policy: unknown policy {policy!r}; choose from {', '.join(POLICY_NAMES)}")
         if per_request and not as_json:
@@ -370,6 +377,12 @@ def simulate(
             )
             if sessions:
                 require_session_ids(trace, requests)
+            span = requests[-1].arrival_s if requests else 0.0
+            if span / interval_s > MAX_INTERVALS:
+                raise ValueError(
+                    f"--interval-s {interval_s:g} cuts the trace's {span:,.0f} s into more than "
+                    f"{MAX_INTERVALS:,} intervals: give at least {span / MAX_INTERVALS:.3g}"
+                )
             bar.add_task(f"simulating {policy}", total=None)
             result = run_simulation(
                 requests,
@@ -415,16 +428,22 @@ def simulate(
                 )
 
 
-def _write_sweep(rows: list[dict], out: Path, trace: Path, mode: str) -> list[Path]:
-    """sweep.csv and sweep.json of ``rows`` in ``out``, each all or nothing."""
+def _write_sweep(rows: list[dict], out: Path, trace: Path, mode: str, plot: bool = False) -> list[Path]:
+    """sweep.csv, sweep.json and (``plot``) sweep.png of ``rows`` in ``out``: all of them or none."""
+    paths = [out / name for name in ("sweep.csv", "sweep.json", "sweep.png")[: 3 if plot else 2]]
     columns = list(dict.fromkeys(k for row in rows for k in row))
-    with atomic_output(out / "sweep.csv") as raw, io.TextIOWrapper(raw, encoding="utf-8", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=columns, restval="")
-        writer.writeheader()
-        writer.writerows(rows)
-    with atomic_output(out / "sweep.json") as raw:
-        raw.write(json_text({"trace": str(trace), "mode": mode, "results": rows}, indent=1).encode())
-    return [out / "sweep.csv", out / "sweep.json"]
+    with atomic_paths(*paths) as targets:
+        with open(targets[0], "w", encoding="utf-8", newline="") as f:
+            writer = csv.DictWriter(f, fieldnames=columns, restval="")
+            writer.writeheader()
+            writer.writerows(rows)
+        document = {"trace": str(trace), "mode": mode, "results": rows}
+        targets[1].write_bytes(json_text(document, indent=1).encode())
+        if plot:
+            from wakman.experiments.plots import plot_sweep
+
+            plot_sweep(rows, targets[2], f"{trace.name} ({mode} mode)")
+    return paths
 
 
 def sweep(
@@ -457,7 +476,7 @@ def sweep(
 
     with cli_errors(f"nothing was written to {out}"):
         names = parse_names(policies, "--policies", POLICY_NAMES)
-        sizes = list(dict.fromkeys(parse_ints(capacities, "--capacities")))
+        sizes = list(dict.fromkeys(parse_ints(capacities, "--capacities", maximum=MAX_BLOCKS)))
         if mode not in MODES:
             raise ValueError(f"--mode must be one of {', '.join(MODES)}")
         check_numbers(("--jobs", jobs, ">=1"))
@@ -505,12 +524,8 @@ def sweep(
                 f"kept the {len(stop_rows)} of {total} runs that finished in "
                 f"{', '.join(map(str, written))} (no plot)"
             )
-        written = _write_sweep(rows, out, trace, mode)
-        if can_plot():
-            from wakman.experiments.plots import plot_sweep
-
-            written.append(plot_sweep(rows, out / "sweep.png", f"{trace.name} ({mode} mode)"))
-        else:
+        written = _write_sweep(rows, out, trace, mode, plot=can_plot())
+        if not can_plot():
             err_console.print(
                 f"no sweep.png: plots need matplotlib ({PLOT_EXTRA})", markup=False, highlight=False
             )

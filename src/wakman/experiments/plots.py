@@ -30,10 +30,15 @@ def save_figure(fig, path: Path) -> Path:
     """Lay out, write in the format ``path``'s extension names (one of ``FORMATS``; PNG otherwise,
     120 dpi), parent folders made, all or nothing, and release ``fig``."""
     import matplotlib.pyplot as plt
+    from matplotlib.text import Text
 
     fmt = path.suffix.lower().lstrip(".")
-    fig.tight_layout()
     try:
+        for text in fig.findobj(Text):  # a file name's undecodable bytes (in titles) drawn as \xNN
+            text.set_text(
+                text.get_text().encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+            )
+        fig.tight_layout()
         with atomic_path(path) as target:
             fig.savefig(target, dpi=120, format=fmt if fmt in FORMATS else "png")
     finally:

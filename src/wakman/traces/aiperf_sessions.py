@@ -39,8 +39,8 @@ class SessionRow(msgspec.Struct, kw_only=True, omit_defaults=True):
     input_length: int
     output_length: int
     hash_ids: list[int]
-    timestamp: int | float | None = None
-    delay: int | float | None = None
+    timestamp: float | None = None
+    delay: float | None = None
     group_id: int | str | None = None
 
 

@@ -26,7 +26,7 @@ DEFAULT_BLOCK_SIZE = 16
 class BailianRow(msgspec.Struct, kw_only=True):
     chat_id: int
     parent_chat_id: int
-    timestamp: int | float
+    timestamp: float  # an integer too large for a float is refused by the decoder
     input_length: int
     output_length: int
     hash_ids: list[int]

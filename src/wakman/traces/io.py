@@ -8,7 +8,7 @@ import os
 import secrets
 import zlib
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from typing import IO
 
@@ -133,6 +133,14 @@ def atomic_path(path: str | Path) -> Iterator[Path]:
         if exc.filename is None:
             raise OSError(exc.errno, exc.strerror, str(path)) from exc
         raise
+
+
+@contextmanager
+def atomic_paths(*paths: str | Path) -> Iterator[list[Path]]:
+    """``atomic_path`` for several outputs at once: they appear together once the block succeeds, or
+    none of them does."""
+    with ExitStack() as stack:
+        yield [stack.enter_context(atomic_path(path)) for path in paths]
 
 
 @contextmanager

@@ -21,7 +21,9 @@ the raw JSON text, so only its new ids are parsed.
 
 from __future__ import annotations
 
+import lzma
 import tarfile
+import zlib
 from collections.abc import Iterator
 from pathlib import Path
 from typing import NamedTuple
@@ -29,7 +31,7 @@ from typing import NamedTuple
 import msgspec
 import numpy as np
 
-from wakman.traces.model import Request, TraceFormatError, validate_request
+from wakman.traces.model import MAX_ARRIVAL_S, Request, TraceFormatError, validate_request
 
 DEFAULT_RATE = 1 / 60.0  # conversations per second: one new Claude Code session a minute
 DEFAULT_SEED = 0
@@ -111,12 +113,15 @@ def _sources(path: Path) -> Iterator[tuple[str, bytes]]:
         for file in sorted(path.rglob("*.json")):
             yield str(file), file.read_bytes()
     elif path.suffix in (".xz", ".gz", ".tar", ".tgz", ".bz2") and tarfile.is_tarfile(path):
-        with tarfile.open(path, "r|*") as tar:  # one sequential pass: seeking would re-decompress
-            for member in tar:
-                if member.isfile() and member.name.endswith(".json"):
-                    handle = tar.extractfile(member)
-                    assert handle is not None
-                    yield f"{path}!{member.name}", handle.read()
+        try:
+            with tarfile.open(path, "r|*") as tar:  # one sequential pass: seeking would re-decompress
+                for member in tar:
+                    if member.isfile() and member.name.endswith(".json"):
+                        handle = tar.extractfile(member)
+                        assert handle is not None
+                        yield f"{path}!{member.name}", handle.read()
+        except (tarfile.TarError, EOFError, lzma.LZMAError, zlib.error, OSError) as exc:
+            raise TraceFormatError(path, 0, "-", f"truncated or corrupt archive ({exc})") from exc
     elif path.is_file():
         yield str(path), path.read_bytes()
     else:
@@ -179,6 +184,11 @@ def read(path: str | Path, rate: float = DEFAULT_RATE, seed: int = DEFAULT_SEED)
     named.sort(key=lambda x: (Path(x[0]).name, x[0]))
     gaps = np.random.default_rng(seed).exponential(1.0 / rate, size=len(named))
     starts = np.concatenate(([0.0], np.cumsum(gaps[1:])))
+    if starts[-1] > MAX_ARRIVAL_S:
+        raise ValueError(
+            f"--rate {rate:g} conversations per second starts the last of {len(named):,} conversations "
+            f"{starts[-1]:.3g} s in, past ten years: give a higher rate"
+        )
     timeline: list[tuple[float, int, int, _Stored]] = []
     remaining: dict[tuple[int, str], int] = {}  # requests still to yield, per session
     sources = [source for _, source, _ in named]

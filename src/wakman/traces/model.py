@@ -143,12 +143,27 @@ class TraceFormatError(ValueError):
         super().__init__(f"{where}: {message}" if field == "-" else f"{where}: field '{field}': {message}")
 
 
+# Bounds no real trace reaches, past which a row is refused rather than simulated for ever (or
+# handed to the core, whose counts are 64-bit): ten years of arrivals, 2**31 tokens a prompt or
+# output, 2**20 tokens a block.
+MAX_ARRIVAL_S = 10 * 365.25 * 86400.0
+MAX_TOKENS = 2**31
+MAX_BLOCK_SIZE = 2**20
+
+
 def validate_request(req: Request, path: object, line: int, previous_arrival_s: float) -> None:
-    """Rules every reader applies: finite, non-negative and non-decreasing arrival times (file
-    order is arrival order); at least one prompt token; non-negative output; positive block size;
-    no more keys than the prompt has (possibly partial) blocks."""
-    if not req.arrival_s >= 0 or req.arrival_s == float("inf"):
-        raise TraceFormatError(path, line, "timestamp", f"must be a finite time >= 0, got {req.arrival_s}")
+    """Rules every reader applies: non-negative and non-decreasing arrival times up to
+    ``MAX_ARRIVAL_S`` (file order is arrival order); at least one prompt token; non-negative output;
+    positive block size; lengths and block size at most ``MAX_TOKENS`` and ``MAX_BLOCK_SIZE``; no more
+    keys than the prompt has (possibly partial) blocks."""
+    if not 0 <= req.arrival_s <= MAX_ARRIVAL_S:
+        raise TraceFormatError(
+            path,
+            line,
+            "timestamp",
+            f"must be a time in [0, {MAX_ARRIVAL_S:g}] s (ten years) from the trace's start, got "
+            f"{req.arrival_s} (clock times must be made relative to the first request)",
+        )
     if req.arrival_s < previous_arrival_s:
         raise TraceFormatError(
             path,
@@ -157,12 +172,13 @@ def validate_request(req: Request, path: object, line: int, previous_arrival_s: 
             f"decreases ({req.arrival_s:.6f} s after {previous_arrival_s:.6f} s); "
             "rows must be in arrival order",
         )
-    if req.block_size < 1:
-        raise TraceFormatError(path, line, "block_size", f"must be >= 1, got {req.block_size}")
-    if req.prompt_tokens < 1:
-        raise TraceFormatError(path, line, "input_length", f"must be >= 1 token, got {req.prompt_tokens}")
-    if req.output_tokens < 0:
-        raise TraceFormatError(path, line, "output_length", f"must be >= 0, got {req.output_tokens}")
+    for field, value, least, most in (
+        ("block_size", req.block_size, 1, MAX_BLOCK_SIZE),
+        ("input_length", req.prompt_tokens, 1, MAX_TOKENS),
+        ("output_length", req.output_tokens, 0, MAX_TOKENS),
+    ):
+        if not least <= value <= most:
+            raise TraceFormatError(path, line, field, f"must be in [{least}, {most:,}] tokens, got {value}")
     most = -(-req.prompt_tokens // req.block_size)
     if len(req.block_keys) > most:
         raise TraceFormatError(

@@ -22,7 +22,7 @@ DEFAULT_BLOCK_SIZE = 512
 
 
 class MooncakeRow(msgspec.Struct, kw_only=True, omit_defaults=True):
-    timestamp: int | float
+    timestamp: float  # an integer too large for a float is refused by the decoder
     input_length: int
     output_length: int
     hash_ids: list[int]

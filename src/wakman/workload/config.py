@@ -7,6 +7,7 @@ user's copy), applies dotted ``key=value`` overrides, validates, and returns ``W
 from __future__ import annotations
 
 import tomllib
+from functools import cache
 from importlib.resources import files
 from pathlib import Path
 from typing import Any
@@ -17,6 +18,9 @@ CONFIG_VERSION = 1
 DEFAULT_CONFIG = Path(str(files("wakman.workload") / "default.toml"))
 PROFILES = ("single-turn", "multi-turn", "agentic")
 MIX_TOLERANCE = 1e-6  # how far the mix's fractions may sum from 1
+MAX_SPAN_S = 10 * 365.25 * 86400.0  # warm-up plus duration: ten years at most (what readers accept)
+MAX_REQUESTS = 2**32 - 1  # rate times span: the simulator numbers requests with 32 bits
+MAX_CATALOG = 10**7  # catalog prompts of a profile (one probability each)
 
 
 class LogNormal(msgspec.Struct, forbid_unknown_fields=True):
@@ -84,9 +88,23 @@ class WorkloadConfig(msgspec.Struct, forbid_unknown_fields=True):
     def validate(self) -> WorkloadConfig:
         if self.version != CONFIG_VERSION:
             raise ValueError(f"workload config version {self.version} is not {CONFIG_VERSION}")
-        if self.rate <= 0 or self.duration_s <= 0 or self.warmup_s < 0:
-            raise ValueError("rate and duration_s must be > 0, warmup_s >= 0")
-        if len(self.mix) != 3 or min(self.mix) < 0 or abs(sum(self.mix) - 1) > MIX_TOLERANCE:
+        span = self.warmup_s + self.duration_s
+        if not (self.rate > 0 and self.duration_s > 0 and self.warmup_s >= 0 and span <= MAX_SPAN_S):
+            raise ValueError(
+                f"rate (--rate) and duration_s (--duration) must be > 0, warmup_s >= 0, and warmup_s + "
+                f"duration_s at most {MAX_SPAN_S:g} s (ten years); got {self.rate:g}, {self.duration_s:g}, "
+                f"{self.warmup_s:g}"
+            )
+        if self.rate * span > MAX_REQUESTS:
+            raise ValueError(
+                f"rate (--rate) {self.rate:g}/s over warmup_s + duration_s (--duration) {span:g} s makes "
+                f"{self.rate * span:.3g} requests; at most {MAX_REQUESTS:,}"
+            )
+        if (
+            len(self.mix) != 3
+            or not all(f >= 0 for f in self.mix)
+            or not abs(sum(self.mix) - 1) <= MIX_TOLERANCE
+        ):
             raise ValueError(
                 f"mix needs three fractions >= 0 summing to 1 (within {MIX_TOLERANCE:g}), "
                 f"got {self.mix} (sum {sum(self.mix):.6g})"
@@ -95,6 +113,13 @@ class WorkloadConfig(msgspec.Struct, forbid_unknown_fields=True):
             raise ValueError("block_size must be >= 1 and vocab_size >= 2")
         if self.hash not in ("fast", "sha256"):
             raise ValueError(f"hash must be 'fast' or 'sha256', got {self.hash!r}")
+        for name, size in (
+            ("single_turn.catalog_size", self.single_turn.catalog_size),
+            ("multi_turn.system_catalog_size", self.multi_turn.system_catalog_size),
+            ("agentic.system_catalog_size", self.agentic.system_catalog_size),
+        ):
+            if not 1 <= size <= MAX_CATALOG:
+                raise ValueError(f"{name} must be in [1, {MAX_CATALOG:,}], got {size}")
         for section in (self.single_turn, self.multi_turn, self.agentic):
             for name in section.__struct_fields__:
                 value = getattr(section, name)
@@ -108,14 +133,23 @@ class WorkloadConfig(msgspec.Struct, forbid_unknown_fields=True):
         return msgspec.to_builtins(self)
 
 
+@cache
+def _default_tree() -> dict[str, Any]:
+    return tomllib.loads(DEFAULT_CONFIG.read_text(encoding="utf-8"))
+
+
 def _set_dotted(tree: dict[str, Any], dotted: str, raw: str) -> None:
+    """Set key ``dotted`` (a key of the bundled config; sections a user's file lacks are made) to
+    ``raw`` read as a TOML value (or, failing that, a bare string)."""
     parts = dotted.split(".")
-    node = tree
+    node, known = tree, _default_tree()
     for part in parts[:-1]:
-        if not isinstance(node.get(part), dict):
+        if not isinstance(known.get(part), dict):
             raise ValueError(f"--set {dotted}: no section {part!r}")
-        node = node[part]
-    if parts[-1] not in node:
+        known, node = known[part], node.setdefault(part, {})
+        if not isinstance(node, dict):
+            return  # the file holds a value here, not a section: reading the file says so
+    if parts[-1] not in known:
         raise ValueError(f"--set {dotted}: unknown key {parts[-1]!r}")
     try:
         node[parts[-1]] = tomllib.loads(f"v = {raw}")["v"]
@@ -126,7 +160,7 @@ def _set_dotted(tree: dict[str, Any], dotted: str, raw: str) -> None:
 
 
 def _default_value(dotted: str) -> Any:
-    node: Any = tomllib.loads(DEFAULT_CONFIG.read_text())
+    node: Any = _default_tree()
     for part in dotted.split("."):
         node = node.get(part) if isinstance(node, dict) else None
     return node
@@ -135,8 +169,8 @@ def _default_value(dotted: str) -> Any:
 def load_config(path: str | Path | None = None, overrides: dict[str, str] | None = None) -> WorkloadConfig:
     source = Path(path) if path else DEFAULT_CONFIG
     try:
-        tree = tomllib.loads(source.read_text())
-    except (OSError, tomllib.TOMLDecodeError) as exc:
+        tree = tomllib.loads(source.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
         raise ValueError(f"{source}: cannot read workload config ({exc})") from exc
     overrides = overrides or {}
     for key, value in overrides.items():
