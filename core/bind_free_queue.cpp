@@ -353,7 +353,8 @@ struct PyFreeQueue {
 
 // iter_blocks_after's iterator: blank blocks, then the policy's eviction order, read in chunks that
 // double (the first k blocks cost O(k) and the keys the order's dry run passes over, not O(free
-// blocks)), then reserve's blocks. Like the stock queue's walk, it reads the live queue: do not
+// blocks); after a cursor, LRU and FIFO walk on from its key, other policies run their order from
+// its start), then reserve's blocks. Like the stock queue's walk, it reads the live queue: do not
 // change the queue while iterating.
 struct FreeBlockIter {
   nb::object owner;  // the FreeBlockQueue
@@ -365,6 +366,10 @@ struct FreeBlockIter {
   bool complete = false;  // `order` holds the policy's whole order
   bool in_reserve = false;  // past the policy's order: next_reserve is the next block to yield
   int32_t next_reserve = FreeQueue::kNone;
+  // After a cursor, where the policy walks on from a key (Policy::eviction_order_after): `order`
+  // holds the chunk of keys after `last`, not the order from its start.
+  bool walks_on = false;
+  Key last = 0;
 
   FreeBlockIter(nb::object owner_, PyFreeQueue* q_, int32_t first_blank)
       : owner(std::move(owner_)), q(q_), next_blank(first_blank) {}
@@ -379,14 +384,32 @@ struct FreeBlockIter {
   bool fetch_more() {
     if (complete) return false;
     limit = std::max<size_t>(64, 2 * limit);
-    order.clear();
-    q->queue.policy().eviction_order(order, limit);
+    if (walks_on) {
+      if (!order.empty()) last = order.back();
+      order.clear();
+      pos = 0;
+      q->queue.policy().eviction_order_after(last, order, limit);
+    } else {
+      order.clear();
+      q->queue.policy().eviction_order(order, limit);
+    }
     complete = order.size() < limit;
     return true;
   }
 
-  // Position just after `key` in the policy's order (false if the key is not there).
+  // Position just after `key` in the policy's order (false if the key is not there): O(the keys
+  // after it that are read) where the policy walks on from a key, else O(its depth).
   bool seek_after(Key key) {
+    const Policy& policy = q->queue.policy();
+    if (policy.is_pinned(key)) return false;  // in use: not in the order
+    order.clear();
+    if (policy.eviction_order_after(key, order, limit = 64)) {
+      walks_on = true;
+      last = key;
+      complete = order.size() < limit;
+      return true;
+    }
+    limit = 0;
     for (size_t i = 0;; ++i) {
       while (i >= order.size())
         if (!fetch_more()) return false;

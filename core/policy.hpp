@@ -130,6 +130,12 @@ class Policy {
   // cost O(k) plus the keys evict() would pass over (at most 3 second chances each; SIEVE's visited).
   virtual void eviction_order(std::vector<Key>& out, size_t limit) const = 0;
   void eviction_order(std::vector<Key>& out) const { eviction_order(out, SIZE_MAX); }
+  // The keys after `after` (an unpinned resident key) in eviction_order, appended to `out` until it
+  // holds `limit` keys, in O(those keys), where the policy can walk on from a key (one queue: LRU,
+  // FIFO); false where it cannot (the caller runs eviction_order from its start).
+  virtual bool eviction_order_after(Key /*after*/, std::vector<Key>& /*out*/, size_t /*limit*/) const {
+    return false;
+  }
   virtual void pinned_keys(std::vector<Key>& out) const = 0;
   // Bytes held by the policy's tables (index, nodes, ghosts).
   virtual size_t bytes() const = 0;

@@ -62,6 +62,13 @@ class Recency final : public StoredPolicy {
   void eviction_order(std::vector<Key>& out, size_t limit) const override {
     order_.append_keys(s_.nodes, out, limit);
   }
+  bool eviction_order_after(Key after, std::vector<Key>& out, size_t limit) const override {
+    const int32_t at = s_.index.find(after);
+    if (at < 0 || s_.nodes[at].pinned) bad_key("eviction_order_after of a key not in the order", after);
+    for (int32_t i = s_.nodes[at].newer; i >= 0 && out.size() < limit; i = s_.nodes[i].newer)
+      out.push_back(s_.nodes[i].key);
+    return true;
+  }
   WAKMAN_DRIVEN(Recency)
 
  private:

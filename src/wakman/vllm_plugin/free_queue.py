@@ -25,7 +25,8 @@ The block-to-key map lives in the core, by block id; the queue reads a block's `
 writes nothing to it (its ``prev_free_block`` / ``next_free_block`` slots stay None, so vLLM's
 ``repr`` of a block works).
 ``iter_blocks_after`` yields lazily: the first k blocks cost O(k) (plus the keys the eviction
-order's dry run passes over); after a cursor, O(the cursor's depth) more.
+order's dry run passes over); after a cursor, lru and fifo walk on from its key, the other
+policies pay O(the cursor's depth) more.
 
 Invariants (``check``): a non-null block is free (in blank, in reserve or an evictable key) iff
 ``ref_cnt == 0``; ``num_free_blocks == num_blank_blocks + policy.num_evictable +
