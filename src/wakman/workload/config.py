@@ -14,11 +14,12 @@ from typing import Any
 
 import msgspec
 
+from wakman.traces.model import MAX_ARRIVAL_S  # warm-up plus duration: what the readers accept
+
 CONFIG_VERSION = 1
 DEFAULT_CONFIG = Path(str(files("wakman.workload") / "default.toml"))
 PROFILES = ("single-turn", "multi-turn", "agentic")
 MIX_TOLERANCE = 1e-6  # how far the mix's fractions may sum from 1
-MAX_SPAN_S = 10 * 365.25 * 86400.0  # warm-up plus duration: ten years at most (what readers accept)
 MAX_REQUESTS = 2**32 - 1  # rate times span: the simulator numbers requests with 32 bits
 MAX_CATALOG = 10**7  # catalog prompts of a profile (one probability each)
 
@@ -89,11 +90,11 @@ class WorkloadConfig(msgspec.Struct, forbid_unknown_fields=True):
         if self.version != CONFIG_VERSION:
             raise ValueError(f"workload config version {self.version} is not {CONFIG_VERSION}")
         span = self.warmup_s + self.duration_s
-        if not (self.rate > 0 and self.duration_s > 0 and self.warmup_s >= 0 and span <= MAX_SPAN_S):
+        if not (self.rate > 0 and self.duration_s > 0 and self.warmup_s >= 0 and span <= MAX_ARRIVAL_S):
             raise ValueError(
                 f"rate (--rate) and duration_s (--duration) must be > 0, warmup_s >= 0, and warmup_s + "
-                f"duration_s at most {MAX_SPAN_S:g} s (ten years); got {self.rate:g}, {self.duration_s:g}, "
-                f"{self.warmup_s:g}"
+                f"duration_s at most {MAX_ARRIVAL_S:g} s (ten years); got {self.rate:g}, "
+                f"{self.duration_s:g}, {self.warmup_s:g}"
             )
         if self.rate * span > MAX_REQUESTS:
             raise ValueError(
