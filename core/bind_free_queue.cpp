@@ -427,12 +427,10 @@ struct FreeBlockIter {
       return nb::borrow(q->block(b));
     }
     while (!in_reserve) {
-      while (pos >= order.size())
-        if (!fetch_more()) {
-          continue_in_reserve(q->queue.reserve_head());
-          break;
-        }
-      if (in_reserve) break;
+      if (pos >= order.size()) {
+        if (!fetch_more()) continue_in_reserve(q->queue.reserve_head());
+        continue;
+      }
       int32_t b = q->queue.block_of(order[pos++]);
       if (b >= 0) return nb::borrow(q->block(b));
     }
