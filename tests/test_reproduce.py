@@ -126,6 +126,35 @@ def test_new_policy_summary_by_hand():
     assert "met at no capacity" in text and "+0.50" in text and "m1 (-1.00)" in text
 
 
+def test_hint_mode_is_chain_lru_told_each_session(quick_run):
+    """Hint mode's column is chain-lru in session mode told each session's end at 0 s (a direct run
+    through the simulator), it differs from hash-only chain-lru where sessions end, and the summary
+    and the report quote it against the same goal."""
+    from wakman.simulation import simulate as simulate_static
+
+    _, payload = quick_run
+    plan, label = payload["plan"], reproduce_module.HINT_MODE
+    differs = 0
+    for m in payload["mixes"][:4]:
+        reqs = generate_requests(
+            build_config(preset=m["name"], duration_s=plan["duration_s"]), seed=plan["seed"]
+        )
+        for capacity, rates in m["by_capacity"].items():
+            told = simulate_static(
+                reqs, "chain-lru", int(capacity), policy_params={"sessions": True}, session_ends_after_s=0.0
+            )
+            assert rates[label] == pytest.approx(told.hit_rate, abs=1e-12), (m["name"], capacity)
+            differs += rates[label] != rates["chain-lru"]
+    assert differs, "told ends changed nothing: the hints did not reach the policy"
+    assert payload["summary"]["hint_mode"][label] == reproduce_module.new_policy_summary(
+        payload["mixes"], label
+    )
+    text = render_markdown(payload, figures=set())
+    section = text.split(f"## Hint mode ({label})")[1].split("\n## ")[0]
+    gain = payload["summary"]["hint_mode"][label][str(plan["capacity"])]["mean_gain_points"]
+    assert f"{gain:+.2f}" in section and "mooncake: no session ids" in section
+
+
 def test_quick_makes_decisions(quick_run):
     """--quick traces outlast the managers' first decision, so paper mode can differ from LRU."""
     _, payload = quick_run
@@ -235,6 +264,15 @@ def test_the_archive_stage_gives_each_policys_own_run(tmp_path, monkeypatch):
         for policy in reproduce_module.ALL_POLICIES:
             expected = simulate(reqs, policy, row["capacity"], mode="cache").hit_rate
             assert row["hit_rate"][policy] == pytest.approx(expected, abs=1e-12), (policy, row["capacity"])
+        told = simulate(
+            reqs,
+            "chain-lru",
+            row["capacity"],
+            mode="cache",
+            policy_params={"sessions": True},
+            session_ends_after_s=0.0,
+        )
+        assert row["hit_rate"][reproduce_module.HINT_MODE] == pytest.approx(told.hit_rate, abs=1e-12)
         rates = row["hit_rate"]
         assert max(rates[p] for p in ONLINE) <= rates["belady"] <= rates["infinite"]
     assert rows[0]["hit_rate"]["lru"] < rows[1]["hit_rate"]["lru"]

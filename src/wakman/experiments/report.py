@@ -112,6 +112,12 @@ def render_markdown(
                 f"## The hash-chain policy ({policy}) against the better static policy and Belady",
                 _new_policy_section(payload, policy, per_capacity),
             ]
+    for label, per_capacity in s.get("hint_mode", {}).items():
+        if per_capacity:
+            sections += [
+                f"## Hint mode ({label}): told session ids and ends",
+                _hint_section(payload, label, per_capacity),
+            ]
     if any("prefill_tokens_saved" in m for m in payload["mixes"]):
         sections += ["## What the serving engineer pays for (primary capacity)", _serving_cost(payload)]
     sections += [
@@ -594,6 +600,20 @@ def _new_policy_section(payload: dict[str, Any], policy: str, per_capacity: dict
     if real:
         verdict += " On the real traces its gain is " + "; ".join(real) + " points."
     return f"{verdict}\n\n{table}"
+
+
+def _hint_section(payload: dict[str, Any], label: str, per_capacity: dict[str, Any]) -> str:
+    """Hint mode against the same goal as the hash-only policy, after what it is told."""
+    without = sorted({r["trace"] for r in payload["real_traces"] if label not in r["hit_rate"]})
+    intro = (
+        f"{label} is chain-lru in session mode, told each request's session id and each session's end "
+        "as its last request is done (a client that closes its sessions: vLLM's `WAKMAN_SESSIONS=1`). "
+        "The trace knows each end after the fact, so this measures what clients that send their session "
+        "ids and ends give the cache, apart from the hash-only policies above."
+    )
+    if without:
+        intro += f" Not run on {', '.join(without)}: no session ids."
+    return f"{intro}\n\n{_new_policy_section(payload, label, per_capacity)}"
 
 
 def _serving_cost(payload: dict[str, Any]) -> str:

@@ -6,6 +6,8 @@ session and input length, at 33/33/34 and 0/50/50), the map of the winner (``wor
 the real traces (the bundled Mooncake chat trace in serve mode on a server sized to keep up with it,
 ``ServerModel.keeping_up``; the whole Claude Code archive in cache mode when ``../shared/traces`` is
 there: read once by the parent, shared by the forked workers, one task per policy for every size).
+Hint mode (``HINT_MODE``: chain-lru told session ids and each session's end) runs beside the policies
+on the mixes at every capacity and on the Claude Code archive, the traces with session ids.
 Every other task generates its own trace from (preset, seed), so results do not depend on the
 number of jobs. Every serve-mode run records whether its modelled server kept up (``saturated``).
 """
@@ -41,6 +43,19 @@ from wakman.simulation import ServerModel
 from wakman.simulation.run import belady_future
 from wakman.traces.io import atomic_path
 from wakman.workload import ABLATIONS, MIXES, build_config, generate_requests
+
+# Hint mode (measured apart from the hash-only policies): chain-lru in session mode, told each
+# request's session id and each session's end as its last request is done (``end_session``; a client
+# that closes its sessions: vLLM's ``WAKMAN_SESSIONS=1``). The trace knows its ends after the fact,
+# so this is what a policy gets from clients that send them, not what the hashes alone give.
+HINT_MODE = "chain-lru+sessions"
+HINT_OPTIONS: dict[str, Any] = {"policy_params": {"sessions": True}, "session_ends_after_s": 0.0}
+
+
+def _hinted(reqs: list, capacity: int, **options: Any) -> Any:
+    """chain-lru's hint-mode run (``HINT_OPTIONS``) on ``reqs``: a ``SimResult``."""
+    return simulate(reqs, "chain-lru", capacity, **HINT_OPTIONS, **options)
+
 
 PAPER = {
     "lru_wins": 8,
@@ -127,9 +142,11 @@ def _mix_task(args: tuple[str, Plan]) -> dict[str, Any]:
             rates[policy] = res.hit_rate
             if policy != "belady":
                 saturated[policy] = res.saturation.saturated
+        rates[HINT_MODE] = _hinted(reqs, capacity).hit_rate
         row["by_capacity"][str(capacity)] = rates
         row.setdefault("saturated_by_capacity", {})[str(capacity)] = saturated
     row["by_capacity"][str(plan.capacity)] = {p: row["hit_rate"][p] for p in (*ONLINE, "belady")}
+    row["by_capacity"][str(plan.capacity)][HINT_MODE] = _hinted(reqs, plan.capacity).hit_rate
     return row
 
 
@@ -235,8 +252,8 @@ _PLUS_SHARES_RUNS = not any(PLUS.policy_params.get(name) for name in PLUS.candid
 
 def _claude_tasks() -> list[str]:
     """The archive's tasks: one per policy, but wakman-plus's runs its candidates too (their plain
-    cache-mode runs stand in for its shadows: ``_claude_task``)."""
-    return [p for p in ALL_POLICIES if not (_PLUS_SHARES_RUNS and p in PLUS.candidates)]
+    cache-mode runs stand in for its shadows: ``_claude_task``); then hint mode (its session ids)."""
+    return [*(p for p in ALL_POLICIES if not (_PLUS_SHARES_RUNS and p in PLUS.candidates)), HINT_MODE]
 
 
 def _claude_task(args: tuple[str, Plan]) -> dict[str, dict[int, float]]:
@@ -258,6 +275,8 @@ def _claude_task(args: tuple[str, Plan]) -> dict[str, dict[int, float]]:
     if policy == "infinite":
         once = run(policy, capacities[0]).hit_rate
         return {policy: dict.fromkeys(capacities, once)}
+    if policy == HINT_MODE:
+        return {policy: {c: run("chain-lru", c, **HINT_OPTIONS).hit_rate for c in capacities}}
     if policy != PLUS.name or not _PLUS_SHARES_RUNS:
         return {policy: {c: run(policy, c).hit_rate for c in capacities}}
     rates: dict[str, dict[int, float]] = {name: {} for name in (*PLUS.candidates, policy)}
@@ -272,13 +291,13 @@ def _claude_task(args: tuple[str, Plan]) -> dict[str, dict[int, float]]:
 
 def _claude_rows(plan: Plan, rates: list[dict[str, dict[int, float]]]) -> list[dict[str, Any]]:
     """One row per archive capacity from the tasks' rates (policy -> capacity -> rate), the
-    columns in ALL_POLICIES order."""
+    columns in ALL_POLICIES order, then hint mode's."""
     reqs = _claude_archive(plan)
     by_policy = {policy: by_capacity for task in rates for policy, by_capacity in task.items()}
     rows = []
     for capacity in plan.claude_capacities:
         row = _trace_row("claude-code", "cache", capacity, reqs)
-        row["hit_rate"] = {p: by_policy[p][capacity] for p in ALL_POLICIES}
+        row["hit_rate"] = {p: by_policy[p][capacity] for p in (*ALL_POLICIES, HINT_MODE)}
         rows.append(row)
     return rows
 
@@ -286,7 +305,7 @@ def _claude_rows(plan: Plan, rates: list[dict[str, dict[int, float]]]) -> list[d
 def _expected_cost(stage: str, name: Any) -> float:
     """Roughly the task's seconds on one core, only to order the tasks (measured once)."""
     if stage == "claude code":
-        return {"wakman-plus": 24.0, "wakman": 16.0, "belady": 15.0}.get(name, 7.0)
+        return {"wakman-plus": 24.0, "wakman": 16.0, "belady": 15.0, HINT_MODE: 12.0}.get(name, 7.0)
     if stage == "real traces":
         return 1.0
     if stage == "map":  # (axis, value): long agentic sessions cost the most
@@ -451,6 +470,7 @@ def summarize(mixes: list[dict[str, Any]]) -> dict[str, Any]:
     ]
     summary["saturated_runs"], summary["serve_runs"] = sum(runs), len(runs)
     summary["new_policies"] = {policy: new_policy_summary(mixes, policy) for policy in NEW}
+    summary["hint_mode"] = {HINT_MODE: new_policy_summary(mixes, HINT_MODE)}
     summary["paper"] = PAPER
     return summary
 
