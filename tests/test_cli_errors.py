@@ -956,6 +956,24 @@ def test_a_file_name_that_is_not_utf8_is_drawn(trace, tmp_path, command):
     assert (tmp_path / "s" / "sweep.png").exists() if command == "sweep" else plot.exists()
 
 
+@pytest.mark.parametrize("command", ["stats", "simulate", "convert"])
+def test_a_file_name_that_is_not_utf8_is_printed_under_a_strict_locale(trace, tmp_path, command):
+    """Under a strict UTF-8 locale (no PYTHONIOENCODING) the name's undecodable byte is printed as
+    an escape; printing it raised UnicodeEncodeError before."""
+    bad = Path(os.fsdecode(bytes(tmp_path) + b"/bad\xffname.jsonl"))
+    if command == "convert":  # convert names its output
+        args = [trace, bad, "--to", "native"]
+    else:
+        bad.write_bytes(trace.read_bytes())
+        args = [bad, *(["--policy", "lru", "--capacity-blocks", "9"] if command == "simulate" else [])]
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONIOENCODING", "LANG", "LC_CTYPE")}
+    env["LC_ALL"] = "C.UTF-8"
+    done = subprocess.run([*WAKMAN, command, *args], capture_output=True, env=env, timeout=120)
+    out = done.stdout.decode() + done.stderr.decode()  # strict: the output is valid UTF-8
+    assert done.returncode == 0, out
+    assert "bad\\udcffname" in out, out
+
+
 def test_sigterm_says_interrupted_and_leaves_no_partial_file(tmp_path):
     out = tmp_path / "t.jsonl.gz"
     proc = subprocess.Popen([*WAKMAN, "generate", "-o", out], cwd=tmp_path, stderr=subprocess.PIPE, text=True)

@@ -65,7 +65,12 @@ def build_app(names: Iterable[str] = COMMANDS) -> typer.Typer:
 
 def run(args: Sequence[str] | None = None) -> None:
     """Run a command line (default ``sys.argv[1:]``) with only its command registered. A command
-    comes first: the group's own options (--help, --version) end the run before any command."""
+    comes first: the group's own options (--help, --version) end the run before any command.
+    A file name that is not UTF-8 (Python holds its bytes as surrogates) prints with ``\\udcXX``
+    escapes where the output's encoding is strict, not as an error."""
+    for stream in (sys.stdout, sys.stderr):
+        if hasattr(stream, "reconfigure"):
+            stream.reconfigure(errors="backslashreplace")
     given = list(sys.argv[1:] if args is None else args)
     cli = build_app(given[:1] if given and given[0] in COMMANDS else COMMANDS)
     if args is None:
