@@ -1,4 +1,5 @@
-// wakman._core.chain_blake2b64: the workload generator's fast-mode block hash chain (block_hash.hpp).
+// wakman._core.chain_blake2b64: the workload generator's fast-mode block hash chain, and chain_ids: a
+// trace's per-block content ids as prefix-chained keys (block_hash.hpp).
 #include <nanobind/nanobind.h>
 #include <nanobind/ndarray.h>
 
@@ -29,4 +30,16 @@ void bind_block_hash(nb::module_& m) {
       "Keys (uint64) of the full blocks of tokens (int32), each block's 8-byte BLAKE2b digest taken over the "
       "previous digest (parent for the first) and the block's token bytes; a key is its digest read "
       "big-endian. The chain's last digest is the last key's 8 big-endian bytes.");
+  m.def(
+      "chain_ids",
+      [](nb::ndarray<const uint64_t, nb::ndim<1>, nb::c_contig, nb::device::cpu> ids) {
+        const size_t n = ids.shape(0);
+        auto* keys = new std::vector<uint64_t>(n);
+        nb::capsule owner(keys, [](void* p) noexcept { delete static_cast<std::vector<uint64_t>*>(p); });
+        wakman::chain_ids(ids.data(), n, keys->data());
+        return nb::ndarray<nb::numpy, uint64_t, nb::ndim<1>>(keys->data(), {n}, owner);
+      },
+      "ids"_a,
+      "Prefix-chained keys (uint64) of per-block content ids (uint64): keys[i] = splitmix64(keys[i-1] ^ "
+      "splitmix64(ids[i])), keys[-1] = 0x6B6579636861696E; an id after two different prefixes gets two keys.");
 }

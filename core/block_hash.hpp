@@ -10,6 +10,8 @@
 #include <cstdint>
 #include <cstring>
 
+#include "key_map.hpp"
+
 namespace wakman {
 
 class Blake2b {
@@ -123,6 +125,17 @@ inline void chain_blake2b64(const uint8_t* parent, const int32_t* tokens, size_t
     keys[i] = digest_key(digest);
     std::memcpy(scratch, digest, 8);
   }
+}
+
+// A trace's per-block content ids (each names one block's tokens alone, as Bailian's salted SipHash
+// of each 16-token block does) as prefix-chained keys, vLLM's rule that a block's key stands for its
+// whole prefix: keys[i] = splitmix64(keys[i - 1] ^ splitmix64(ids[i])), keys[-1] = kIdChainSeed.
+// After one parent, distinct ids give distinct keys (splitmix64 is a bijection); ids that already
+// stand for their prefix (no id after two different prefixes) keep every equality and inequality.
+inline constexpr uint64_t kIdChainSeed = 0x6B6579636861696EULL;  // "keychain"
+inline void chain_ids(const uint64_t* ids, size_t n, uint64_t* keys) {
+  uint64_t parent = kIdChainSeed;
+  for (size_t i = 0; i < n; ++i) keys[i] = parent = splitmix64(parent ^ splitmix64(ids[i]));
 }
 
 }  // namespace wakman

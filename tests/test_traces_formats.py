@@ -177,6 +177,52 @@ def test_bailian_rows_written_by_hand(tmp_path):
     assert reqs[3].block_size == 16 and reqs[3].prompt_tokens == 90 and reqs[2].arrival_s == 2.0
 
 
+def test_bailian_ids_name_blocks_not_prefixes(tmp_path):
+    """Bailian's ids hash each 16-token block alone: a block hits only after the same prefix, as
+    vLLM's chained hashes make it. The expected hits come from an independent model that keys a
+    block by the tuple of ids up to it, with vLLM's first-miss rule (at most prompt - 1 tokens)."""
+    from wakman.traces.stats import compute_stats
+
+    rows = [  # (input_length, hash_ids): 9 and 2 recur after other prefixes, 7 twice in one prompt
+        (48, [1, 2, 9]),
+        (48, [3, 1, 9]),
+        (64, [3, 2, 7, 7]),
+        (64, [1, 2, 9, 5]),
+        (64, [3, 2, 7, 7]),
+    ]
+    path = tmp_path / "bailian.jsonl"
+    path.write_text(
+        "".join(
+            json.dumps(
+                {
+                    "chat_id": i,
+                    "parent_chat_id": -1,
+                    "timestamp": float(i),
+                    "input_length": n,
+                    "output_length": 1,
+                }
+                | {"hash_ids": ids}
+            )
+            + "\n"
+            for i, (n, ids) in enumerate(rows)
+        )
+    )
+    cache, hit, total, distinct = set(), 0, 0, set()
+    for n, ids in rows:
+        keys = [tuple(ids[: i + 1]) for i in range(len(ids))]
+        found = 0
+        while found < min(len(keys), (n - 1) // 16) and keys[found] in cache:
+            found += 1
+        hit, total = hit + 16 * found, total + n
+        cache.update(keys[: n // 16])
+        distinct.update(keys)
+    reqs = list(read_trace(path))
+    stats = compute_stats(reqs, lru_curve=False)
+    assert stats.infinite_token_hit_ratio == pytest.approx(hit / total)
+    assert len({k for r in reqs for k in key_list(r.block_keys)}) == len(distinct) == 10
+    assert key_list(reqs[3].block_keys)[:3] == key_list(reqs[0].block_keys)  # one prefix, the same keys
+
+
 @pytest.mark.parametrize("fmt", ["native", "mooncake", "aiperf-sessions"])
 def test_writers_write_the_same_bytes_from_arrays_and_lists(tmp_path, fmt):
     import numpy as np

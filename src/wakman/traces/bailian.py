@@ -3,8 +3,13 @@
     {"chat_id": 7, "parent_chat_id": -1, "timestamp": 1.25, "input_length": 900, "output_length": 40,
      "type": "text", "turn": 1, "hash_ids": [1, 2, ...]}
 
-``timestamp`` in seconds; ``hash_ids`` are 16-token blocks covering the request's whole context;
-``hash_ids`` become a uint64 array (an id outside [0, 2**64) is an error);
+``timestamp`` in seconds; ``hash_ids`` are 16-token blocks covering the request's whole context
+(a follow-up's history included: each row is a self-contained request). Each id names one block's
+tokens alone (the dataset's README: "apply salted SipHash-2-4 to each block"), not its prefix, so the
+reader chains them (``wakman._core.chain_ids``: key i from key i-1 and id i) into keys that stand
+for the whole prefix, as vLLM's block hashes do: an id seen after another prefix is another key, and
+an id repeated within a prompt is two keys (an id outside [0, 2**64) is an error). Where the ids
+already stand for their prefix, chaining changes no hit.
 ``parent_chat_id`` is -1 on a first turn. A request's session is the ``chat_id`` of its first turn
 (followed through ``parent_chat_id``; an unknown parent starts a new session); ``type`` becomes the
 label. Streaming: memory grows with the number of chats, not their blocks.
@@ -17,6 +22,7 @@ from pathlib import Path
 
 import msgspec
 
+from wakman import _core
 from wakman.traces.io import read_rows
 from wakman.traces.model import Request, key_array
 
@@ -45,7 +51,7 @@ def read(path: str | Path, block_size: int = DEFAULT_BLOCK_SIZE) -> Iterator[Req
         root_of[row.chat_id] = root
         return Request(
             arrival_s=float(row.timestamp),
-            block_keys=key_array(row.hash_ids),
+            block_keys=_core.chain_ids(key_array(row.hash_ids)),
             prompt_tokens=row.input_length,
             output_tokens=row.output_length,
             block_size=block_size,
