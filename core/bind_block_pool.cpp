@@ -59,7 +59,8 @@ struct PyBlockPool {
 
 // The loop's view of a Python controller (on_arrival(now, request), on_time(now, pool)) and of the
 // pool's policy names. A controller's optional `free_log` (a FreeBlockLog) gets the pool's free
-// blocks at every event from here, without a call into Python; its optional `wake_s` (seconds,
+// blocks at every event from here, without a call into Python (the count read before an event is
+// logged from the previous event's time: it held since then); its optional `wake_s` (seconds,
 // re-read after each call) holds on_time back until simulated time reaches it
 // (wakman.simulation.controller states the protocol).
 class PyServeHooks final : public ServeHooks {
@@ -87,7 +88,9 @@ class PyServeHooks final : public ServeHooks {
     on_arrival_(now, req);
   }
   void on_time(double now) override {
-    if (free_log_ != nullptr) free_log_->sample(now, py_pool_.pool.free());
+    // The pool's count before the event at `now` is processed held since the previous event.
+    if (free_log_ != nullptr) free_log_->sample(previous_event_s_, py_pool_.pool.free());
+    previous_event_s_ = now;
     if (!on_time_.is_valid() || (has_wake_ && now < wake_s_)) return;
     on_time_(now, pool_);
     if (has_wake_) wake_s_ = nb::cast<double>(controller_.attr("wake_s"));
@@ -110,6 +113,7 @@ class PyServeHooks final : public ServeHooks {
   nb::handle pool_, requests_, controller_;
   PyBlockPool& py_pool_;
   nb::object on_arrival_, on_time_, free_log_obj_;
+  double previous_event_s_ = 0.0;  // the time of the previous on_time (0 before the first: the pool starts empty)
   FreeBlockLog* free_log_ = nullptr;
   int64_t* sampled_ = nullptr;  // output tokens each request has sampled, for the controller to read
   bool has_wake_ = false;

@@ -1,13 +1,17 @@
 // FreeBlockLog: the adaptive manager's record of a pool's free-block count over time, so that each
 // window's time-weighted mean is exact (src/wakman/adaptive/estimator.py states what is logged).
 //
-// A sample (now s, free blocks) says the pool had that many free blocks from `now` on; it closes the
-// previous sample's segment [previous now, now) when time moved forward. A sample back in time is
-// ignored. mean(start, end) is the time-weighted mean over the part of [start, end) the segments
-// cover (the last sample's count where they cover none), accumulated segment by segment in order,
-// as the Python loop it replaced did, so the figures are the same bit for bit. Memory: one segment
-// (24 bytes) per sample since the oldest kept; forget_before(t) drops the segments that end by t.
-// Units: seconds, blocks.
+// A sample (now s, free blocks) says the pool had that many free blocks from `now` on, until the next
+// sample; it closes the previous sample's segment [previous now, now) when time moved forward, and a
+// second sample at the same time replaces the first's count. A sample back in time is ignored.
+// mean(start, end) is the time-weighted mean over the part of [start, end) the samples cover (the
+// closed segments, then the last sample's count from its time on; before the first sample nothing
+// is covered, and where nothing is, the last sample's count), accumulated segment by segment in
+// order. Memory: one segment (24 bytes) per sample since the oldest kept; forget_before(t) drops
+// the segments that end by t. Units: seconds, blocks.
+// The serve loops' hook samples, at each event, the count since the previous event at that event's
+// time (bind_block_pool.cpp's PyServeHooks): the count read before an event is processed is the one
+// that held since the event before it.
 #pragma once
 
 #include <algorithm>
@@ -29,13 +33,15 @@ class FreeBlockLog {
 
   double mean(double start_s, double end_s) const {
     double area = 0.0, covered = 0.0;
-    for (const Segment& s : segments_) {
-      const double overlap = std::min(s.end, end_s) - std::max(s.start, start_s);
+    auto add = [&](double start, double end, int64_t free) {
+      const double overlap = std::min(end, end_s) - std::max(start, start_s);
       if (overlap > 0) {
-        area += static_cast<double>(s.free) * overlap;
+        area += static_cast<double>(free) * overlap;
         covered += overlap;
       }
-    }
+    };
+    for (const Segment& s : segments_) add(s.start, s.end, s.free);
+    if (started_) add(last_t_, end_s, last_free_);  // the last sample's count holds from its time on
     return covered > 0 ? area / covered : static_cast<double>(last_free_);
   }
 

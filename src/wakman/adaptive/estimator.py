@@ -2,8 +2,10 @@
 
 Per request: its arrival time (s) and block keys; per event: the number of free blocks, integrated
 over time so that each window's time-weighted mean is exact (``free_log``, the core's
-``FreeBlockLog``: the serve-mode loop samples it at every event itself, without a call into
-Python). Memory is bounded: at most ``max_blocks`` logged keys (one 8-byte reference each; the
+``FreeBlockLog``: the serve-mode loops sample it at every event themselves, without a call into
+Python; the count read before an event is processed is logged from the previous event's time,
+since it held from then; vLLM's scheduler likewise logs the count at a step's start from the
+previous step's time). Memory is bounded: at most ``max_blocks`` logged keys (one 8-byte reference each; the
 keys themselves are the requests' own objects), the oldest requests dropped first; the default
 4 M keys is 32 MB of references. The free-block log holds one 24-byte segment per event since the
 oldest window start a decision still reads.
@@ -58,7 +60,8 @@ class Estimator:
             self.dropped_requests += 1
 
     def sample_free(self, now: float, free_blocks: int) -> None:
-        """The pool has ``free_blocks`` free blocks from ``now`` on (a sample back in time is ignored)."""
+        """The pool has ``free_blocks`` free blocks from ``now`` on, until the next sample (a sample back
+        in time is ignored; a second one at the same time replaces the first's count)."""
         self.free_log.sample(now, free_blocks)
 
     def window(self, start_s: float, end_s: float) -> list[LoggedRequest]:
@@ -66,7 +69,8 @@ class Estimator:
 
     def mean_free(self, start_s: float, end_s: float) -> float:
         """Time-weighted mean number of free blocks over [start_s, end_s) (the part the samples
-        cover; the last sample's count where they cover none)."""
+        cover, the last sample's count holding from its time on; where they cover none, the last
+        sample's count)."""
         return self.free_log.mean(start_s, end_s)
 
     def forget_before(self, t: float) -> None:

@@ -57,6 +57,7 @@ class PolicyRuntime:
             else None
         )
         self._pending: tuple[PendingDecision, Future] | None = None
+        self._previous_step_s: float | None = None  # the clock at the previous on_step (s)
         publish_state(self)
 
     @property
@@ -106,7 +107,10 @@ class PolicyRuntime:
         if manager is None:
             return
         now = self.clock()
-        manager.estimator.sample_free(now, self.pool.get_num_free_blocks())
+        # the count before this step's scheduling held since the previous step (whose frees made it)
+        since = self._previous_step_s if self._previous_step_s is not None else now
+        manager.estimator.sample_free(since, self.pool.get_num_free_blocks())
+        self._previous_step_s = now
         if self._pending is not None and self._pending[1].done():
             self.drain()
         if self._pending is None and now >= manager.next_decision:
