@@ -33,11 +33,12 @@ FORMATS: dict[str, TraceFormat] = {
 
 
 def detect_format(path: str | Path) -> str:
-    """Guess a trace's format from its shape: folders and archives are kv-cache-tester; JSONL by keys."""
+    """Guess a trace's format from its shape: folders, tar archives (the names the kv-cache-tester
+    reader opens as archives) and ``.json`` / ``.json.gz`` files are kv-cache-tester; JSONL by keys."""
     path = Path(path)
-    if path.is_dir() or path.name.endswith((".tar.xz", ".tar.gz", ".tgz", ".tar")):
+    if path.is_dir() or kvcache_tester.is_archive(path):
         return "kv-cache-tester"
-    if path.suffix == ".json":
+    if path.name.endswith(kvcache_tester.CONVERSATION_SUFFIXES):
         return "kv-cache-tester"
     lines = iter_lines(path)
     _, first = next(lines)

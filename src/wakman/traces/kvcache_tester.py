@@ -2,14 +2,24 @@
 
 File: ``{id, block_size: 64, hash_id_scope: "local", requests: [...]}``. A request has ``t`` (s from
 the conversation's start), ``type`` (``n``, ``s``, or ``subagent`` holding nested ``requests`` whose
-``t`` counts from the sub-agent's ``t``), ``in``/``out`` tokens and ``hash_ids`` of full 64-token
-blocks. Input: one file, a folder of them, or the ``.tar.xz``/``.tar.gz`` archive, read directly.
+``t`` counts from the sub-agent's start; a sub-agent may itself start sub-agents, at any depth, as
+upstream's ``flatten_requests`` allows), ``in``/``out`` tokens and ``hash_ids`` of full 64-token
+blocks. Every request other than a sub-agent entry needs ``in`` >= 1 (upstream never writes less; a
+missing or non-positive ``in`` is refused, naming the file and e.g. ``requests[3].in``). Input: one
+conversation (``.json`` or ``.json.gz``), a folder holding them (searched recursively), or a tar
+archive of them (``.tar``, ``.tar.gz``/``.tgz``, ``.tar.xz``/``.txz``, ``.tar.bz2``/``.tbz2``: the
+names ``ARCHIVE_SUFFIXES`` lists, which format detection uses too), read directly. Gzip is recognised
+by its magic bytes; a ``.json.gz`` conversation reads exactly as the ``.json`` it holds (name order
+ignores the ``.gz``).
 
 Ids are local to a file, so each conversation's ids are namespaced: key = ``(n << 32) | id`` where n
-is the conversation's 1-based position in name order. There is no global clock: conversations start
-as a Poisson process of ``rate`` conversations per second (seeded, exponential gaps, the first at 0),
-each keeping its own gaps. Sub-agent requests carry the session id ``<conversation>/<agent_id>`` and
-the label ``claude-code-subagent``; the others ``claude-code``.
+is the conversation's 1-based position in name order (file name, then full path). There is no global
+clock: conversations start as a Poisson process of ``rate`` conversations per second (seeded,
+exponential gaps, the first at 0), each keeping its own gaps. A conversation's session id is its
+``id``, or ``<id>#<n>`` (n as above) where several files carry the same ``id``, so that two files
+never share a session; a sub-agent's is its parent's session id, ``/`` and its ``agent_id``
+(``subagent`` if none): ``conv/agent_1``, and ``conv/agent_1/agent_2`` for a sub-agent's sub-agent.
+Sub-agent requests, at any depth, carry the label ``claude-code-subagent``; the others ``claude-code``.
 
 Every request's ``block_keys`` is a fresh ``np.ndarray[uint64]``. Placing conversations on one
 timeline needs them all, so the reader holds the whole trace, but compactly: a request is stored as
@@ -21,9 +31,11 @@ the raw JSON text, so only its new ids are parsed.
 
 from __future__ import annotations
 
+import gzip
 import lzma
 import tarfile
 import zlib
+from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 from typing import NamedTuple
@@ -31,7 +43,13 @@ from typing import NamedTuple
 import msgspec
 import numpy as np
 
+from wakman.traces.io import GZIP_MAGIC
 from wakman.traces.model import MAX_ARRIVAL_S, Request, TraceFormatError, validate_request
+
+# The tar archives read (and detected as this format): the compressions tarfile's stream mode reads.
+ARCHIVE_SUFFIXES = (".tar", ".tar.gz", ".tgz", ".tar.xz", ".txz", ".tar.bz2", ".tbz2")
+# A conversation file, plain or gzip-compressed (in a folder or an archive).
+CONVERSATION_SUFFIXES = (".json", ".json.gz")
 
 DEFAULT_RATE = 1 / 60.0  # conversations per second: one new Claude Code session a minute
 DEFAULT_SEED = 0
@@ -46,8 +64,8 @@ class TesterRequest(msgspec.Struct, kw_only=True):
     agent_id: str | None = None
     model: str | None = None
     out: int = 0
-    # "in" is a Python keyword: mapped below
-    in_: int = msgspec.field(default=0, name="in")
+    # "in" is a Python keyword: mapped below; None = missing (sub-agent entries have none)
+    in_: int | None = msgspec.field(default=None, name="in")
 
 
 class Conversation(msgspec.Struct, kw_only=True):
@@ -95,7 +113,8 @@ class _Ids:
 
 class _Stored(NamedTuple):
     """A request without its keys: ``shared`` leading keys of its session's previous request, then
-    ``tail`` (local ids, uint32)."""
+    ``tail`` (local ids, uint32). ``session``: the session id after the conversation's (``""`` for the
+    conversation itself, ``"/agent_1"`` for a sub-agent), joined to it once all names are known."""
 
     arrival_s: float
     session: str
@@ -107,41 +126,65 @@ class _Stored(NamedTuple):
     tail: np.ndarray
 
 
+def is_archive(path: Path) -> bool:
+    """Whether ``path`` is read as a tar archive of conversations (by name: ``ARCHIVE_SUFFIXES``)."""
+    return path.name.endswith(ARCHIVE_SUFFIXES)
+
+
+def _unzip(name: str, raw: bytes) -> bytes:
+    """The JSON text of a conversation file: gzip (recognised by its magic bytes) decompressed."""
+    if not raw.startswith(GZIP_MAGIC):
+        return raw
+    try:
+        return gzip.decompress(raw)
+    except (EOFError, zlib.error, gzip.BadGzipFile, OSError) as exc:
+        raise TraceFormatError(name, 0, "-", f"truncated or corrupt compressed data ({exc})") from exc
+
+
 def _sources(path: Path) -> Iterator[tuple[str, bytes]]:
     """(name, raw JSON) of every conversation, in storage order (callers sort by name)."""
     if path.is_dir():
-        for file in sorted(path.rglob("*.json")):
-            yield str(file), file.read_bytes()
-    elif path.suffix in (".xz", ".gz", ".tar", ".tgz", ".bz2") and tarfile.is_tarfile(path):
+        files = {
+            file for suffix in CONVERSATION_SUFFIXES for file in path.rglob(f"*{suffix}") if file.is_file()
+        }
+        for file in sorted(files):
+            yield str(file), _unzip(str(file), file.read_bytes())
+    elif not path.is_file():
+        raise TraceFormatError(path, 0, "-", "no such file or folder")
+    elif is_archive(path):
         try:
             with tarfile.open(path, "r|*") as tar:  # one sequential pass: seeking would re-decompress
                 for member in tar:
-                    if member.isfile() and member.name.endswith(".json"):
+                    if member.isfile() and member.name.endswith(CONVERSATION_SUFFIXES):
                         handle = tar.extractfile(member)
                         assert handle is not None
-                        yield f"{path}!{member.name}", handle.read()
+                        name = f"{path}!{member.name}"
+                        yield name, _unzip(name, handle.read())
         except (tarfile.TarError, EOFError, lzma.LZMAError, zlib.error, OSError) as exc:
             raise TraceFormatError(path, 0, "-", f"truncated or corrupt archive ({exc})") from exc
-    elif path.is_file():
-        yield str(path), path.read_bytes()
     else:
-        raise TraceFormatError(path, 0, "-", "no such file or folder")
+        yield str(path), _unzip(str(path), path.read_bytes())
 
 
 def _flatten(conv: Conversation, source: str) -> list[tuple[float, str, str, TesterRequest, np.ndarray]]:
-    """The conversation's requests in its own time, as (arrival, session, label, request, local ids)."""
+    """The conversation's requests in its own time, as (arrival, session, label, request, local ids);
+    sub-agents, at any depth, each their own session (``_Stored.session``)."""
     out: list[tuple[float, str, str, TesterRequest, np.ndarray]] = []
 
-    def add(items: list[TesterRequest], offset: float, session: str | None, label: str) -> None:
+    def add(items: list[TesterRequest], offset: float, session: str, label: str, where: str) -> None:
         ids = _Ids(source)
-        for item in items:
-            if item.type == "subagent" and session is None:
-                add(item.requests, item.t, f"{conv.id}/{item.agent_id or 'subagent'}", "claude-code-subagent")
-            else:
-                ids_now = ids.decode(bytes(item.hash_ids))
-                out.append((offset + item.t, session or conv.id, label, item, ids_now))
+        for i, item in enumerate(items):
+            if item.type == "subagent":
+                inner = f"{session}/{item.agent_id or 'subagent'}"
+                add(item.requests, offset + item.t, inner, "claude-code-subagent", f"{where}[{i}].requests")
+                continue
+            if item.in_ is None or item.in_ <= 0:
+                got = "missing" if item.in_ is None else f"got {item.in_}"
+                message = f"a request's prompt length must be >= 1 token ({got})"
+                raise TraceFormatError(source, 0, f"{where}[{i}].in", message)
+            out.append((offset + item.t, session, label, item, ids.decode(bytes(item.hash_ids))))
 
-    add(conv.requests, 0.0, None, "claude-code")
+    add(conv.requests, 0.0, "", "claude-code", "requests")
     out.sort(key=lambda r: r[0])
     return out
 
@@ -160,8 +203,8 @@ def _store(conv: Conversation, source: str) -> list[_Stored]:
             shared = int(diff.argmax()) if diff.any() else m
         previous[session] = ids
         tail = ids[shared:].astype(np.uint32)
-        prompt = max(item.in_, 1)
-        stored.append(_Stored(arrival, session, label, prompt, item.out, conv.block_size, shared, tail))
+        assert item.in_ is not None  # _flatten refuses a request without one
+        stored.append(_Stored(arrival, session, label, item.in_, item.out, conv.block_size, shared, tail))
     return stored
 
 
@@ -170,14 +213,14 @@ def read(path: str | Path, rate: float = DEFAULT_RATE, seed: int = DEFAULT_SEED)
     if rate <= 0:
         raise ValueError(f"rate must be > 0 conversations per second, got {rate}")
     path = Path(path)
-    named: list[tuple[str, str, list[_Stored]]] = []
+    named: list[tuple[str, str, str, list[_Stored]]] = []  # (name, source, conversation id, requests)
     for source, raw in _sources(path):
         try:
             conv = _conversation.decode(raw)
         except msgspec.MsgspecError as exc:
             field = str(exc).split("at `$.", 1)[1].split("`", 1)[0] if "at `$." in str(exc) else "-"
             raise TraceFormatError(source, 0, field, str(exc)) from exc
-        named.append((source.rsplit("!", 1)[-1], source, _store(conv, source)))
+        named.append((source.rsplit("!", 1)[-1].removesuffix(".gz"), source, conv.id, _store(conv, source)))
         del conv, raw  # the raw text is held by the decoded ids until here
     if not named:
         raise TraceFormatError(path, 0, "-", "no conversations found")
@@ -191,11 +234,18 @@ def read(path: str | Path, rate: float = DEFAULT_RATE, seed: int = DEFAULT_SEED)
         )
     timeline: list[tuple[float, int, int, _Stored]] = []
     remaining: dict[tuple[int, str], int] = {}  # requests still to yield, per session
-    sources = [source for _, source, _ in named]
-    for c, (start, (_, _, stored)) in enumerate(zip(starts.tolist(), named, strict=True)):
+    sources = [source for _, source, _, _ in named]
+    repeated = Counter(conv_id for _, _, conv_id, _ in named)
+    names = [
+        conv_id if repeated[conv_id] == 1 else f"{conv_id}#{c + 1}"
+        for c, (_, _, conv_id, _) in enumerate(named)
+    ]
+    session_ids: dict[tuple[int, str], str] = {}  # one string per session, shared by its requests
+    for c, (start, (_, _, _, stored)) in enumerate(zip(starts.tolist(), named, strict=True)):
         for i, req in enumerate(stored):
             timeline.append((start + req.arrival_s, c, i, req))
             remaining[c, req.session] = remaining.get((c, req.session), 0) + 1
+            session_ids.setdefault((c, req.session), names[c] + req.session)
     del named
     timeline.sort(key=lambda x: x[:3])
     last: dict[tuple[int, str], np.ndarray] = {}  # each open session's latest keys
@@ -215,7 +265,7 @@ def read(path: str | Path, rate: float = DEFAULT_RATE, seed: int = DEFAULT_SEED)
             prompt_tokens=req.prompt_tokens,
             output_tokens=req.output_tokens,
             block_size=req.block_size,
-            session_id=req.session,
+            session_id=session_ids[session],
             label=req.label,
         )
         validate_request(out, sources[c], 0, previous_arrival)
