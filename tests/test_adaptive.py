@@ -494,3 +494,113 @@ def test_decayed_scores_weigh_each_request_by_its_age(requests, horizon, half_li
             hits = [sum(w * r[2][i] for w, r in zip(weights, kept, strict=True)) for i in range(3)]
             expected = [h / prompt for h in hits]
     assert scores.rates(half_life) == expected
+
+
+def _first_miss_tokens(window, shadow) -> tuple[int, int]:
+    """Hit and prompt tokens of ``window`` through ``shadow``, vLLM's way, written out: the longest
+    cached prefix (at most prompt - 1 tokens), then every full prompt block accessed deepest first."""
+    hit = prompt = 0
+    for r in window:
+        keys = [int(k) for k in r.block_keys]
+        limit = min(len(keys), (r.prompt_tokens - 1) // r.block_size)
+        found = 0
+        while found < limit and keys[found] in shadow:
+            found += 1
+        hit, prompt = hit + found * r.block_size, prompt + r.prompt_tokens
+        for k in reversed(keys[: min(len(keys), r.prompt_tokens // r.block_size)]):
+            shadow.access(k)
+    return hit, prompt
+
+
+def test_a_decision_replays_its_due_window_after_an_idle_stretch():
+    """Requests in [0, 800 s), none until 2,800 s, then traffic again: the decision due at 900 s is
+    taken at the first event after the gap and replays [0, 900): every early request, scored as
+    fresh LRU and S3-FIFO caches of the live cache's size score them (an independent loop); the due
+    times between (1,800 s, empty) are skipped, the next is due at 2,700 s, on the grid. Before,
+    the first decision replayed the empty [1,901, 2,801) and the early requests never."""
+    from wakman.simulation import simulate as simulate_static
+
+    early = generate_requests(build_config(preset="mix01-pure-single", duration_s=800), seed=3)
+    late = generate_requests(build_config(preset="mix01-pure-single", duration_s=1800), seed=4)
+    reqs = early + [msgspec.structs.replace(r, arrival_s=r.arrival_s + 2800.0) for r in late]
+    manager = AdaptiveManager(PAPER, 3000)
+    simulate_static(reqs, manager.initial_policy(), 3000, controller=manager, mode="cache")
+    first = manager.decisions[0]
+    assert (first.time_s, first.window_start_s, first.requests) == (900.0, 0.0, len(early))
+    assert first.taken_s == reqs[len(early)].arrival_s
+    for name in PAPER.candidates:
+        hit, prompt = _first_miss_tokens(early, make_policy(name, 3000))
+        assert first.rates[name] == pytest.approx(hit / prompt, abs=1e-12)
+    assert [d.time_s for d in manager.decisions[1:3]] == [2700.0, 3600.0]
+    assert all(d.time_s % 900.0 == 0.0 and d.window_start_s == d.time_s - 900.0 for d in manager.decisions)
+
+
+def test_a_long_idle_stretch_costs_a_few_decisions():
+    """wakman-plus decides every 30 s; a month without requests between two bursts is skipped in
+    O(1): the decisions due in it hold no request and are not taken one by one."""
+    from wakman.simulation import simulate as simulate_static
+
+    burst = generate_requests(build_config(preset="mix19-thirds", duration_s=120), seed=1)
+    month = 30 * 86400.0
+    reqs = burst + [msgspec.structs.replace(r, arrival_s=r.arrival_s + month) for r in burst]
+    manager = AdaptiveManager(PLUS, 2000)
+    simulate_static(reqs, manager.initial_policy(), 2000, controller=manager, mode="cache")
+    assert len(manager.decisions) < 20
+    last = max(d.time_s for d in manager.decisions)
+    assert last > month  # the second burst was decided on
+    assert sum(d.requests for d in manager.decisions) == sum(r.arrival_s < last for r in reqs)
+
+
+def test_skipped_decisions_leave_their_requests_to_the_persistent_shadows():
+    """With skip_unchanged, a skipped decision feeds nothing; its requests reach the persistent
+    shadows at the next decision that replays: every request before the last such decision is
+    replayed exactly once (before, a skip dropped them)."""
+    from wakman.simulation import simulate as simulate_static
+
+    fed: list[float] = []
+
+    class Counting(AdaptiveManager):
+        def _persistent_replay(self, new_requests, capacity):
+            fed.extend(r.arrival_s for r in new_requests)
+            return super()._persistent_replay(new_requests, capacity)
+
+    reqs = generate_requests(build_config(preset="mix19-thirds", duration_s=1800), seed=0)
+    manager = Counting(PLUS.with_options(skip_unchanged=True), 6000)
+    simulate_static(reqs, manager.initial_policy(), 6000, controller=manager, mode="cache")
+    assert any(d.skipped for d in manager.decisions)
+    last = max(d.time_s for d in manager.decisions if d.requests and not d.skipped)
+    assert fed == [r.arrival_s for r in reqs if r.arrival_s < last]
+
+
+@pytest.mark.parametrize(
+    ("changes", "message"),
+    [
+        ({"interval_s": float("nan")}, "interval_s"),
+        ({"window_s": float("inf")}, "window_s"),
+        ({"first_decision_s": -1.0}, "first_decision_s"),
+        ({"half_life_s": float("nan")}, "half_life_s"),
+        ({"hysteresis": float("nan")}, "hysteresis"),
+        ({"hysteresis": -0.1}, "hysteresis"),
+        ({"candidates": ("lru", "lru")}, "distinct"),
+        ({"shadows": "persistent", "shadow_size": "free"}, "cannot resize"),
+        ({"max_logged_blocks": 0}, "max_logged_blocks"),
+    ],
+)
+def test_configs_that_cannot_run_are_refused(changes, message):
+    with pytest.raises(ValueError, match=message):
+        PAPER.with_options(**changes)
+
+
+@pytest.mark.parametrize("mode", ["serve", "cache"])
+@pytest.mark.parametrize("arrivals", [[float("nan"), 1.0], [-1.0, 1.0], [0.0, float("inf")], [2.0, 1.0]])
+def test_simulate_refuses_arrival_times_it_cannot_run(mode, arrivals):
+    """Hand-built requests with a NaN, negative, infinite or decreasing arrival are refused (serve
+    mode ran for ever on them)."""
+    from wakman.simulation import simulate as simulate_static
+
+    reqs = [
+        Request(arrival_s=t, block_keys=[i + 1], prompt_tokens=32, output_tokens=1, block_size=16)
+        for i, t in enumerate(arrivals)
+    ]
+    with pytest.raises(ValueError, match="arrival"):
+        simulate_static(reqs, "lru", 10, mode=mode)

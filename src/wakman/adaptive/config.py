@@ -12,6 +12,7 @@ last 15 minutes (recent requests weigh more: 5-minute half-life), with a 2-point
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field, replace
 
 PAPER_NAME = "wakman"
@@ -27,7 +28,9 @@ class AdaptiveConfig:
     start_policy: str = "lru"
     shadow_metric: str = "vllm"  # "vllm": vLLM's hit rate (first-miss rule, tokens); "block": hits / keys
     shadows: str = "fresh"  # "fresh": new shadows replay each window (paper); "persistent": see manager
-    shadow_size: str = "free"  # "free": the window's mean free blocks (paper); "pool": the capacity
+    shadow_size: str = (
+        "free"  # "free": the window's mean free blocks (paper); "pool": the capacity (persistent)
+    )
     half_life_s: float | None = None  # persistent shadows: weigh a request by 2^(-age / half-life)
     log_outputs: bool = False  # shadows also see the blocks decoding filled (vLLM caches them)
     hysteresis: float = 0.0  # switch only if the best beats the live policy's shadow by this (rate)
@@ -36,8 +39,23 @@ class AdaptiveConfig:
     policy_params: dict[str, dict] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        if self.interval_s <= 0 or self.window_s <= 0 or self.first_decision_s <= 0:
-            raise ValueError("interval, window and first decision must be > 0 seconds")
+        for label, value in (
+            ("interval_s", self.interval_s),
+            ("window_s", self.window_s),
+            ("first_decision_s", self.first_decision_s),
+        ):
+            if not (math.isfinite(value) and value > 0):
+                raise ValueError(f"{label} must be a finite number of seconds > 0, got {value}")
+        if self.half_life_s is not None and not (math.isfinite(self.half_life_s) and self.half_life_s > 0):
+            raise ValueError(
+                f"half_life_s must be None or a finite number of seconds > 0, got {self.half_life_s}"
+            )
+        if not (math.isfinite(self.hysteresis) and 0 <= self.hysteresis < 1):
+            raise ValueError(f"hysteresis must be a hit-rate difference in [0, 1), got {self.hysteresis}")
+        if not self.candidates or len(set(self.candidates)) != len(self.candidates):
+            raise ValueError(f"candidates must be distinct policy names, at least one, got {self.candidates}")
+        if self.max_logged_blocks < 1:
+            raise ValueError(f"max_logged_blocks must be >= 1, got {self.max_logged_blocks}")
         if self.shadow_metric not in ("block", "vllm"):
             raise ValueError(f"shadow_metric must be 'block' or 'vllm', got {self.shadow_metric!r}")
         if self.shadows not in ("fresh", "persistent"):
@@ -46,6 +64,8 @@ class AdaptiveConfig:
             raise ValueError("persistent shadows score with shadow_metric='vllm'")
         if self.shadow_size not in ("free", "pool"):
             raise ValueError(f"shadow_size must be 'free' or 'pool', got {self.shadow_size!r}")
+        if self.shadows == "persistent" and self.shadow_size != "pool":
+            raise ValueError("persistent shadows keep one size: shadow_size='pool' (a shadow cannot resize)")
         if self.start_policy not in self.candidates:
             raise ValueError("the start policy must be a candidate")
 

@@ -64,6 +64,10 @@ class Estimator:
         in time is ignored; a second one at the same time replaces the first's count)."""
         self.free_log.sample(now, free_blocks)
 
+    def first_arrival_from(self, start_s: float) -> float | None:
+        """The earliest logged arrival at or after ``start_s`` (seconds), or None (O(older entries))."""
+        return next((r.arrival_s for r in self.log if r.arrival_s >= start_s), None)
+
     def window(self, start_s: float, end_s: float) -> list[LoggedRequest]:
         return [r for r in self.log if start_s <= r.arrival_s < end_s]
 

@@ -1,9 +1,12 @@
 """The WAKMan adaptive manager: shadow replay of recent traffic and live policy switching.
 
-At each decision time it replays the requests of the last ``window_s`` seconds through a fresh
-shadow of every candidate policy whose capacity is the window's time-weighted mean number of free
-blocks, scores each (per-block hits / keys, or vLLM's first-miss token rate), and makes the best
-the live policy. A switch rebuilds the free blocks' order with ``handover`` in O(cached blocks):
+Decisions are due at ``first_decision_s + k * interval_s``. The one due at T replays the requests
+that arrived in [T - ``window_s``, T) through a fresh shadow of every candidate policy whose
+capacity is that span's time-weighted mean number of free blocks, scores each (per-block hits /
+keys, or vLLM's first-miss token rate), and makes the best the live policy. It is taken at the
+first event at or after T (the loops wake on events); when several due times passed between two
+events (an idle stretch), those whose windows hold no request are skipped, unlogged, and the others
+are taken in order. A switch rebuilds the free blocks' order with ``handover`` in O(cached blocks):
 the new policy adopts the old one's eviction order (S3-FIFO puts inherited blocks in its main queue,
 oldest first; leaving S3-FIFO discards its ghost queue); pinned blocks stay pinned; no block is
 lost. A replay that raises is logged once; the live policy stays and serving goes on.
@@ -19,6 +22,7 @@ shadow (one replay serves both).
 from __future__ import annotations
 
 import logging
+import math
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -39,7 +43,7 @@ log = logging.getLogger(__name__)
 
 @dataclass
 class Decision:
-    time_s: float
+    time_s: float  # when it was due: its window is [window_start_s, time_s)
     window_start_s: float
     shadow_capacity: int
     rates: dict[str, float]
@@ -50,6 +54,7 @@ class Decision:
     requests: int
     skipped: bool = False
     error: str | None = None
+    taken_s: float | None = None  # the event at which it was taken (>= time_s), where the live cache switched
 
     def as_dict(self) -> dict[str, Any]:
         return dict(self.__dict__)
@@ -133,17 +138,17 @@ class AdaptiveManager:
         return self.next_decision
 
     def on_time(self, now: float, pool: BlockPool) -> None:
-        """Decide when due (the loop has already sampled the pool's free blocks into ``free_log``)."""
-        if now >= self.next_decision:
+        """Take the decisions due by ``now`` (the loop has already sampled the pool's free blocks into
+        ``free_log``)."""
+        while now >= self.next_decision:
             self.decide(now, pool)
 
     def cache_decide(self, now: float, capacity: int) -> str | None:
-        """Cache mode: decide when due (shadows of the live cache's ``capacity``); the policy to
-        switch to, or None. Reads the logged requests only, never the live cache."""
-        if now < self.next_decision:
-            return None
+        """Cache mode: take the decisions due by ``now`` (shadows of the live cache's ``capacity``);
+        the policy to switch to, or None. Reads the logged requests only, never the live cache."""
         before = self.live
-        self.decide(now, None, shadow_capacity=capacity)
+        while now >= self.next_decision:
+            self.decide(now, None, shadow_capacity=capacity)
         return None if self.live == before else self.live
 
     def cache_switch(self, live: EvictionPolicy, name: str) -> EvictionPolicy:
@@ -152,7 +157,8 @@ class AdaptiveManager:
 
     # ------------------------------------------------------------------ decisions
     def decide(self, now: float, pool: BlockPool | None, shadow_capacity: int | None = None) -> str:
-        """Take one decision at ``now``; switch ``pool``'s policy if needed. Returns the live name."""
+        """Take the earliest decision due by ``now`` (``open_decision``); switch ``pool``'s policy if
+        needed. Returns the live name."""
         pending = self.open_decision(now, shadow_capacity)
         if pending is None:
             return self.live
@@ -162,8 +168,10 @@ class AdaptiveManager:
         return self.live
 
     def open_decision(self, now: float, shadow_capacity: int | None = None) -> PendingDecision | None:
-        """Start the decision due at ``now``: snapshot the window to replay (safe to hand to another
-        thread). None when there is nothing to replay; that decision is already logged."""
+        """Start the earliest decision due by ``now`` (``next_decision <= now``): snapshot its window
+        to replay (safe to hand to another thread) and move ``next_decision`` on by one interval.
+        None when there is nothing to replay; that decision is already logged. Due times before it
+        whose windows hold no request are skipped (``_first_due``)."""
         cfg = self.config
         if self.shadow_hits is not None:  # raised here: the replay's errors are logged, not raised
             if self.decoded_blocks is not None or self.estimator.dropped_requests:
@@ -172,33 +180,53 @@ class AdaptiveManager:
                 )
             if any(len(hits) < self.estimator.recorded for hits in self.shadow_hits.values()):
                 raise ValueError("shadow_hits: fewer hit counts than requests arrived")
-        start = max(0.0, now - cfg.window_s)
+        due = self._first_due(now)
+        start = max(0.0, due - cfg.window_s)
         persistent = cfg.shadows == "persistent"
-        window = self.estimator.window(self._fed_until if persistent else start, now)
+        window = self.estimator.window(self._fed_until if persistent else start, due)
         capacity = shadow_capacity
         if capacity is None:
             if cfg.shadow_size == "pool":
                 capacity = self.capacity
             else:
-                capacity = max(1, round(self.estimator.mean_free(start, now)))
-        self.next_decision = now + cfg.interval_s
-        if persistent:  # the window handed over is what the shadows have not seen yet
-            self._fed_until = now
-        self.estimator.forget_before(now if persistent else now - cfg.window_s)
-        decision = Decision(now, start, capacity, {}, self.live, self.live, False, 0.0, len(window))
-        if not window:
-            self.decisions.append(decision)
-            return None
-        signature = (
-            len(window) / max(now - start, 1e-9),
-            sum(len(r.block_keys) for r in window) / len(window),
+                capacity = max(1, round(self.estimator.mean_free(start, due)))
+        self.next_decision = due + cfg.interval_s
+        decision = Decision(
+            due, start, capacity, {}, self.live, self.live, False, 0.0, len(window), taken_s=now
         )
-        if cfg.skip_unchanged and self._unchanged(signature):
-            decision.skipped = True
+        signature = (
+            len(window) / max(due - start, 1e-9),
+            sum(len(r.block_keys) for r in window) / max(len(window), 1),
+        )
+        if window and cfg.skip_unchanged and self._unchanged(signature):
+            decision.skipped = True  # the shadows are not fed: persistent ones get these requests next time
+        elif window:
+            self._last_signature = signature
+            if persistent:  # the window handed over is what the shadows have not seen yet
+                self._fed_until = due
+        # what no later window reads: persistent shadows have been fed up to _fed_until
+        self.estimator.forget_before(self._fed_until if persistent else self.next_decision - cfg.window_s)
+        if not window or decision.skipped:
             self.decisions.append(decision)
             return None
-        self._last_signature = signature
         return PendingDecision(decision, window, capacity)
+
+    def _first_due(self, now: float) -> float:
+        """The due time of the next decision to take at ``now``: ``next_decision``, or, when later
+        due times have passed too (an idle stretch), the first of them whose window may hold a
+        logged request, at most the last due time by ``now``. O(1) however long the stretch."""
+        cfg, due = self.config, self.next_decision
+        if now - due < cfg.interval_s:
+            return due
+        last = due + math.floor((now - due) / cfg.interval_s) * cfg.interval_s
+        first = self.estimator.first_arrival_from(
+            self._fed_until if cfg.shadows == "persistent" else due - cfg.window_s
+        )
+        if first is None or first >= last:
+            return last
+        if first < due:  # in the window of the due time itself
+            return due
+        return min(last, due + (math.floor((first - due) / cfg.interval_s) + 1) * cfg.interval_s)
 
     def close_decision(
         self, pending: PendingDecision, rates: dict[str, float] | None, error: str | None, wall_s: float

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Sequence
 from typing import Any
@@ -64,6 +65,7 @@ def simulate(
     if capacity_blocks < 1:
         raise ValueError(f"capacity must be >= 1 block, got {capacity_blocks}")
     requests = list(requests)
+    _check_arrivals(requests)
     started = time.perf_counter()
     offsets = None
     requested = capacity_blocks
@@ -116,3 +118,19 @@ def simulate(
         result.extra.update(report())
     result.wall_s = time.perf_counter() - started
     return result
+
+
+def _check_arrivals(requests: Sequence[Request]) -> None:
+    """Arrival times must be finite, >= 0 and non-decreasing (the trace readers' rule, for requests
+    built by hand): the serve loops' interval series starts at 0 and a NaN or a step back never ends."""
+    previous = 0.0
+    for index, req in enumerate(requests):
+        t = req.arrival_s
+        if not (math.isfinite(t) and t >= 0):
+            raise ValueError(f"request {index}: arrival_s must be finite and >= 0 seconds, got {t!r}")
+        if t < previous:
+            raise ValueError(
+                f"request {index}: arrival_s {t!r} is before request {index - 1}'s ({previous!r}); "
+                "requests must be in arrival order"
+            )
+        previous = t
