@@ -83,11 +83,31 @@ def bailian_file(folder: Path, hash_ids: list[int] | None = None) -> Path:
     return path
 
 
+def aiperf_sessions_file(folder: Path) -> Path:
+    """AIPerf chat rows: session a's second turn adds 400 tokens to its first turn and answer."""
+    rows = [
+        {"session_id": "a", "timestamp": 0, "input_length": 1000, "output_length": 600, "hash_ids": BIG[:2]},
+        {
+            "session_id": "b",
+            "timestamp": 500,
+            "input_length": 300,
+            "output_length": 3,
+            "hash_ids": [2**63 + 7],
+        },
+        {"session_id": "a", "delay": 1500, "input_length": 400, "output_length": 20, "hash_ids": BIG[2:3]},
+    ]
+    path = folder / "sessions.jsonl"
+    path.write_text("\n".join(json.dumps(r) for r in rows) + "\n")
+    return path
+
+
 def trace_of(fmt: str, folder: Path) -> Path:
     if fmt == "kv-cache-tester":
         return kv_cache_tester_file(folder)
     if fmt == "bailian":
         return bailian_file(folder)
+    if fmt == "aiperf-sessions":
+        return aiperf_sessions_file(folder)
     path = folder / f"t.{fmt}.jsonl"
     write_trace(requests_with_big_keys(), path, fmt)
     return path
@@ -118,13 +138,19 @@ def test_the_generator_yields_uint64_arrays():
 
 @pytest.mark.parametrize("fmt", [name for name, f in FORMATS.items() if f.write])
 def test_write_then_read_keeps_keys_exactly(tmp_path, fmt):
-    reqs = requests_with_big_keys()
+    """AIPerf chats key a later turn's blocks past its history afresh: written back, what they read
+    as reads the same again."""
+    reqs = (
+        requests_with_big_keys()
+        if fmt != "aiperf-sessions"
+        else list(read_trace(aiperf_sessions_file(tmp_path)))
+    )
     path = tmp_path / f"t.{fmt}.jsonl.gz"
     write_trace(reqs, path, fmt)
     back = list(read_trace(path, fmt))
     assert_key_arrays(back)
     assert [key_list(r.block_keys) for r in back] == [key_list(r.block_keys) for r in reqs]
-    if fmt == "native":  # the only format that carries output keys
+    if fmt in ("native", "aiperf-sessions"):  # the formats that carry (or make) output keys
         assert [key_list(r.output_keys) for r in back] == [key_list(r.output_keys) for r in reqs]
         again = tmp_path / "again.jsonl.gz"
         write_trace(back, again, fmt)  # arrays write the same rows as the lists did

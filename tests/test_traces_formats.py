@@ -87,24 +87,71 @@ def test_native_mooncake_native(tmp_path):
     assert detect_format(tmp_path / "m.jsonl") == "mooncake"
     write_trace(read_trace(tmp_path / "m.jsonl", "mooncake"), tmp_path / "n.jsonl", "native")
     back = list(read_trace(tmp_path / "n.jsonl"))
-    assert len(back) == len(reqs) and all(same(a, b) for a, b in zip(reqs, back, strict=True))
+    # each row a whole request, without a session_id (AIPerf would make rows sharing one a chat)
+    assert all(r.session_id is None for r in back)
+    assert len(back) == len(reqs) and all(same(a, b, session=False) for a, b in zip(reqs, back, strict=True))
 
 
 def test_native_aiperf_sessions_native(tmp_path):
+    """Each later turn is written as what it adds to its previous turn's prompt and answer (session
+    a: 1,300 - 1,000 - 10 = 290 tokens); read back, every prompt has its tokens again and a later
+    turn's keys start with its previous turn's full prompt blocks."""
     reqs = sample_requests()
     write_trace(reqs, tmp_path / "s.jsonl", "aiperf-sessions")
     rows = [json.loads(line) for line in (tmp_path / "s.jsonl").read_text().splitlines()]
     assert rows[2] == {
         "session_id": "a",
         "delay": 1500,
-        "input_length": 300,
+        "input_length": 290,
         "output_length": 20,
-        "hash_ids": [3],
+        "hash_ids": [2],
     }
     back = list(read_trace(tmp_path / "s.jsonl", "aiperf-sessions"))
-    assert len(back) == len(reqs)
-    for a, b in zip(reqs, back, strict=True):
-        assert same(a, b, session=a.session_id is not None)
+    assert [(r.arrival_s, r.prompt_tokens, r.output_tokens, r.session_id) for r in back] == [
+        (r.arrival_s, r.prompt_tokens, r.output_tokens, r.session_id or f"r{i}") for i, r in enumerate(reqs)
+    ]
+    assert key_list(back[2].block_keys)[:1] == [1]
+    assert key_list(back[4].block_keys)[:2] == key_list(back[2].block_keys)[:2]
+    assert key_list(back[2].block_keys)[1:] != [2, 3]  # past the history: keys of this chat alone
+
+
+@pytest.mark.parametrize("fmt", ["mooncake", "aiperf-sessions"])
+def test_aiperf_chats_are_read_as_aiperf_replays_them(tmp_path, fmt):
+    """Rows sharing a session_id are one chat (AIPerf's default for Mooncake rows with hash_ids):
+    turn k's prompt is the earlier turns and their answers, then its own tokens. Worked by hand with
+    512-token blocks and vLLM's first-miss rule (at most prompt - 1 tokens hit):
+    s1: 1,024 tokens [1, 2], 0 hit; then 1,024 + 100 + 512 = 1,636 tokens, hits blocks 1, 2: 1,024.
+    s2: 900 tokens [1, 7] hits block 1 (s1's): 512; then 900 + 40 + 100 = 1,040 tokens: 512 (a short
+    turn: the old reader refused it). s3: 600 tokens, a 1,000-token answer completes blocks 2 and 3;
+    then 1,700 tokens hit all three: 1,536. Total 2,560 + 1,536 hit of 4,600 + 2,300 tokens."""
+    from wakman.traces.stats import compute_stats
+
+    turns = [  # (ms, session, new tokens, answer tokens, hash_ids)
+        (0, "s1", 1024, 100, [1, 2]),
+        (1000, "s2", 900, 40, [1, 7]),
+        (2000, "s3", 600, 1000, [30, 31]),
+        (5000, "s1", 512, 100, [3]),
+        (6000, "s2", 100, 10, [8]),
+        (7000, "s3", 100, 5, [32]),
+    ]
+    first_ms: dict[str, int] = {}
+    lines = []
+    for ms, sid, new, answer, ids in turns:
+        row = {"session_id": sid, "input_length": new, "output_length": answer, "hash_ids": ids}
+        if fmt == "mooncake" or sid not in first_ms:
+            row["timestamp"] = ms
+        else:
+            row["delay"] = ms - first_ms[sid]
+        first_ms[sid] = ms
+        lines.append(json.dumps(row))
+    path = tmp_path / "chats.jsonl"
+    path.write_text("\n".join(lines) + "\n")
+    assert detect_format(path) == fmt
+    reqs = list(read_trace(path))
+    assert [r.prompt_tokens for r in reqs] == [1024, 900, 600, 1636, 1040, 1700]
+    stats = compute_stats(reqs, lru_curve=False)
+    assert stats.prompt_tokens == 6900
+    assert stats.infinite_token_hit_ratio == pytest.approx((512 + 1024 + 512 + 1536) / 6900)
 
 
 def test_aiperf_sessions_refuse_a_turn_that_does_not_extend(tmp_path):

@@ -1,19 +1,39 @@
-"""AIPerf session rows (``aiperf synthesize`` multi-turn output): only each turn's new tokens.
+"""AIPerf multi-turn rows (``mooncake_trace`` rows that carry a ``session_id``): each turn's new tokens.
 
     {"session_id": "s1", "timestamp": 0, "input_length": 900, "output_length": 40, "hash_ids": [1, 2]}
     {"session_id": "s1", "delay": 2500, "input_length": 300, "output_length": 30, "hash_ids": [3]}
 
-``hash_ids`` (ids in [0, 2**64); the keys are uint64 arrays) and ``input_length`` cover the new tokens
-of the turn; the turn's full prompt is the concatenation of its session's earlier ``hash_ids`` (and the
-sum of their lengths). ``timestamp`` (ms) is on a session's first turn, ``delay`` (ms, after the
-previous turn's arrival) on later ones; wakman places turn k at ``timestamp + sum(delays)``. Rows of
-different sessions may come in any order, so reading buffers the whole trace to sort it by arrival
-(memory grows with the trace, unlike the other readers). Writing needs each turn's keys to extend its
-session's previous turn's keys.
+AIPerf replays the rows of one ``session_id`` as one chat (its ``deltas_without_responses`` mode,
+the default for Mooncake rows with ``hash_ids``): turn k's prompt is the session's earlier turns,
+each followed by the answer the server generated for it, then turn k's ``input_length`` new tokens.
+``Conversations`` reads a session that way, in tokens and block keys (``block_size`` tokens a block):
+
+- turn 1: its ``hash_ids`` as given (prefix-chained ids, in [0, 2**64)), ``input_length`` tokens;
+- turn k > 1: ``prompt = history + input_length`` tokens, where ``history`` is turn k-1's prompt
+  plus its ``output_length``; its first keys are the blocks vLLM cached for the history (turn k-1's
+  full prompt blocks, then the blocks its decoding completed: ``(prompt + output - 1) // block_size``
+  in all, the last sampled token having no KV), the rest keys no other session has (the history
+  holds live answers; a turn's own ``hash_ids`` then name only the text AIPerf generates for it);
+- each turn's ``output_keys``: the blocks its decoding completes (full prompt blocks to
+  ``(prompt + output - 1) // block_size``), which turn k+1's prompt hits.
+
+The keys no trace gives are ``splitmix64`` of the session's 64-bit name (the first 8 bytes of the
+BLAKE2b digest of its id) plus a counter times the golden ratio: distinct from each other and, with
+probability ~n / 2**64, from the trace's ids. ``timestamp`` (ms) is on a session's first turn;
+``delay`` (ms, after the previous turn's arrival) or ``timestamp`` on later ones. Rows of different
+sessions may come in any order, so reading buffers the whole trace to sort it by arrival (memory
+grows with the trace, unlike the other readers); a ``mooncake`` file whose rows carry a
+``session_id`` is read the same way (``mooncake.read``).
+
+Writing gives each session's turns as AIPerf will replay them, so a turn must extend its previous
+turn's prompt and answer: its prompt at least their tokens, its keys starting with the previous
+turn's full prompt blocks and, where the trace has them, its output blocks; anything else is
+refused (write ``mooncake`` rows, one self-contained request each, instead).
 """
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 
@@ -32,6 +52,7 @@ from wakman.traces.model import (
 )
 
 DEFAULT_BLOCK_SIZE = 512
+_GOLDEN = np.uint64(0x9E3779B97F4A7C15)
 
 
 class SessionRow(msgspec.Struct, kw_only=True, omit_defaults=True):
@@ -47,54 +68,132 @@ class SessionRow(msgspec.Struct, kw_only=True, omit_defaults=True):
 _row = msgspec.json.Decoder(SessionRow)
 
 
+def _session_name(session_id: str) -> int:
+    return int.from_bytes(hashlib.blake2b(session_id.encode(), digest_size=8).digest(), "little")
+
+
+def _fresh_keys(name: int, start: int, n: int) -> np.ndarray:
+    """Keys ``start .. start + n - 1`` of a session named ``name``: splitmix64(name + i * golden)."""
+    with np.errstate(over="ignore"):
+        z = np.uint64(name) + np.arange(start, start + n, dtype=np.uint64) * _GOLDEN + _GOLDEN
+        z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+        z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+        return z ^ (z >> np.uint64(31))
+
+
+class _Session:
+    __slots__ = ("arrival_s", "history_keys", "history_tokens", "issued", "name")
+
+    def __init__(self, session_id: str) -> None:
+        self.arrival_s = 0.0
+        self.history_tokens = 0  # the previous turns' prompts and answers (tokens)
+        self.history_keys = no_keys()  # the blocks vLLM cached for them
+        self.name = _session_name(session_id)
+        self.issued = 0  # fresh keys handed out so far
+
+    def fresh(self, n: int) -> np.ndarray:
+        keys = _fresh_keys(self.name, self.issued, n)
+        self.issued += n
+        return keys
+
+
+class Conversations:
+    """AIPerf's chats, turn by turn: ``turn(...)`` gives the ``Request`` AIPerf sends for a row."""
+
+    def __init__(self, block_size: int = DEFAULT_BLOCK_SIZE) -> None:
+        self.block_size = block_size
+        self.sessions: dict[str, _Session] = {}
+
+    def is_first(self, session_id: str) -> bool:
+        return session_id not in self.sessions
+
+    def last_arrival_s(self, session_id: str) -> float:
+        return self.sessions[session_id].arrival_s
+
+    def turn(
+        self, session_id: str, arrival_s: float, input_length: int, output_length: int, hash_ids: np.ndarray
+    ) -> Request:
+        bs = self.block_size
+        session = self.sessions.get(session_id)
+        if session is None:
+            session = self.sessions[session_id] = _Session(session_id)
+            keys, prompt = hash_ids, input_length
+        else:
+            prompt = session.history_tokens + input_length
+            shared = session.history_keys
+            keys = np.concatenate((shared, session.fresh(max(0, -(-prompt // bs) - len(shared)))))
+        full = prompt // bs
+        decoded = max(0, (prompt + output_length - 1) // bs - full) if output_length > 0 else 0
+        outputs = session.fresh(decoded) if decoded else no_keys()
+        session.arrival_s = arrival_s
+        session.history_tokens = prompt + output_length
+        session.history_keys = np.concatenate((keys[: min(full, len(keys))], outputs))
+        return Request(
+            arrival_s=arrival_s,
+            block_keys=keys,
+            prompt_tokens=prompt,
+            output_tokens=output_length,
+            block_size=bs,
+            session_id=session_id,
+            output_keys=outputs,
+        )
+
+
 def read(path: str | Path, block_size: int = DEFAULT_BLOCK_SIZE) -> Iterator[Request]:
     path = Path(path)
-    sessions: dict[str, tuple[float, np.ndarray, int]] = {}  # id -> (last arrival s, keys, tokens)
+    chats = Conversations(block_size)
     turns: list[tuple[float, int, Request]] = []
     for number, row in decode_rows(path, _row):
-        state = sessions.get(row.session_id)
-        if state is None:
+        if chats.is_first(row.session_id):
             if row.timestamp is None:
                 raise TraceFormatError(path, number, "timestamp", "a session's first turn needs a timestamp")
-            arrival, keys, tokens = row.timestamp / 1000.0, no_keys(), 0
-        else:
-            if row.delay is None:
-                raise TraceFormatError(path, number, "delay", "a session's later turn needs a delay")
+            arrival = row.timestamp / 1000.0
+        elif row.delay is not None:
             if row.delay < 0:
                 raise TraceFormatError(path, number, "delay", f"must be >= 0 ms, got {row.delay}")
-            arrival, keys, tokens = state[0] + row.delay / 1000.0, state[1], state[2]
-        try:
-            new = key_array(row.hash_ids)
-        except KeyRangeError as exc:
-            raise TraceFormatError(path, number, exc.field, exc.message) from None
-        keys = np.concatenate((keys, new)) if len(keys) else new
-        tokens += row.input_length
-        sessions[row.session_id] = (arrival, keys, tokens)
-        req = Request(
-            arrival_s=arrival,
-            block_keys=keys,
-            prompt_tokens=tokens,
-            output_tokens=row.output_length,
-            block_size=block_size,
-            session_id=row.session_id,
-        )
-        validate_request(req, path, number, 0.0)
-        turns.append((arrival, number, req))
+            arrival = chats.last_arrival_s(row.session_id) + row.delay / 1000.0
+        elif row.timestamp is not None:
+            arrival = row.timestamp / 1000.0
+        else:
+            raise TraceFormatError(
+                path, number, "delay", "a session's later turn needs a delay or a timestamp"
+            )
+        turns.append((arrival, number, _turn(chats, row, arrival, path, number)))
     turns.sort(key=lambda t: (t[0], t[1]))
     for _, _, req in turns:
         yield req
 
 
+def _turn(chats: Conversations, row: SessionRow, arrival: float, path: Path, number: int) -> Request:
+    """One row through ``chats``, checked as every reader checks a request."""
+    try:
+        ids = key_array(row.hash_ids)
+    except KeyRangeError as exc:
+        raise TraceFormatError(path, number, exc.field, exc.message) from None
+    # the row itself, as every reader checks a request (AIPerf refuses a turn without new tokens)
+    alone = Request(
+        arrival_s=arrival,
+        block_keys=ids,
+        prompt_tokens=row.input_length,
+        output_tokens=row.output_length,
+        block_size=chats.block_size,
+    )
+    validate_request(alone, path, number, 0.0)
+    req = chats.turn(row.session_id, arrival, row.input_length, row.output_length, ids)
+    validate_request(req, path, number, 0.0)
+    return req
+
+
 def write(requests: Iterable[Request], path: str | Path) -> int:
     """Requests without a session id each become a one-turn session named ``r<index>``."""
-    last: dict[str, tuple[Request, list[int]]] = {}  # session -> (its latest turn, that turn's keys)
+    last: dict[str, Request] = {}  # session -> its latest turn
     count = 0
     with atomic_output(path) as out:
         for index, req in enumerate(requests):
             sid = req.session_id if req.session_id is not None else f"r{index}"
             keys = key_list(req.block_keys)
-            entry = last.get(sid)
-            if entry is None:
+            prev = last.get(sid)
+            if prev is None:
                 row = SessionRow(
                     session_id=sid,
                     timestamp=seconds_to_ms(req.arrival_s),
@@ -103,21 +202,30 @@ def write(requests: Iterable[Request], path: str | Path) -> int:
                     hash_ids=keys,
                 )
             else:
-                prev, prev_keys = entry
-                n = len(prev_keys)
-                if keys[:n] != prev_keys or req.prompt_tokens < prev.prompt_tokens:
+                history = prev.prompt_tokens + prev.output_tokens
+                full = prev.prompt_tokens // prev.block_size
+                cached = key_list(prev.block_keys)[:full] + key_list(prev.output_keys)
+                known = min(len(cached), len(keys))
+                if req.prompt_tokens < history or keys[:known] != cached[:known] or known < full:
                     raise ValueError(
-                        f"request {index} (session {sid}) does not extend its previous turn's prompt; "
-                        "AIPerf session rows cannot express it"
+                        f"request {index} (session {sid}) does not extend its previous turn's prompt and "
+                        "answer, as AIPerf replays a session's turns; write mooncake rows (one "
+                        "self-contained request each) instead"
+                    )
+                new = req.prompt_tokens - history
+                if new < 1:
+                    raise ValueError(
+                        f"request {index} (session {sid}) adds no token to its previous turn's prompt and "
+                        "answer; AIPerf refuses such a turn: write mooncake rows instead"
                     )
                 row = SessionRow(
                     session_id=sid,
                     delay=seconds_to_ms(req.arrival_s - prev.arrival_s),
-                    input_length=req.prompt_tokens - prev.prompt_tokens,
+                    input_length=new,
                     output_length=req.output_tokens,
-                    hash_ids=keys[n:],
+                    hash_ids=keys[known:][: -(-new // req.block_size)],
                 )
-            last[sid] = (req, keys)
+            last[sid] = req
             out.write(JSON_ENCODER.encode(row) + b"\n")
             count += 1
     return count

@@ -4,8 +4,12 @@
 
 ``timestamp`` is the arrival in milliseconds from the start; ``hash_ids`` are prefix-chained ids of
 the prompt's blocks (512 tokens by default, the last usually partial), read as a uint64 array (an id
-outside [0, 2**64) is an error). Rows may carry AIPerf's
-optional ``session_id``. Written rows use only fields AIPerf's ``MooncakeTrace`` model accepts.
+outside [0, 2**64) is an error). Each row is a self-contained request. Rows that carry AIPerf's
+optional ``session_id`` are turns of one chat, as AIPerf replays them: each turn's ``input_length``
+and ``hash_ids`` are its new tokens, after the session's earlier turns and their answers
+(``aiperf_sessions.Conversations``). Written rows use only fields AIPerf's ``MooncakeTrace`` model
+accepts and carry no ``session_id``: each is the whole request, which AIPerf sends as it is (write
+``aiperf-sessions`` to keep the sessions as chats).
 """
 
 from __future__ import annotations
@@ -15,8 +19,9 @@ from pathlib import Path
 
 import msgspec
 
+from wakman.traces.aiperf_sessions import Conversations
 from wakman.traces.io import JSON_ENCODER, atomic_output, read_rows, seconds_to_ms
-from wakman.traces.model import Request, key_array, key_list
+from wakman.traces.model import KeyRangeError, Request, key_array, key_list
 
 DEFAULT_BLOCK_SIZE = 512
 
@@ -35,14 +40,32 @@ _row = msgspec.json.Decoder(MooncakeRow)
 def read(
     path: str | Path, block_size: int = DEFAULT_BLOCK_SIZE, label: str | None = None
 ) -> Iterator[Request]:
+    chats = Conversations(block_size)
+
     def to_request(row: MooncakeRow) -> Request:
+        keys = key_array(row.hash_ids)
+        if row.session_id is not None and not chats.is_first(row.session_id):
+            # read_rows checks the whole turn; its own new tokens and ids are checked here
+            if row.input_length < 1:
+                raise KeyRangeError(
+                    "input_length", f"a later turn adds at least 1 token, got {row.input_length}"
+                )
+            if len(keys) > -(-row.input_length // block_size):
+                raise KeyRangeError(
+                    "hash_ids",
+                    f"{len(keys)} blocks for {row.input_length} new tokens of {block_size} per block",
+                )
+        if row.session_id is not None:
+            req = chats.turn(
+                row.session_id, row.timestamp / 1000.0, row.input_length, row.output_length, keys
+            )
+            return msgspec.structs.replace(req, label=label)
         return Request(
             arrival_s=row.timestamp / 1000.0,
-            block_keys=key_array(row.hash_ids),
+            block_keys=keys,
             prompt_tokens=row.input_length,
             output_tokens=row.output_length,
             block_size=block_size,
-            session_id=row.session_id,
             label=label,
         )
 
@@ -55,7 +78,6 @@ def to_row(req: Request) -> MooncakeRow:
         input_length=req.prompt_tokens,
         output_length=req.output_tokens,
         hash_ids=key_list(req.block_keys),
-        session_id=req.session_id,
     )
 
 
