@@ -241,3 +241,44 @@ def test_a_size_that_rejects_requests_is_not_an_answer():
         {"policy": "lru", "capacity_blocks": 500, "hit_rate": 0.8, "rejected": 0},
     ]
     assert adv.smallest_sampled(rows, "lru", 0.7) == (500, 50)
+
+
+# --- review fixes ----------------------------------------------------------------------------------
+
+
+def test_a_transformers_5_config_names_its_dtype_dtype(tmp_path):
+    """transformers 5 saves ``dtype`` where 4 saved ``torch_dtype``: 2 * 32 * 8 * 128 * 2 bytes."""
+    path = tmp_path / "config.json"
+    fields = {
+        "hidden_size": 4096,
+        "num_attention_heads": 32,
+        "num_hidden_layers": 32,
+        "num_key_value_heads": 8,
+    }
+    path.write_text(json.dumps({**fields, "dtype": "bfloat16"}))
+    assert config_layout(path).bytes_per_token == 131072
+    with pytest.raises(ValueError, match="--kv-dtype"):
+        kv_layout(fields, "cfg")
+
+
+def test_the_infinite_cache_has_no_smallest_size(trace_file):
+    result = CliRunner().invoke(
+        app,
+        ["advise", str(trace_file), "--policies", "lru,infinite", "--points", "2", "--jobs", "1", "--json"],
+    )
+    assert result.exit_code == 0, result.output
+    assert set(json.loads(result.stdout)["smallest_within_target"]) == {"lru"}
+
+
+def test_serve_mode_does_not_promise_the_ceiling(trace_file, curve):
+    """A cache that holds every distinct block hits the ceiling in cache mode only: in serve mode
+    requests that overlap still miss what is being computed, and the warning says so."""
+    args = ["advise", str(trace_file), "--capacity-blocks", str(curve.distinct_blocks + 10), "--points", "2"]
+    for mode, claim in (("cache", True), ("serve", False)):
+        result = CliRunner().invoke(
+            app, [*args, "--mode", mode, "--policies", "lru", "--jobs", "1", "--json"]
+        )
+        assert result.exit_code == 0, result.output
+        out = json.loads(result.stdout)
+        assert any("holds every distinct block" in w for w in out["warnings"])
+        assert any("any policy hits the ceiling" in w for w in out["warnings"]) == claim

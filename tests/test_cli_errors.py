@@ -25,7 +25,7 @@ from rich.console import Console
 from typer.testing import CliRunner
 
 from wakman.cli.main import app
-from wakman.traces import write_trace
+from wakman.traces import Request, write_trace
 from wakman.workload import build_config, generate_requests
 
 runner = CliRunner()
@@ -1007,3 +1007,44 @@ def test_sigterm_says_interrupted_and_leaves_no_partial_file(tmp_path):
     assert proc.returncode == 130, stderr
     assert "interrupted" in stderr and "Traceback" not in stderr
     assert list(tmp_path.iterdir()) == []
+
+
+def test_shadow_with_oracles_alone_prints_their_table(trace):
+    """belady and infinite alone: their rows, no best-online mark (max() of no online policy raised)."""
+    result = invoke("shadow", trace, "--policies", "belady,infinite", "--capacities", "50")
+    assert result.exit_code == 0, result.output
+    assert "belady" in result.output and "infinite" in result.output and "*" not in result.output
+
+
+def test_stats_of_a_trace_without_reuse_reports_no_reuse_time(tmp_path):
+    """No key is ever seen twice: every reuse-time percentile is null in --json (trace-wide and per
+    label alike, as the README says of a statistic without a sample) and '-' in the table."""
+    reqs = [
+        Request(
+            arrival_s=float(i),
+            block_keys=[2 * i + 1, 2 * i + 2],
+            prompt_tokens=64,
+            output_tokens=1,
+            block_size=32,
+        )
+        for i in range(5)
+    ]
+    path = tmp_path / "once.jsonl"
+    write_trace(reqs, path, "native")
+    out = json.loads(invoke("stats", path, "--json", "--no-curve").stdout)
+    reuse = {k: v for k, v in out.items() if "reuse_time" in k}
+    assert reuse and all(v is None for v in reuse.values()), reuse
+    table = invoke("stats", path, "--no-curve").output
+    assert "nan" not in table.lower()
+
+
+def test_sweep_csv_cells_are_json(trace, tmp_path):
+    """An adaptive policy's decisions column in sweep.csv is JSON (it was Python's repr)."""
+    result = invoke("sweep", trace, "--policies", "wakman", "--capacities", "40", "--out", tmp_path / "s")
+    assert result.exit_code == 0, result.output
+    with open(tmp_path / "s" / "sweep.csv", encoding="utf-8") as f:
+        rows = list(csv.DictReader(f))
+    assert (
+        json.loads(rows[0]["decisions"])
+        == json.loads((tmp_path / "s" / "sweep.json").read_text())["results"][0]["decisions"]
+    )

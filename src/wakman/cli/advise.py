@@ -216,8 +216,8 @@ def _print(result: dict[str, Any]) -> None:
         )
     console.print(f"metric: {result['metric']}", highlight=False)
     console.print(
-        f"ceiling (infinite cache): {ceiling['hit_rate']:.4f}; LRU reaches it at "
-        f"{_size_text(ceiling['lru_reaches_it'])}",
+        f"ceiling (infinite cache, cache mode): {ceiling['hit_rate']:.4f}; LRU reaches it (cache mode) "
+        f"at {_size_text(ceiling['lru_reaches_it'])}",
         highlight=False,
     )
     sizes = result["sweep_capacities_blocks"]

@@ -73,8 +73,9 @@ def shadow(
     table.add_column("policy")
     for size in sizes:
         table.add_column(f"{size:,} blocks", justify="right")
+    online = [n for n in names if n not in ("belady", "infinite")]
+    best = {s: max((results[n][s] for n in online), default=None) for s in sizes}
     for name in names:
-        best = {s: max(results[n][s] for n in names if n not in ("belady", "infinite")) for s in sizes}
         cells = []
         for size in sizes:
             value = results[name][size]
@@ -82,6 +83,7 @@ def shadow(
             cells.append(f"{value:.4f}{mark}")
         table.add_row(name, *cells)
     console.print(table)
-    console.print("* best online policy at that size.")
+    if online:
+        console.print("* best online policy at that size.")
     if trace is None:
         console.print(f"[dim]{BUNDLED_MOONCAKE_ATTRIBUTION}[/dim]")

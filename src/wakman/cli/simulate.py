@@ -436,7 +436,10 @@ def _write_sweep(rows: list[dict], out: Path, trace: Path, mode: str, plot: bool
         with open(targets[0], "w", encoding="utf-8", newline="") as f:
             writer = csv.DictWriter(f, fieldnames=columns, restval="")
             writer.writeheader()
-            writer.writerows(rows)
+            for row in rows:  # a list or dict cell (an adaptive policy's decisions) as JSON, not repr
+                writer.writerow(
+                    {k: json_text(v) if isinstance(v, list | dict) else v for k, v in row.items()}
+                )
         document = {"trace": str(trace), "mode": mode, "results": rows}
         targets[1].write_bytes(json_text(document, indent=1).encode())
         if plot:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -60,7 +61,10 @@ def stats(
         else:
             table = Table(title=f"{trace.name}", show_header=False)
             for key, value in flat.items():
-                table.add_row(key, f"{value:,.4f}" if isinstance(value, float) else f"{value:,}")
+                if isinstance(value, float):  # NaN: a statistic of no sample (no reuse at all)
+                    table.add_row(key, f"{value:,.4f}" if math.isfinite(value) else "-")
+                else:
+                    table.add_row(key, f"{value:,}")
             console.print(table)
         if plot is not None:
             from wakman.experiments.plots import plot_lru_curve

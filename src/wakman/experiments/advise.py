@@ -215,6 +215,8 @@ def build_report(
     threshold = target * curve.ceiling
     smallest: dict[str, Any] = {}
     for name in names:
+        if name == "infinite":  # the ceiling at any size: no smallest cache to give
+            continue
         if name == "lru" and mode == "cache":
             entry = size_entry(curve.smallest_within(target), curve, layout)
             assert entry is not None
@@ -261,7 +263,11 @@ def build_report(
     if capacity is not None and capacity > curve.distinct_blocks:
         warnings.append(
             f"your cache ({capacity:,} blocks) holds every distinct block of the trace: "
-            "any policy hits the ceiling"
+            + (
+                "any policy hits the ceiling"
+                if mode == "cache"
+                else "no block is ever evicted, and the hit rate is what serving order allows"
+            )
         )
     return {
         "trace": str(path),

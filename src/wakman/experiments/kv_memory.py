@@ -196,10 +196,13 @@ def _positive_int(config: dict[str, Any], field: str, source: str) -> int:
 
 def kv_layout(config: dict[str, Any], name: str = "model", kv_dtype: str | None = None) -> KVLayout:
     """The KV bytes per token of an architecture given as config.json's fields. ``kv_dtype``
-    overrides ``torch_dtype`` (vLLM's ``--kv-cache-dtype fp8`` is 1 byte). A config that nests the
-    text model (``text_config``) is read there."""
+    overrides ``torch_dtype`` (vLLM's ``--kv-cache-dtype fp8`` is 1 byte; transformers 5 saves the
+    field as ``dtype``, read where ``torch_dtype`` is absent). A config that nests the text model
+    (``text_config``) is read there."""
     if "num_hidden_layers" not in config and isinstance(config.get("text_config"), dict):
         config = {**config, **config["text_config"]}
+    if config.get("torch_dtype") is None and config.get("dtype") is not None:
+        config = {**config, "torch_dtype": config["dtype"]}
     mla = config.get("kv_lora_rank") is not None
     need = ["num_hidden_layers"]
     need += ["kv_lora_rank", "qk_rope_head_dim"] if mla else ["num_key_value_heads"]
@@ -212,7 +215,10 @@ def kv_layout(config: dict[str, Any], name: str = "model", kv_dtype: str | None 
         missing.remove("num_key_value_heads")  # no GQA field: one KV head per attention head (MHA)
         config = {**config, "num_key_value_heads": config["num_attention_heads"]}
     if missing:
-        raise ValueError(f"{name}: config is missing {', '.join(missing)} (needed for the KV-cache size)")
+        hint = " (or give --kv-dtype)" if missing == ["torch_dtype"] else ""
+        raise ValueError(
+            f"{name}: config is missing {', '.join(missing)} (needed for the KV-cache size){hint}"
+        )
     dtype = kv_dtype or str(config["torch_dtype"])
     width = dtype_bytes(dtype)
     layers = _positive_int(config, "num_hidden_layers", name)

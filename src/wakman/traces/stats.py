@@ -131,9 +131,7 @@ def compute_stats(requests: Iterable[Request], lru_curve: bool = True) -> TraceS
         counts = np.zeros(scan.distinct + 1, dtype=np.int64)
         counts[: scan.distinct] = scan.distance_histogram()
         curve = np.concatenate(([0], np.cumsum(counts)[:-1]))  # hits with c blocks = #(d < c)
-    percentiles = scan.reuse_percentiles([float(q) for q in REUSE_QUANTILES])
-    if scan.reuse_count() == 0:  # as np.percentile of a single zero did before: no reuse at all
-        percentiles = [0.0] * len(REUSE_QUANTILES)
+    percentiles = scan.reuse_percentiles([float(q) for q in REUSE_QUANTILES])  # NaN (null) without reuse
     return TraceStats(
         requests=n,
         duration_s=duration,
