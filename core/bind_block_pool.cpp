@@ -95,6 +95,10 @@ class PyServeHooks final : public ServeHooks {
     on_time_(now, pool_);
     if (has_wake_) wake_s_ = nb::cast<double>(controller_.attr("wake_s"));
   }
+  void on_end(double now) override {
+    if (free_log_ != nullptr) free_log_->sample(previous_event_s_, py_pool_.pool.free());
+    previous_event_s_ = now;
+  }
   void on_sampled(size_t request, int64_t generated) override {
     if (sampled_ != nullptr) sampled_[request] = generated;
   }

@@ -97,7 +97,9 @@ class ServeLoop : LoopState {
     int64_t total = 0, max_hit = 0, last = 0;  // prompt blocks, blocks that may hit; KV tokens at the end
     uint32_t version = 0;
     bool started = false;
-    double prefill_end = 0.0;
+    double prefill_start = 0.0, prefill_end = 0.0;  // its (last) prefill on the lane
+    int64_t ttft_slot = -1;     // its entry in ttfts_s (measured requests), or -1
+    bool ttft_pending = false;  // preempted before its prefill ended: its next admission's prefill sets it
   };
 
   void push(double t, uint8_t kind, uint32_t index) {
@@ -108,8 +110,8 @@ class ServeLoop : LoopState {
     while (!waiting_.empty() && static_cast<int64_t>(running_.size()) < server_.max_running) {
       uint32_t index = waiting_.front();
       const ServeRequest& r = reqs_[index];
-      if ((runs_[index].last + r.block_size - 1) / r.block_size > pool_.capacity()) {
-        ++out_.rejected;  // it could never finish (vLLM: max_model_len must fit the cache)
+      if (r.prompt_tokens + std::max<int64_t>(r.output_tokens, 1) > pool_.capacity() * r.block_size) {
+        ++out_.rejected;  // vLLM's max_model_len (the cache's tokens) refuses it, as the step loop does
         waiting_.pop_front();
         request_done(index, out_.now);  // done, if refused: its session's end can come
         tell_due_ends(out_.now);
@@ -136,10 +138,17 @@ class ServeLoop : LoopState {
     const bool counted = count_admission(index, hits, first);
     double start = std::max(out_.now, lane_free_);
     const double prefill = server_.prefill_s(r.prompt_tokens - hit_tokens);
-    out_.prefill_busy_s += prefill;
+    if (measured_[index]) out_.prefill_busy_s += prefill;  // the measured requests' work (saturation)
+    run.prefill_start = start;
     run.prefill_end = start + prefill;
     lane_free_ = run.prefill_end;
-    if (counted) out_.ttfts_s.push_back(run.prefill_end - r.arrival_s);
+    if (counted) {  // its first token comes at the end of this prefill, unless preempted before it
+      run.ttft_slot = static_cast<int64_t>(out_.ttfts_s.size());
+      out_.ttfts_s.push_back(run.prefill_end - r.arrival_s);
+    } else if (run.ttft_slot >= 0 && run.ttft_pending) {  // re-admitted before its first token came
+      out_.ttfts_s[static_cast<size_t>(run.ttft_slot)] = run.prefill_end - r.arrival_s;
+    }
+    run.ttft_pending = false;
     schedule_next(index);
     return true;
   }
@@ -180,8 +189,19 @@ class ServeLoop : LoopState {
 
   void drop_running(uint32_t index) { running_.erase(std::find(running_.begin(), running_.end(), index)); }
 
+  // The victim frees its blocks and waits at the queue's head; it restarts from its prompt (this
+  // model keeps no sampled output, where vLLM keeps them: the step loop models that). Preempted
+  // before its prefill ended, it has had no first token: its TTFT is its next admission's.
   void preempt(uint32_t index) {
     Run& run = runs_[index];
+    if (out_.now < run.prefill_end) {
+      if (!run.ttft_pending) run.ttft_pending = run.ttft_slot >= 0;
+      if (lane_free_ == run.prefill_end) {  // its prefill was the last booked: the lane gets back what is undone
+        const double resume = std::max(out_.now, run.prefill_start);
+        if (measured_[index]) out_.prefill_busy_s -= run.prefill_end - resume;
+        lane_free_ = resume;
+      }
+    }
     pool_.release_run(index);
     run.blocks = 0;
     ++run.version;

@@ -59,7 +59,7 @@ struct ServeTotals {
   std::vector<double> queueing_delays_s, ttfts_s;
   std::vector<double> measured_arrivals_s;  // arrival of each measured admission, in queueing_delays_s order
   std::vector<int64_t> first_hit_tokens;    // per request: hit tokens at its first admission, -1 if never admitted
-  double prefill_busy_s = 0.0;              // seconds of prefill work, re-admissions included (each loop says how)
+  double prefill_busy_s = 0.0;              // seconds of the measured requests' prefill work, re-admissions included
   int64_t backlog_at_last_arrival = -1;     // requests waiting once the last arrival was admitted or queued
   std::vector<IntervalCell> intervals;
   double now = 0.0, t0 = 0.0, free_area = 0.0;
@@ -71,6 +71,8 @@ class ServeHooks {
   virtual ~ServeHooks() = default;
   virtual void on_arrival(double /*now*/, size_t /*request*/) {}
   virtual void on_time(double /*now*/) {}
+  // The loop's last integration reached now (the step loop, after its last step): no controller call.
+  virtual void on_end(double /*now*/) {}
   // Request `request` has sampled `generated` output tokens (the step loop, after each sample).
   virtual void on_sampled(size_t /*request*/, int64_t /*generated*/) {}
   // A tag for the pool's live policy (called when the pool's policy object changes).
@@ -167,17 +169,19 @@ class LoopState {
     }
   }
 
-  // An admission of request index at out_.now with `hits` hit blocks: the interval's counts and, at its
-  // first admission, first_hit_tokens; returns whether that first admission is measured (not in the
+  // An admission of request index at out_.now with `hits` hit blocks: at its first admission, the
+  // interval's counts and first_hit_tokens; returns whether that first admission is measured (not in the
   // warm-up), counted in the totals (prompt and hit tokens, lookups, queueing delay).
   bool count_admission(uint32_t index, int64_t hits, bool first) {
     const ServeRequest& r = reqs_[index];
     const int64_t hit_tokens = hits * r.block_size;
-    IntervalCell& cell = interval(out_.now);
-    ++cell.admissions;
-    cell.prompt_tokens += r.prompt_tokens;
-    cell.hit_tokens += hit_tokens;
-    if (first) out_.first_hit_tokens[index] = hit_tokens;
+    if (first) {  // the interval series counts first admissions (a re-admission is work done again)
+      IntervalCell& cell = interval(out_.now);
+      ++cell.admissions;
+      cell.prompt_tokens += r.prompt_tokens;
+      cell.hit_tokens += hit_tokens;
+      out_.first_hit_tokens[index] = hit_tokens;
+    }
     const bool counted = first && measured_[index];
     if (counted) {
       ++out_.measured_requests;
@@ -197,19 +201,25 @@ class LoopState {
       if (auto* b = dynamic_cast<Belady*>(&pool_.policy())) b->seek(belady_offsets_[index + 1]);
   }
 
+  // The cell of the interval holding t; cells start at the first event's interval (a trace whose
+  // times start late costs no cell before it).
   IntervalCell& interval(double t) {
-    size_t index = static_cast<size_t>(py_floor_div(t, interval_s_));
+    const double number = py_floor_div(t, interval_s_);
     auto& cells = out_.intervals;
+    if (cells.empty()) first_interval_ = number;
+    size_t index = static_cast<size_t>(number - first_interval_);
     while (cells.size() <= index) {
       IntervalCell c;
-      c.start_s = static_cast<double>(cells.size()) * interval_s_;
+      c.start_s = (first_interval_ + static_cast<double>(cells.size())) * interval_s_;
       cells.push_back(c);
     }
     return cells[index];
   }
+  double first_interval_ = 0.0;  // the number (start / interval_s) of out_.intervals[0]
 
-  // Integrate the free-block count from now to t (time-weighted means), then tell the controller.
-  void advance(double t) {
+  // Integrate the free-block count from now to t (time-weighted means), then tell the controller
+  // (unless `tell` is false: the step loop's closing integration after its last step).
+  void advance(double t, bool tell = true) {
     if (!out_.started) {
       out_.started = true;
       out_.t0 = out_.now = t;
@@ -237,7 +247,8 @@ class LoopState {
       out_.free_area += free * (t - out_.now);
       out_.now = t;
     }
-    hooks_.on_time(t);
+    if (tell) hooks_.on_time(t);
+    else hooks_.on_end(t);
   }
 
   BlockPool& pool_;

@@ -55,6 +55,7 @@ class StepLoop : LoopState {
         out_.backlog_at_last_arrival = static_cast<int64_t>(waiting_.size());
       clock += took;
     }
+    if (out_.started) advance(clock, false);  // the last step's time and evictions (no controller call)
     return out_;
   }
 
@@ -96,7 +97,7 @@ class StepLoop : LoopState {
   // One engine step at `now`; returns its duration (seconds).
   double step(double now) {
     int64_t budget = params_.max_num_batched_tokens;
-    int64_t prefill_tokens = 0;
+    int64_t prefill_tokens = 0;  // the measured requests' prefill tokens this step (saturation)
     scheduled_.clear();
     bool preempted = false;
     // the running requests first, in admission order; one that cannot grow preempts the last
@@ -115,7 +116,7 @@ class StepLoop : LoopState {
         if (victim == index) break;
       }
       if (!grown) break;
-      prefill_tokens += is_decode(r, want) ? 0 : want;
+      if (measured_[index]) prefill_tokens += is_decode(r, want) ? 0 : want;
       scheduled_.push_back({index, want});
       budget -= want;
       ++at;
@@ -128,7 +129,7 @@ class StepLoop : LoopState {
       if (took < 0) break;
       waiting_.pop_front();
       running_.push_back(index);
-      prefill_tokens += took;
+      if (measured_[index]) prefill_tokens += took;
       scheduled_.push_back({index, took});
       budget -= took;
     }

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 
+import msgspec
 import pytest
 from typer.testing import CliRunner
 
@@ -107,3 +108,73 @@ def test_simulate_json_and_warning_name_the_saturation(tmp_path):
     )
     assert json.loads(calm.stdout)["saturated"] is False
     assert "saturated" not in calm.stderr
+
+
+# --- from a review of the serve loops against hand-worked cases -----------------------------------
+
+
+@pytest.mark.parametrize("warmup", [5, 8])
+def test_warm_up_work_is_not_measured_utilization(warmup):
+    """10 requests 1 s apart, 0.5 s of prefill each, the first ``warmup`` left out: the measured
+    work over the measured arrivals' span is (10 - w) * 0.5 / (10 - w - 1) s per s (0.625, 1.0);
+    counting the warm-up's work too made it 1.25 and 5.0, and a server that keeps up saturated."""
+    reqs = steady_trace(10, 1.0, 16 * 16)
+    server = ServerModel(
+        prefill_tokens_per_s=512.0, prefill_overhead_s=0.0, decode_tokens_per_s=1e9, max_running=64
+    )
+    result = simulate(reqs, "lru", 100_000, server=server, warmup_requests=warmup)
+    measured = 10 - warmup
+    assert result.saturation.prefill_utilization == pytest.approx(measured * 0.5 / (measured - 1))
+
+
+def test_both_loops_refuse_what_max_model_len_refuses():
+    """A request's prompt + output tokens must fit the pool's tokens (vLLM's max_model_len): 16 +
+    1 tokens in one block of 16 is refused by both loops (the event loop took prompt + output - 1)."""
+    from wakman.simulation import VllmServer
+
+    req = Request(arrival_s=0.0, block_keys=[1], prompt_tokens=16, output_tokens=1, block_size=16)
+    fits = Request(arrival_s=1.0, block_keys=[2], prompt_tokens=15, output_tokens=1, block_size=16)
+    for server in (ServerModel(), VllmServer()):
+        result = simulate([req, fits], "lru", 1, server=server)
+        assert (result.rejected, result.measured_requests) == (1, 1), server
+
+
+def test_the_interval_series_counts_first_admissions():
+    """Preemptions re-admit requests: the intervals' prompt tokens still sum to the run's (each
+    request once), and no interval hits more tokens than it was asked."""
+    from wakman.simulation import VllmServer
+
+    reqs = [
+        Request(arrival_s=0.0, block_keys=[1, 2], prompt_tokens=32, output_tokens=60, block_size=16),
+        Request(arrival_s=0.001, block_keys=[3, 4], prompt_tokens=32, output_tokens=60, block_size=16),
+    ]
+    for server in (ServerModel(decode_tokens_per_s=40.0), VllmServer()):
+        result = simulate(reqs, "lru", 7, server=server)
+        assert result.preemptions >= 1, server
+        assert sum(i.prompt_tokens for i in result.intervals) == result.prompt_tokens == 64
+        assert all(i.hit_tokens <= i.prompt_tokens for i in result.intervals)
+
+
+def test_a_late_trace_costs_no_interval_before_it():
+    """Two requests at 10**8 s: the series starts at their interval (it held 1,666,667 cells)."""
+    from wakman.simulation import VllmServer
+
+    reqs = [msgspec.structs.replace(r, arrival_s=1e8 + r.arrival_s) for r in steady_trace(2, 1.0, 64)]
+    for server in (ServerModel(), VllmServer()):
+        result = simulate(reqs, "lru", 100, server=server)
+        assert len(result.intervals) <= 2 and result.intervals[0].start_s == pytest.approx(1e8 - 1e8 % 60)
+
+
+def test_a_request_preempted_before_its_prefill_ends_gets_its_first_token_later():
+    """A (1 prompt block, 200 outputs at the default 40 tokens/s) and B (3,000 tokens: 188 blocks, a
+    3 s prefill from 0.5 s) share 192 blocks: when A needs its 5th block none is free and B, the
+    latest admitted, is preempted before its prefill ends; it cannot come back before A finishes at
+    0.021 + 200 / 40 = 5.021 s, so its first token comes after that (the loop recorded the planned
+    3.505 s: a TTFT of 3.005 s)."""
+    a = Request(arrival_s=0.0, block_keys=[1], prompt_tokens=16, output_tokens=200, block_size=16)
+    b = Request(
+        arrival_s=0.5, block_keys=list(range(100, 287)), prompt_tokens=3000, output_tokens=1, block_size=16
+    )
+    result = simulate([a, b], "lru", 192, server=ServerModel(prefill_tokens_per_s=1000.0))
+    assert result.preemptions >= 1
+    assert result.ttfts_s[1] > 5.021 - 0.5

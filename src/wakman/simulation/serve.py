@@ -5,11 +5,14 @@ Per request: arrival -> FCFS admission (lookup, pin hits, allocate and cache the
 block event each time the computed tokens fill a block (cache it with its key, allocate the next;
 a block past the trace's output keys gets a key no other request shares, as vLLM hashes the
 tokens the model generated: it takes cache room and is never hit; ``ServerModel.cache_outputs``;
-when none is free, preempt the most recently admitted request, as vLLM does, and re-queue it first)
--> finish: release blocks deepest first. A request whose blocks at the end (prompt + output - 1
-tokens with KV) exceed the pool is rejected. Times come from the ``ServerModel``'s formulas.
-Hit figures count first admissions of requests arriving after the warm-up; re-admissions after
-preemption are counted apart (as vLLM's PrefixCacheStats does). Each event integrates the free
+when none is free, preempt the most recently admitted request, as vLLM does, and re-queue it first;
+unlike vLLM, which keeps its sampled outputs, it restarts from its prompt, and preempted before its
+prefill ended it gives the lane back what is undone and gets its first token after its next
+admission's prefill) -> finish: release blocks deepest first. A request whose prompt + output
+tokens exceed the pool's is rejected (vLLM's max_model_len; the step loop's rule). Times come from
+the ``ServerModel``'s formulas. Hit figures count first admissions of requests arriving after the
+warm-up; re-admissions after preemption are counted apart (as vLLM's PrefixCacheStats does), and
+the per-interval series counts first admissions only. Each event integrates the free
 blocks over time (per interval of ``interval_s`` seconds and overall) and then calls the
 controller's ``on_time(now, pool)``; each arrival calls ``on_arrival(now, request)`` first.
 The run also reports whether the modelled server kept up (``server.saturation``).
