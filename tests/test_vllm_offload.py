@@ -71,8 +71,8 @@ def context(i: int, keys: Sequence) -> ReqContext:
 
 
 def look_up_and_load(m: CPUOffloadingManager, keys: Sequence, ctx: ReqContext) -> int:
-    """A new request's longest run of resident chunks, as the connector looks it up; loads them.
-    Returns the number of hit chunks."""
+    """A new request's longest run of resident chunks, as the connector looks it up; loads them
+    (``prepare_load``; the load completes later). Returns the number of hit chunks."""
     m.on_new_request(ctx)
     hits = 0
     while hits < len(keys) and m.lookup(keys[hits], ctx) == LookupResult.HIT:
@@ -83,26 +83,48 @@ def look_up_and_load(m: CPUOffloadingManager, keys: Sequence, ctx: ReqContext) -
 
 
 def serve(
-    m: CPUOffloadingManager, requests: list[list], offer_all: bool = True, overlap: bool = False
+    m: CPUOffloadingManager,
+    requests: list[list],
+    offer_all: bool = False,
+    batch: int = 4,
+    overlap: bool = False,
 ) -> list:
-    """Each request in turn, as the connector drives the tier: look its prefix up, load the hits,
-    offer its chunks for storing (all of them, or those past the hits), complete the transfers,
-    finish. With ``overlap`` a request's transfers complete (and it finishes) only after the next
-    request has stored. Returns, per request, (hit chunks, (stored keys, evicted keys) or None)."""
+    """Each request in turn, in the order vLLM's connector drives the tier (``offloading/scheduler.py``):
+    look its prefix up and load the hits (the load completes before its blocks are computed), then
+    offer its new chunks for storing in batches of ``batch`` as its blocks fill, each batch's store
+    completing before the next batch is offered; the request finishes (``on_request_finished``, in
+    the step it ends) while its last batch is still being stored, and that store completes after.
+    With ``offer_all`` the first offer also holds the hit prefix (a request-level tier). With
+    ``overlap`` the request finishes, and its last store completes, only after the next request has
+    looked up, loaded and stored. Returns, per request, (hit chunks, [per offer: (stored keys,
+    evicted keys) or None])."""
     log, pending = [], []
     for i, keys in enumerate(requests):
         ctx = context(i, keys)
         hits = look_up_and_load(m, keys, ctx)
-        out = m.prepare_store(keys if offer_all else keys[hits:], ctx)
-        log.append((hits, None if out is None else (list(out.keys_to_store), list(out.evicted_keys))))
-        pending.append((ctx, keys[:hits], out))
+        if hits:
+            m.complete_load(keys[:hits], ctx)
+        offers, last = [], None
+        starts = list(range(hits, len(keys), batch)) or [hits]
+        for j, start in enumerate(starts):
+            offer = keys[0 if offer_all and j == 0 else start : start + batch]
+            if not offer:
+                continue
+            out = m.prepare_store(offer, ctx)
+            offers.append(None if out is None else (list(out.keys_to_store), list(out.evicted_keys)))
+            if out is None:
+                continue
+            if j == len(starts) - 1:
+                last = out.keys_to_store
+            else:
+                m.complete_store(out.keys_to_store, ctx)
+        log.append((hits, offers))
+        pending.append((ctx, last))
         while len(pending) > int(overlap) or (pending and i == len(requests) - 1):
-            c, loaded, o = pending.pop(0)
-            if loaded:
-                m.complete_load(loaded, c)
-            if o is not None:
-                m.complete_store(o.keys_to_store, c)
+            c, stored = pending.pop(0)
             m.on_request_finished(c)
+            if stored:
+                m.complete_store(stored, c)
     return log
 
 
@@ -111,33 +133,137 @@ def hit_chunks(log: list) -> int:
 
 
 def evictions(log: list) -> int:
-    return sum(len(out[1]) for _, out in log if out is not None)
+    return sum(len(out[1]) for _, offers in log for out in offers if out is not None)
 
 
 def check(m: CPUOffloadingManager) -> None:
-    """The wakman policy agrees with the manager's books: every chunk with ref_cnt != 0 is pinned in
-    the core and only those; the core's evictable count is the manager's."""
+    """The wakman policy agrees with the manager's books. Outside lru the core pins exactly the
+    chunks with ref_cnt != 0. Under lru it also pins the held chunks (ref_cnt 0, ranked above the
+    core's order) and the front (below it), and leaves in place the in-use chunks vLLM's LRU has
+    not re-ranked."""
     pol = m._policy
     assert isinstance(pol, offload.WakmanCachePolicy)
     core = pol.policy
     assert len(core) == len(pol.entries)
+    assert pol.ranked or not (pol.held or pol.in_place or pol.ranks or pol.front)
+    assert pol.held <= pol.ranks.keys() and not (pol.in_place | pol.front.keys()) & pol.ranks.keys()
+    unpinned = 0
     for k, (key, chunk) in pol.entries.items():
         assert k == policy_key(key) and k in core
-        assert core.is_pinned(k) == (chunk.ref_cnt != 0)
-    assert core.num_evictable == m._num_evictable_cache_chunks
+        assert (k in pol.held) == (k in pol.ranks and chunk.ref_cnt == 0)
+        assert k not in pol.in_place or chunk.ref_cnt > 0
+        in_order = k not in pol.front and (chunk.ref_cnt == 0 or k in pol.in_place) and k not in pol.ranks
+        assert core.is_pinned(k) != in_order
+        unpinned += in_order
+    assert core.num_evictable == unpinned
+    assert m._num_evictable_cache_chunks == sum(chunk.ref_cnt == 0 for _, chunk in pol.entries.values())
 
 
 # ---------------------------------------------------------------------------------- LRU is vLLM's
 
 
-@pytest.mark.parametrize("offer_all", [True, False], ids=["offer-all", "offer-new"])
+def decisions(policy: str, chunks: int, ops: list[tuple]) -> list:
+    """Drive one manager through ``ops`` (the connector's calls, by request id and chunk names);
+    return what each call showed: lookups, stored and evicted keys."""
+    m = manager(policy, chunks)
+    ctxs, out = {}, []
+    for op, rid, *args in ops:
+        if op == "new":
+            keys = [okey(name) for name in args[0]]
+            ctxs[rid] = (context(len(ctxs), keys), keys)
+            m.on_new_request(ctxs[rid][0])
+            continue
+        ctx, keys = ctxs[rid]
+        if op == "lookup":
+            out.append([m.lookup(key, ctx).name for key in keys])
+        elif op == "load":
+            m.prepare_load([okey(name) for name in args[0]], ctx)
+        elif op == "loaded":
+            m.complete_load([okey(name) for name in args[0]], ctx)
+        elif op == "store":
+            o = m.prepare_store([okey(name) for name in args[0]], ctx)
+            out.append(None if o is None else (o.keys_to_store, o.evicted_keys))
+        elif op == "stored":
+            m.complete_store([okey(name) for name in args[0]], ctx, args[1] if len(args) > 1 else True)
+        elif op == "finish":
+            m.on_request_finished(ctx)
+        if not policy.startswith("vllm:"):
+            check(m)
+    return out
+
+
+def one_request(
+    rid: str, names: list[str], hits: int = 0, batch: int = 100, late: bool = True
+) -> list[tuple]:
+    """A request in the connector's order: lookup, load the first ``hits`` chunks, store the rest
+    in batches, finish with the last batch's store still in flight (``late``), then that store ends."""
+    ops: list[tuple] = [("new", rid, names), ("lookup", rid)]
+    if hits:
+        ops += [("load", rid, names[:hits]), ("loaded", rid, names[:hits])]
+    batches = [names[j : j + batch] for j in range(hits, len(names), batch)]
+    for j, b in enumerate(batches):
+        ops.append(("store", rid, b))
+        if not (late and j == len(batches) - 1):
+            ops.append(("stored", rid, b))
+    ops.append(("finish", rid))
+    if late and batches:
+        ops.append(("stored", rid, batches[-1]))
+    return ops
+
+
+def test_lru_keeps_the_finish_rank_of_chunks_still_being_stored():
+    """The connector calls on_request_finished in the step a request ends, before the stores it
+    issued then complete. vLLM's LRU ranks those chunks at the finish (head newest) and keeps the
+    rank when the store completes: the next request's eviction takes the tail, not the head."""
+    names = [f"k{j}" for j in range(4)]
+    ops = (
+        one_request("r0", names)
+        + one_request("r1", ["x", "y"], late=False)
+        + [("new", "r2", names), ("lookup", "r2")]
+    )
+    got, want = decisions("lru", 4, ops), decisions("vllm:lru", 4, ops)
+    assert want[-1] == ["HIT", "HIT", "MISS", "MISS"]
+    assert got == want
+
+
+def test_lru_ranks_a_request_stored_in_batches_as_vllm():
+    """A request stored in two batches must evict its own first batch: vLLM 0.33 and 0.34 rank a
+    request's chunks by position (the tail goes first), 0.32 by store order (the head goes first)."""
+    names = [f"k{j}" for j in range(6)]
+    ops = [*one_request("r0", names, batch=4, late=False), ("new", "r1", names), ("lookup", "r1")]
+    got, want = decisions("lru", 4, ops), decisions("vllm:lru", 4, ops)
+    assert want[-1] == (
+        ["MISS"] * 2 + ["HIT"] * 4
+        if vllm.__version__.startswith("0.32.")
+        else ["HIT", "HIT", "MISS", "MISS", "HIT", "HIT"]
+    )
+    assert got == want
+
+
+def test_lru_keeps_a_loaded_chunks_rank_as_vllm():
+    """A request loads a resident chunk, then stores one that must evict: vLLM 0.32 leaves the
+    loaded chunk's rank alone until the finish (the oldest goes, loaded or not); 0.33 and 0.34 rank
+    it with the request at the load."""
+    ops = []
+    for i, name in enumerate("abcd"):
+        ops += one_request(f"r{i}", [name], late=False)
+    ops += one_request("r5", ["a", "e"], hits=1, late=False)
+    got, want = decisions("lru", 4, ops), decisions("vllm:lru", 4, ops)
+    a, b = okey("a"), okey("b")
+    assert want[-1] == ([okey("e")], [a] if vllm.__version__.startswith("0.32.") else [b])
+    assert got == want
+
+
+@pytest.mark.parametrize("offer_all", [False, True], ids=["offer-new", "offer-all"])
+@pytest.mark.parametrize("batch", [1, 4, 100])
 @pytest.mark.parametrize("chunks", [20, 60])
 @pytest.mark.parametrize("seed", [0, 1])
-def test_lru_makes_vllms_lru_decisions(seed, chunks, offer_all):
-    """Same lookups, same stores, same evicted keys, request by request, as vLLM's own lru.py."""
+def test_lru_makes_vllms_lru_decisions(seed, chunks, batch, offer_all):
+    """Request by request in the connector's order (``serve``): the same lookups, stored keys and
+    evicted keys as vLLM's own lru.py, offer by offer; so the same hit chunks."""
     reqs = trace(seed)
     ours, theirs = manager("lru", chunks), manager("vllm:lru", chunks)
-    got, want = serve(ours, reqs, offer_all), serve(theirs, reqs, offer_all)
+    got, want = serve(ours, reqs, offer_all, batch), serve(theirs, reqs, offer_all, batch)
     assert evictions(want) > 5 * chunks  # under pressure
     assert got == want
     check(ours)
@@ -145,17 +271,108 @@ def test_lru_makes_vllms_lru_decisions(seed, chunks, offer_all):
     assert {key for key, _ in ours._policy.entries.values()} == resident
 
 
-def test_lru_with_transfers_in_flight_stays_close_to_vllms():
-    """With one request's transfers still in flight while the next stores, vLLM's LRU keeps a
-    released chunk's rank and wakman's puts it at the newest end (the core's pinning rule): the
-    decisions may differ (they do on 0.32 for some seeds), the hit counts stay within 3 %."""
+def test_lru_with_transfers_in_flight_makes_vllms_decisions():
+    """One request's finish and last store still pending while the next one looks up, loads and
+    stores: the ranks vLLM's LRU keeps through transfers are kept here too."""
     for seed in range(3):
         reqs = trace(seed)
-        got, want = (
-            serve(manager("lru", 40), reqs, overlap=True),
-            serve(manager("vllm:lru", 40), reqs, overlap=True),
+        assert serve(manager("lru", 40), reqs, overlap=True) == serve(
+            manager("vllm:lru", 40), reqs, overlap=True
         )
-        assert hit_chunks(got) == pytest.approx(hit_chunks(want), rel=0.03)
+
+
+def random_ops(seed: int, steps: int = 250) -> tuple[int, list[tuple]]:
+    """Random interleavings of requests in the connector's vocabulary: loads and stores left in
+    flight across other requests' calls, batches offered in any order, re-offers of stored or
+    resident chunks (request-level tiers, retries), failed stores, finishes before transfers end."""
+    rng = random.Random(seed)
+    ops: list[tuple] = []
+    live: dict[str, dict] = {}
+    for i in range(steps):
+        if rng.random() < 0.25 or not live:
+            rid = f"r{i}"
+            doc = rng.randrange(6)
+            names = [f"d{doc}-{j}" for j in range(rng.randint(0, 8))] + [
+                f"u{i}-{j}" for j in range(rng.randint(1, 4))
+            ]
+            hits = rng.randint(0, 3)  # how many leading chunks it asks to load: kept if resident
+            live[rid] = dict(names=names, next=0, jobs=[], hits=hits)
+            ops += [("new", rid, names), ("lookup", rid), ("hits", rid, hits)]
+            continue
+        rid = rng.choice(list(live))
+        r = live[rid]
+        c = rng.random()
+        if c < 0.4 and r["next"] < len(r["names"]):
+            start = 0 if rng.random() < 0.2 else r["next"]
+            end = min(len(r["names"]), r["next"] + rng.randint(1, 4))
+            ops.append(("offer", rid, r["names"][start:end]))
+            r["next"] = end
+        elif c < 0.55:
+            ops.append(("loaded", rid))
+        elif c < 0.8:
+            ops.append(("stored", rid, rng.random() > 0.15))
+        elif c < 0.98:
+            ops.append(("finish", rid))
+            r["next"] = len(r["names"])
+            if rng.random() < 0.5:
+                del live[rid]
+        else:
+            ops.append(("reset", rid))
+            live.clear()
+    return rng.randint(3, 24), ops
+
+
+def replay(policy: str, chunks: int, ops: list[tuple]) -> list:
+    """``random_ops`` through one manager: the store jobs and loads are the ones it really
+    started, so both policies see the same calls as long as their decisions agree."""
+    m = manager(policy, chunks)
+    reqs: dict[str, dict] = {}
+    out = []
+    for op, rid, *args in ops:
+        if op == "new":
+            keys = [okey(name) for name in args[0]]
+            reqs[rid] = dict(ctx=context(len(reqs), keys), keys=keys, loading=[], jobs=[], done=False)
+            m.on_new_request(reqs[rid]["ctx"])
+            continue
+        r = reqs[rid]
+        ctx = r["ctx"]
+        if op == "lookup":
+            out.append([m.lookup(key, ctx).name for key in r["keys"]])
+        elif op == "hits":
+            n = 0
+            while n < min(args[0], len(r["keys"])) and m.lookup(r["keys"][n], ctx) == LookupResult.HIT:
+                n += 1
+            if n and not r["done"]:
+                r["loading"] = r["keys"][:n]
+                m.prepare_load(r["loading"], ctx)
+        elif op == "offer" and not r["done"]:
+            o = m.prepare_store([okey(name) for name in args[0]], ctx)
+            out.append(None if o is None else (o.keys_to_store, sorted(o.evicted_keys)))
+            if o is not None and o.keys_to_store:
+                r["jobs"].append(o.keys_to_store)
+        elif op == "loaded" and r["loading"]:
+            m.complete_load(r["loading"], ctx)
+            r["loading"] = []
+        elif op == "stored" and r["jobs"]:
+            m.complete_store(r["jobs"].pop(0), ctx, args[0])
+        elif op == "finish" and not r["done"]:
+            m.on_request_finished(ctx)
+            r["done"] = True
+        elif op == "reset":
+            m.reset_cache()
+            for other in reqs.values():
+                other.update(loading=[], jobs=[], done=True)
+        if not policy.startswith("vllm:"):
+            check(m)
+    return out
+
+
+def test_lru_makes_vllms_decisions_on_random_interleavings():
+    """Any order of the connector's calls, many requests in flight: wakman's lru makes vLLM's lru
+    decisions, call by call, on 40 random sequences."""
+    for seed in range(40):
+        chunks, ops = random_ops(seed)
+        assert replay("lru", chunks, ops) == replay("vllm:lru", chunks, ops), f"seed {seed}"
 
 
 # ---------------------------------------------------------------------------------- ARC
@@ -264,6 +481,65 @@ def test_a_failed_store_changes_nothing():
     assert state(m) == before
 
 
+@pytest.mark.parametrize("policy", STATIC)
+def test_evict_examines_only_what_it_takes(policy):
+    """An offer holding resident, ready chunks (re-offered prefix) that must evict: evict never
+    walks the tier's order (vLLM's LRU pops its heap; the review measured 30-40 ms per offer at
+    200k chunks when evict ranked every chunk), and the protected chunks keep their relative order."""
+    m = fill(policy, 600, 200)
+    pol = m._policy
+    core = pol.policy
+    prefix = [okey(f"f{i}-{j}") for i in (150, 151, 152) for j in range(3)]
+    before = [k for k in core.eviction_order() if k in {policy_key(key) for key in prefix}]
+
+    def walk(*args):
+        raise AssertionError("evict walked the whole order")
+
+    core.eviction_order = walk
+    for r in range(5):
+        keys = prefix + [okey(f"n{r}-{j}") for j in range(4)]
+        out = m.prepare_store(keys, context(1000 + r, keys))
+        assert out is not None and len(out.evicted_keys) == 4 and not set(out.evicted_keys) & set(prefix)
+        m.complete_store(out.keys_to_store, context(1000 + r, keys))
+    del core.eviction_order
+    after = [k for k in core.eviction_order() if k in set(before)]
+    if policy in ("fifo", "arc", "chain-lru"):  # order = when a key last took the newest end
+        assert after == before  # (lru: vLLM's ranks, checked against vLLM's lru above)
+    check(m)
+
+
+@pytest.mark.skipif(vllm.__version__.startswith("0.32."), reason="0.32's insert carries no request")
+def test_chain_lru_files_a_retried_store_under_its_own_root():
+    """A store refused for want of room is offered again later; vLLM tells the policy a request's
+    store misses once, so by the retry another request may have set chain-lru's insert context:
+    insert sets it from the request's own root (0.33 and 0.34 pass the request to insert)."""
+    m = manager("chain-lru", 2)
+    core = m._policy.policy
+    events = []
+    inserting_for, insert = core.inserting_for, core.insert
+    core.inserting_for = lambda root: (events.append(("context", root)), inserting_for(root))[1]
+    core.insert = lambda k, pinned=False: (events.append(("insert", k)), insert(k, pinned))[1]
+    f = [okey("f0"), okey("f1")]
+    cf = context(0, f)
+    m.on_new_request(cf)
+    m.complete_store(m.prepare_store(f, cf).keys_to_store, cf)
+    m.on_request_finished(cf)
+    cl = context(1, f)
+    m.on_new_request(cl)
+    m.prepare_load(f, cl)  # the whole tier in use
+    a, b = [okey("a0")], [okey("b0")]
+    ca, cb = context(2, a), context(3, b)
+    m.on_new_request(ca)
+    assert m.prepare_store(a, ca) is None  # no room: the connector offers it again later
+    m.complete_load(f, cl)
+    m.on_request_finished(cl)
+    m.on_new_request(cb)
+    assert m.prepare_store(b, cb) is not None
+    events.clear()
+    assert m.prepare_store(a, ca) is not None  # the retry: no new store miss
+    assert events[-2:] == [("context", policy_key(a[0])), ("insert", policy_key(a[0]))]
+
+
 OPS = st.lists(
     st.tuples(
         st.sampled_from(["request", "complete", "fail", "finish"]), st.integers(0, 40), st.integers(1, 8)
@@ -343,6 +619,52 @@ def test_env_class_and_bad_names(monkeypatch):
     monkeypatch.setenv(offload.ENV_VAR, "belady")
     with pytest.raises(ValueError, match="belady"):
         CPUOffloadingManager(8, cache_policy="WakmanPolicy", cache_policy_module_path=MODULE)
+    for empty in ("", "  "):  # set but empty is a mistake, not lru
+        monkeypatch.setenv(offload.ENV_VAR, empty)
+        with pytest.raises(
+            ValueError, match=f"{offload.ENV_VAR} is empty: set it to one of lru, fifo, s3fifo"
+        ):
+            CPUOffloadingManager(8, cache_policy="WakmanPolicy", cache_policy_module_path=MODULE)
+
+
+def test_an_unknown_class_name_lists_the_classes():
+    """vLLM's factory does getattr(module, eviction_policy): a wrong name says which are valid."""
+    for name, hint in (("WakmanFoo", None), ("s3fifo", "WakmanS3FIFO"), ("wakmanplus", "WakmanPlus")):
+        with pytest.raises(AttributeError) as err:
+            CPUOffloadingManager(8, cache_policy=name, cache_policy_module_path=MODULE)
+        message = str(err.value)
+        assert (
+            "\n" not in message
+            and "WakmanLRU, WakmanFIFO, WakmanS3FIFO" in message
+            and "WakmanPolicy" in message
+        )
+        assert (f"did you mean {hint!r}" in message) == (hint is not None)
+    # vLLM's own names win over the module path: vLLM's policy is built, as docs/vllm.md warns
+    assert type(
+        CPUOffloadingManager(8, cache_policy="lru", cache_policy_module_path=MODULE)._policy
+    ).__module__ == ("vllm.v1.kv_offload.cpu.policies.lru")
+
+
+def test_register_refuses_an_unsupported_vllm_in_one_line(monkeypatch):
+    """An offload-only command line on a vLLM wakman does not support: one line, no traceback,
+    and the advice names what to take out (the --kv-transfer-config keys, not --scheduler-cls)."""
+    from wakman.vllm_plugin import plugin
+
+    monkeypatch.setattr(vllm, "__version__", "0.35.0")
+    monkeypatch.delenv("WAKMAN_POLICY", raising=False)
+    config = '{"kv_connector_extra_config": {"cache_policy_module_path": "wakman.vllm_plugin.offload"}}'
+    monkeypatch.setattr("sys.argv", ["vllm", "serve", "m", "--kv-transfer-config", config])
+    with pytest.raises(SystemExit) as err:
+        plugin.register()
+    message = str(err.value.code)
+    assert "found vLLM 0.35.0" in message and "\n" not in message
+    assert "out of --kv-transfer-config" in message and "--scheduler-cls" not in message
+    monkeypatch.setattr(
+        "sys.argv", ["vllm", "serve", "m", "--scheduler-cls", "wakman.vllm_plugin.WakmanScheduler"]
+    )
+    with pytest.raises(SystemExit) as err:
+        plugin.register()
+    assert "unset --scheduler-cls / WAKMAN_POLICY" in str(err.value.code)
 
 
 # ---------------------------------------------------------------------------------- adaptive
@@ -451,6 +773,6 @@ def test_chain_lru_learns_which_roots_are_extended_from_the_tier(seed):
     if vllm.__version__.startswith("0.32."):
         # 0.32 names a request to its tier's policy first at its first store: a request whose prefix
         # is resident gets its first new chunk as root, unknown, so its payload is kept as LRU would
-        assert hits["chain-lru"] <= hits["lru"], hits
+        assert hits["chain-lru"] == pytest.approx(hits["lru"], rel=0.01), hits
     else:  # 0.33 and 0.34 name the loaded prefix first (on_request_access): the payloads wait in probation
         assert hits["chain-lru"] > 1.05 * hits["lru"], hits

@@ -7,21 +7,25 @@ are such policies, loaded by vLLM's own ``CachePolicyFactory`` from ``kv_connect
 (``docs/vllm.md`` has the full command line). One class per policy name: ``WakmanLRU``,
 ``WakmanFIFO``, ``WakmanS3FIFO``, ``WakmanSieve``, ``WakmanARC``, ``WakmanChainLRU``,
 ``WakmanAdaptive`` (the ``wakman`` preset) and ``WakmanPlus`` (``wakman-plus``); ``WakmanPolicy``
-reads the name from the environment variable ``WAKMAN_OFFLOAD_POLICY`` (the factory passes a
-policy nothing but its capacity). This
-module is the only one of wakman that imports vLLM's offload code; it works with vLLM 0.32, 0.33 and
-0.34 (whose manager no longer calls ``touch``: a request's reuse reaches the policy at its finish).
+reads the name from the environment variable ``WAKMAN_OFFLOAD_POLICY`` (``lru`` when unset; set
+but empty is refused). The factory passes a policy nothing but its capacity, and it resolves
+vLLM's own names (``lru``, ``arc``) before the module path: ``"eviction_policy": "lru"`` builds
+vLLM's LRU even with this module's path. Any other name this module lacks fails with the list of
+its classes (module ``__getattr__``). This module is the only one of wakman that imports vLLM's
+offload code; it works with vLLM 0.32, 0.33 and 0.34 (whose manager no longer calls ``touch``: a
+request's reuse reaches the policy at its finish).
 
 State: the core policy (capacity = the tier's chunks) holds one 64-bit key per resident chunk,
 ``policy_key(offload_key)`` (the GPU pool's rule: an ``OffloadKey`` is a ``BlockHash`` and a group
-id); a dict maps that key to ``(OffloadKey, ChunkStatus)``. A chunk is pinned in the core iff its
-``ref_cnt != 0`` (-1: its store is in flight; > 0: loads read it), so the core never offers it as a
-victim.
+id); a dict maps that key to ``(OffloadKey, ChunkStatus)``. Outside ``lru`` a chunk is pinned in
+the core iff its ``ref_cnt != 0`` (-1: its store is in flight; > 0: loads read it), so the core
+never offers it as a victim; ``lru`` is below.
 
-What each vLLM call does to the core policy ``P``:
+What each vLLM call does to the core policy ``P`` (outside ``lru``):
 
 - ``get``: a dict read, no event (vLLM's ``lookup`` is not an access).
-- ``insert(key, chunk[, req_context])`` (0.32 passes two arguments, 0.33 and 0.34 three): ``P.insert(k,
+- ``insert(key, chunk[, req_context])`` (0.32 passes two arguments, 0.33 and 0.34 three): with a
+  request (0.33, 0.34) ``P.inserting_for(root)``, the request's own root, then ``P.insert(k,
   pinned=chunk.ref_cnt != 0)``; the manager always inserts ``ref_cnt == -1``, i.e. pinned.
 - ``mark_non_evictable`` / ``mark_evictable`` (``ref_cnt`` leaves / reaches 0): ``P.pin`` /
   ``P.unpin``. By the core's pinning rule a released chunk re-enters at the newest position of its
@@ -29,47 +33,67 @@ What each vLLM call does to the core policy ``P``:
 - ``on_store_miss(keys)``: ``P.inserting_for(root)``, the request's root (below: the chunks the
   manager inserts next are the request's), then ``P.miss(k)`` for each key, last key first, before
   the manager evicts and inserts: the ghost hits of S3-FIFO and ARC are seen at the miss, as the
-  core protocol wants.
+  core protocol wants. (The manager reports a request's misses once: on 0.32, whose ``insert``
+  carries no request, a store retried after a refused offer is filed under the root set last.)
 - ``touch(keys)`` (0.32, 0.33): ``P.hit(k)`` for each resident key, last key first (the head of a prefix ends
   newest).
 - ``on_request_access`` (0.33, 0.34): no event; a request's accesses are committed once, when it finishes.
 - ``on_request_finished``: for the request's keys in prefix order, last key first: a resident
   chunk the request reused gets one ``P.hit``; a chunk it only stored gets none (a store is not a
-  reuse; vLLM's ARC does the same), except under ``lru``, whose hit is pure recency: there it
-  gets the hit too, which is vLLM's LRU order (every key of the request re-ranked, head newest).
+  reuse; vLLM's ARC does the same), except where the live policy is the core's LRU (the adaptive
+  classes': its hit is pure recency, so every key of the request is re-ranked, head newest, as
+  vLLM's LRU does) or FIFO (whose hit changes nothing).
   Then the request hint ``P.on_request(keys, len(keys), [], clock())``: the tier knows a request's
   chunks only when it finishes, so chain-lru's statistics count an end from the finish of the
   request that made it (the GPU pool and the simulator: from its arrival).
 - A request's root (chain-lru's insert context) is the first chunk of the first call that names
-  the request (``touch``, ``on_store_miss``, ``on_request_access``): the head of its prefix when it
-  hits, its first stored chunk otherwise; forgotten at its finish.
+  the request (``touch``, ``on_store_miss``, ``on_request_access``, ``insert``): the head of its
+  prefix when it hits, its first stored chunk otherwise; forgotten at its finish.
 - ``evict(n, protected)``: atomic. If fewer than ``n`` unpinned chunks lie outside ``protected`` it
   returns None and changes nothing; otherwise the unpinned protected chunks are pinned for the call,
-  ``P.evict_many(n)`` takes the victims, and those chunks are released again, oldest first (they
-  keep their relative order and move to their segments' newest positions).
+  ``P.evict_many(n)`` takes the victims, and those chunks are released again, oldest first, to
+  their segments' newest positions. Oldest first is by when each last took its segment's newest
+  position (a stamp per chunk): their relative order exactly, except in S3-FIFO's main queue, which
+  reorders itself as it evicts. The cost is O(n + |protected|): nothing walks the tier's order.
 - ``remove``: ``P.remove(k)`` (O(1), no ghost); ``clear``: ``P.reset()`` (ghosts, adaptive state and,
   for the adaptive classes, the request log and shadows too).
+
+``lru`` is vLLM's ``lru.py``, decision for decision, on the core's LRU. vLLM ranks a chunk at its
+insert, at a request's access (0.33, 0.34: ``(request rank, -position)``, the request's rank given
+at its first access, so a request's chunks rank together, tail first) and at a request's finish
+(every key of the request, tail first: the head ends newest), and keeps the rank while the chunk is
+in use; it evicts the lowest rank. The core's LRU orders by release instead, so ``lru`` keeps
+vLLM's rank (``ranks``) for every chunk ranked above what the core holds: such a chunk stays pinned
+in the core (``held`` when it is evictable) and goes to the core's newest end, in rank order, once no
+later rank can fall below it (every request that started before has finished; no in-use chunk ranks
+below it). A chunk whose load begins keeps its place in the core's order (``in_place``) until vLLM
+would re-rank it. ``evict`` takes the ``front`` first (chunks an earlier eviction had to skip,
+which keep their place below the core's order), then the core's order (a chunk it must skip moves
+to the front), then the held chunks by rank. Request by request in the connector's order, the
+held chunks reach the core when the request's last store completes; with requests in flight
+together they wait in a heap (O(log n) per event) until the oldest request finishes. The decisions
+equal vLLM's in any order of the manager's calls in which a request offers nothing after its
+finish (the connector's order); ``tests/test_vllm_offload.py`` checks them call by call on 0.32,
+0.33 and 0.34: request by request (the last store completing after the finish, stores in batches,
+loads before stores), with transfers overlapping the next request, and on random interleavings.
 
 ``WakmanAdaptive`` / ``WakmanPlus`` log, at each ``on_request_finished``, the request's keys (as the
 tier saw them: the chunks it loaded or offered, in prefix order) and the time; every
 ``interval_s`` the manager replays them through its shadow policies at the tier's capacity (one
 block = one chunk, scored by the first-miss rule over the chunks) and a switch moves the live
 policy's chunks to the new policy with ``handover`` (pinned chunks stay pinned). The replay runs
-inline, in the ``on_request_finished`` call that finds a decision due.
-
-Where vLLM's own ``lru`` orders differently: its rank is a chunk's last insert or access, kept
-through pinning (a chunk whose load or store ends keeps that rank; here it becomes newest), 0.33
-and 0.34 rank a request's chunks together at its first access (here: at its finish), and its protected
-chunks keep their ranks during an eviction. Request by request (each one looked up, loaded,
-stored and finished before the next), the decisions are the same; ``tests/test_vllm_offload.py``
-checks both.
+inline, in the ``on_request_finished`` call that finds a decision due. Their live LRU is the
+core's (a released chunk becomes newest), not vLLM's ranks.
 """
 
 from __future__ import annotations
 
+import heapq
 import logging
+import math
 import os
 import time
+from collections import OrderedDict
 from collections.abc import Callable, Iterable, Sequence
 
 from vllm.v1.kv_offload.base import OffloadKey, ReqContext
@@ -88,14 +112,38 @@ ENV_VAR = "WAKMAN_OFFLOAD_POLICY"
 # Policies whose hit is recency only (fifo's hit does nothing): a chunk a request only stored is
 # still hit at its finish, as vLLM's LRU re-ranks it. Elsewhere a hit counts as a reuse.
 _HIT_STORED = frozenset({"lru", "fifo"})
+# Policies whose hit moves an unpinned key to its segment's newest position.
+_HIT_MOVES = frozenset({"lru", "arc", "chain-lru"})
+
+Rank = tuple[float, float]  # vLLM's LRU rank: (request rank, -position) or (fresh rank, 0)
+_TOP: Rank = (math.inf, 0)
+
+
+class _RequestRank:
+    """A request's rank in one policy (vLLM's ``lru.py`` keeps the same on the request's context)."""
+
+    __slots__ = ("generation", "rank")
+
+    def __init__(self, generation: int, rank: int) -> None:
+        self.generation, self.rank = generation, rank
+
+
+class _RequestRanks(dict):
+    """Kept on a request's context: its rank in each wakman policy that ranked it (a context may
+    reach several tiers)."""
 
 
 class WakmanCachePolicy(CachePolicy):
     """A vLLM offload ``CachePolicy`` whose eviction order is a wakman core policy.
 
-    Invariants: a key is resident iff its chunk is in ``entries``; the core pins exactly the
-    chunks with ``ref_cnt != 0``; ``evict`` returns only chunks with ``ref_cnt == 0`` outside
-    ``protected``, exactly ``n`` of them, or None with no change."""
+    Invariants: a key is resident iff its chunk is in ``entries``; ``evict`` returns only chunks
+    with ``ref_cnt == 0`` outside ``protected``, exactly ``n`` of them, or None with no change.
+    Outside ``lru`` the core pins exactly the chunks with ``ref_cnt != 0``. Under ``lru``
+    (``ranked``) vLLM's LRU order of the evictable chunks is: the ``front`` (chunks an eviction had
+    to skip, pinned in the core, oldest first), the core's order, then the ``held`` chunks
+    (``ref_cnt == 0``, pinned in the core) by their rank in ``ranks``. ``ranks`` also holds the
+    busy chunks (in use, pinned in the core, ranked); an in-use chunk without a rank is
+    ``in_place``: in the core's order or the front, unpinned in the core if in its order."""
 
     policy_name: str = "lru"
 
@@ -107,9 +155,24 @@ class WakmanCachePolicy(CachePolicy):
                 f"wakman offload policy {self.policy_name!r}: choose one of {', '.join(STATIC + ADAPTIVE)}"
             )
         self.clock: Callable[[], float] = time.monotonic  # seconds; tests replace it
+        # lru keeps vLLM's LRU ranks for the chunks above the core's order (module docstring)
+        self.ranked = self.policy_name == "lru"
         self.entries: dict[int, tuple[OffloadKey, ChunkStatus]] = {}
         self._roots: dict[str, int] = {}  # request id -> the core key of its root (chain-lru's context)
         self._t0: float | None = None  # clock() at the first logged request
+        # when each key in the core's order last took its segment's newest position
+        self._stamps: dict[int, int] = {}
+        self._tick = 0
+        # ranked (lru) state
+        self.ranks: dict[int, Rank] = {}  # held and busy chunks -> vLLM's LRU rank
+        self.held: set[int] = set()
+        self.in_place: set[int] = set()
+        self.front: OrderedDict[int, None] = OrderedDict()  # below the core's order, oldest first
+        self._held_heap: list[tuple[Rank, OffloadKey, int]] = []  # lazy: stale entries skipped
+        self._busy_heap: list[tuple[Rank, OffloadKey, int]] = []
+        self._open: OrderedDict[_RequestRank, None] = OrderedDict()  # ranked, unfinished requests
+        self._next_rank = 0
+        self._generation = 0
         self._start()
         log.info(
             "wakman: %s chooses what vLLM's CPU offload tier keeps (%d chunks, %s)",
@@ -126,6 +189,7 @@ class WakmanCachePolicy(CachePolicy):
             self.policy: EvictionPolicy = self.manager.initial_policy()
         else:
             self.policy = make_policy(self.policy_name, capacity)
+        self._hit_moves = self.policy.name in _HIT_MOVES
 
     @property
     def live_policy(self) -> str:
@@ -142,29 +206,189 @@ class WakmanCachePolicy(CachePolicy):
         entry = self.entries.get(policy_key(key))
         return entry[1] if entry is not None and entry[0] == key else None
 
+    # ------------------------------------------------------------------ the core's order
+    def _stamp(self, k: int) -> None:
+        if self.ranked:  # lru orders by ranks, not stamps
+            return
+        self._tick += 1
+        self._stamps[k] = self._tick
+
+    def _unpin(self, k: int) -> None:
+        self.policy.unpin(k)
+        self._stamp(k)
+
+    def _hit(self, k: int) -> None:
+        self.policy.hit(k)
+        if self._hit_moves:
+            self._stamp(k)
+
+    # ------------------------------------------------------------------ vLLM's LRU ranks (lru)
+    def _request_rank(self, req_context: ReqContext) -> int:
+        """The request's rank, given at its first access or insert (vLLM's ``_get_request_rank``)."""
+        ranks = req_context.get_state(_RequestRanks)
+        if ranks is None:
+            ranks = _RequestRanks()
+            req_context.set_state(ranks)
+        state = ranks.get(self)
+        if state is None or state.generation != self._generation:
+            self._next_rank += 1
+            state = ranks[self] = _RequestRank(self._generation, self._next_rank)
+            self._open[state] = None
+        return state.rank
+
+    def _push(self, heap: list, rank: Rank, key: OffloadKey, k: int, live: int) -> None:
+        heapq.heappush(heap, (rank, key, k))
+        if len(heap) > 2 * live + 64:  # drop the stale entries
+            keep = self.held if heap is self._held_heap else self.ranks.keys() - self.held
+            heap[:] = [(self.ranks[k], self.entries[k][0], k) for k in keep]
+            heapq.heapify(heap)
+
+    def _set_rank(self, k: int, key: OffloadKey, rank: Rank) -> None:
+        """Give a resident chunk vLLM's LRU rank ``rank``: a chunk in the core's order (or the
+        front) leaves it, pinned in the core, held or busy."""
+        ranked = k in self.ranks
+        self.ranks[k] = rank
+        if k in self.held:
+            self._push(self._held_heap, rank, key, k, len(self.held))
+            return
+        if not ranked:
+            if k in self.front:
+                del self.front[k]
+            else:
+                self.policy.pin(k)
+            self.in_place.discard(k)
+            if self.entries[k][1].ref_cnt == 0:
+                self.held.add(k)
+                self._push(self._held_heap, rank, key, k, len(self.held))
+                return
+        self._push(self._busy_heap, rank, key, k, len(self.ranks) - len(self.held))
+
+    def _rank_fresh(self, keys: Iterable[OffloadKey]) -> None:
+        """New ranks in this order, each above every other (vLLM's ``_update_recency``)."""
+        direct = not self.held and self._bound() == _TOP  # ranks go straight to the core's end
+        for key in keys:
+            k = self._resident(key)
+            if k is None:
+                continue
+            self._next_rank += 1
+            if direct:
+                if k not in self.ranks and k not in self.in_place and k not in self.front:
+                    self._hit(k)
+                    continue
+                direct = False  # held or busy from here: the next ones lie above it
+            self._set_rank(k, key, (self._next_rank, 0))
+        self._flush()
+
+    def _bound(self) -> Rank:
+        """No rank below this one can be given later: unfinished requests' ranks, in-use chunks'."""
+        bound = _TOP
+        while self._open:
+            state = next(iter(self._open))
+            if state.generation == self._generation:
+                bound = (state.rank, -math.inf)
+                break
+            del self._open[state]
+        heap = self._busy_heap
+        while heap:
+            rank, _, k = heap[0]
+            if self.ranks.get(k) == rank and k not in self.held:
+                return min(bound, rank)
+            heapq.heappop(heap)
+        return bound
+
+    def _flush(self) -> None:
+        """Move the held chunks ranked below every later rank to the core's newest end, in rank
+        order: from there the core's order is vLLM's LRU order."""
+        heap = self._held_heap
+        if not heap:
+            return
+        bound = self._bound()
+        while heap and heap[0][0] < bound:
+            rank, _, k = heapq.heappop(heap)
+            if k in self.held and self.ranks[k] == rank:
+                self.held.discard(k)
+                del self.ranks[k]
+                self._unpin(k)
+
     # ------------------------------------------------------------------ chunk life
     def insert(self, key: OffloadKey, chunk: ChunkStatus, req_context: ReqContext | None = None) -> None:
         k = policy_key(key)
         if k in self.entries:  # two keys with one 64-bit hash: ~n^2 / 2^65 for n chunks
             raise RuntimeError(f"offload key {key!r} collides with a resident chunk's 64-bit key")
+        if req_context is not None:  # 0.33, 0.34: file it under its own request's root
+            root = self._roots.get(req_context.req_id)
+            if root is None:
+                root = self._roots[req_context.req_id] = k
+            self.policy.inserting_for(root)
         self.entries[k] = (key, chunk)
-        self.policy.insert(k, chunk.ref_cnt != 0)
+        if not self.ranked:
+            self.policy.insert(k, chunk.ref_cnt != 0)
+            if chunk.ref_cnt == 0:
+                self._stamp(k)
+            return
+        position = None if req_context is None else req_context.get_offload_key_position(key)
+        if position is None:
+            self._next_rank += 1
+            rank: Rank = (self._next_rank, 0)
+        else:
+            rank = (self._request_rank(req_context), -position)
+        self.policy.insert(k, True)
+        self.ranks[k] = rank
+        if chunk.ref_cnt != 0:
+            self._push(self._busy_heap, rank, key, k, len(self.ranks) - len(self.held))
+        else:
+            self.held.add(k)
+            self._push(self._held_heap, rank, key, k, len(self.held))
+            self._flush()
 
     def remove(self, key: OffloadKey) -> None:
         k = self._resident(key)
         if k is not None:
             del self.entries[k]
+            self._forget(k)
             self.policy.remove(k)
 
+    def _forget(self, k: int) -> None:
+        self._stamps.pop(k, None)
+        if self.ranks.pop(k, None) is not None:
+            self.held.discard(k)
+        self.in_place.discard(k)
+        self.front.pop(k, None)
+
     def mark_evictable(self, key: OffloadKey) -> None:
-        self.policy.unpin(policy_key(key))
+        k = policy_key(key)
+        if k in self.in_place:  # its load ended: vLLM's LRU kept its rank, it kept its place
+            self.in_place.discard(k)  # (in the core's order or the front)
+        elif k in self.ranks:  # ranked above the core: held until the ranks below are settled
+            self.held.add(k)
+            self._push(self._held_heap, self.ranks[k], key, k, len(self.held))
+            self._flush()
+        else:
+            self._unpin(k)
 
     def mark_non_evictable(self, key: OffloadKey) -> None:
-        self.policy.pin(policy_key(key))
+        k = policy_key(key)
+        if not self.ranked:
+            self.policy.pin(k)
+        elif k in self.held:  # it keeps its rank while in use
+            self.held.discard(k)
+            self._push(self._busy_heap, self.ranks[k], key, k, len(self.ranks) - len(self.held))
+        else:  # it keeps its place (in the core's order or the front) while in use
+            self.in_place.add(k)
 
     def clear(self) -> None:
         self.entries.clear()
         self._roots.clear()
+        self._stamps.clear()
+        self.ranks.clear()
+        self.held.clear()
+        self.in_place.clear()
+        self.front.clear()
+        self._held_heap.clear()
+        self._busy_heap.clear()
+        self._open.clear()
+        self._next_rank = 0
+        self._generation += 1
         self.policy.reset()
         if self.manager is not None:
             self._t0 = None
@@ -190,13 +414,31 @@ class WakmanCachePolicy(CachePolicy):
     def touch(self, keys: Iterable[OffloadKey], req_context: ReqContext) -> None:
         keys = list(keys)
         self._root(keys, req_context)
+        if self.ranked:
+            self._rank_fresh(reversed(keys))
+            return
         for key in reversed(keys):
             k = self._resident(key)
             if k is not None:
-                self.policy.hit(k)
+                self._hit(k)
 
     def on_request_access(self, keys: Iterable[OffloadKey], req_context: ReqContext) -> None:
-        self._root(list(keys), req_context)
+        keys = list(keys)
+        self._root(keys, req_context)
+        if not self.ranked:
+            return
+        # vLLM's LRU: the request's chunks rank together, (request rank, -position): tail first
+        request_rank = self._request_rank(req_context)
+        for key in keys:
+            position = req_context.get_offload_key_position(key)
+            k = None if position is None else self._resident(key)
+            if k is None:
+                continue
+            rank = (request_rank, -position)
+            old = self.ranks.get(k)
+            if old is None or old < rank:
+                self._set_rank(k, key, rank)
+        self._flush()
 
     def on_request_finished(
         self,
@@ -207,13 +449,19 @@ class WakmanCachePolicy(CachePolicy):
     ) -> None:
         keys = order_request_keys(key_groups, req_context)
         self._roots.pop(req_context.req_id, None)
-        hit_stored = self.policy.name in _HIT_STORED
-        for key in reversed(keys):
-            if not hit_stored and key not in reused_keys:
-                continue
-            k = self._resident(key)
-            if k is not None:
-                self.policy.hit(k)
+        if self.ranked:  # every key of the request re-ranked, tail first: the head ends newest
+            ranks = req_context.get_state(_RequestRanks)
+            if ranks is not None and (state := ranks.pop(self, None)) is not None:
+                self._open.pop(state, None)
+            self._rank_fresh(reversed(keys))
+        else:
+            hit_stored = self.policy.name in _HIT_STORED
+            for key in reversed(keys):
+                if not hit_stored and key not in reused_keys:
+                    continue
+                k = self._resident(key)
+                if k is not None:
+                    self._hit(k)
         if not keys:
             return
         if self.manager is None and not self.policy.learns_from_requests:
@@ -226,29 +474,101 @@ class WakmanCachePolicy(CachePolicy):
 
     # ------------------------------------------------------------------ eviction
     def evict(self, n: int, protected: set[OffloadKey]) -> list[tuple[OffloadKey, ChunkStatus]] | None:
+        """The first ``n`` evictable chunks outside ``protected``, in the policy's order (lru: the
+        front's, the core's, then the held ones by rank, which is vLLM's LRU order). Costs
+        O(n + |protected|), plus the in-use chunks lru leaves in place; never a pass over the tier."""
         if n <= 0:
             return []
-        policy = self.policy
-        held = []
+        victims = self._evict_ranked(n, protected) if self.ranked else self._evict_core(n, protected)
+        if victims is None:
+            return None
+        out = []
+        for k in victims:
+            out.append(self.entries.pop(k))
+            self._forget(k)
+        assert all(chunk.ref_cnt == 0 for _, chunk in out)
+        return out
+
+    def _evict_core(self, n: int, protected: set[OffloadKey]) -> list[int] | None:
+        """Pin the protected chunks in the core's order for the call; the core picks the victims;
+        the protected chunks go back oldest first (keeping their relative order: exactly where the
+        core's order is the order its keys last took their segment's newest position, as in lru,
+        fifo, arc and chain-lru), to their segments' newest positions."""
+        policy, entries = self.policy, self.entries
+        aside = []
         for key in protected:
             k = self._resident(key)
-            if k is not None and not policy.is_pinned(k):
-                held.append(k)
-        if policy.num_evictable - len(held) < n:
+            if k is not None and entries[k][1].ref_cnt == 0:
+                aside.append(k)
+        if policy.num_evictable - len(aside) < n:
             return None
-        if len(held) > 1:  # released oldest first below, so they keep their relative order
-            rank = {k: i for i, k in enumerate(policy.eviction_order())}
-            held.sort(key=rank.__getitem__)
-        for k in held:
+        for k in aside:
             policy.pin(k)
         try:
-            victims = policy.evict_many(n)
+            return policy.evict_many(n)
         finally:
-            for k in held:
-                policy.unpin(k)
-        pop = self.entries.pop
-        out = [pop(k) for k in victims]
-        assert all(chunk.ref_cnt == 0 for _, chunk in out)
+            aside.sort(key=lambda k: self._stamps.get(k, 0))
+            for k in aside:
+                self._unpin(k)
+
+    def _evict_ranked(self, n: int, protected: set[OffloadKey]) -> list[int] | None:
+        """lru: vLLM's LRU order is the front, the core's order, then the held chunks by rank. A
+        chunk the core offers that must stay (protected, or in use in place) moves to the front,
+        where it keeps its rank (vLLM's LRU skips it and keeps its rank)."""
+        policy, entries, held, front, in_place = (
+            self.policy,
+            self.entries,
+            self.held,
+            self.front,
+            self.in_place,
+        )
+        staying = 0  # chunks in the core's order the core must not give
+        in_held = 0
+        for key in protected:
+            k = self._resident(key)
+            if k is None or k in in_place:
+                continue
+            if k in held:
+                in_held += 1
+            elif k not in front and entries[k][1].ref_cnt == 0:
+                staying += 1
+        staying += sum(1 for k in in_place if k not in front)
+        from_front = [k for k in front if k not in in_place and entries[k][0] not in protected]
+        from_core = policy.num_evictable - staying
+        if len(from_front) + from_core + len(held) - in_held < n:
+            return None
+        victims = from_front[:n]
+        for k in victims:
+            del front[k]
+            policy.remove(k)
+        while len(victims) < n and from_core:
+            for k in policy.evict_many(min(n - len(victims), from_core)):
+                if k in in_place or entries[k][0] in protected:
+                    policy.insert(k, True)  # LRU: no ghost, no other state
+                    front[k] = None
+                else:
+                    victims.append(k)
+                    from_core -= 1
+        if len(victims) < n:
+            victims += self._evict_held(n - len(victims), protected)
+        return victims
+
+    def _evict_held(self, n: int, protected: set[OffloadKey]) -> list[int]:
+        """The ``n`` lowest-ranked held chunks outside ``protected`` (enough exist), as vLLM's LRU."""
+        heap, out, deferred = self._held_heap, [], []
+        while len(out) < n:
+            entry = heapq.heappop(heap)
+            rank, key, k = entry
+            if k not in self.held or self.ranks[k] != rank:
+                continue
+            if key in protected:
+                deferred.append(entry)
+                continue
+            self.held.discard(k)
+            self.policy.remove(k)
+            out.append(k)
+        for entry in deferred:
+            heapq.heappush(heap, entry)
         return out
 
     # ------------------------------------------------------------------ the adaptive manager
@@ -271,6 +591,10 @@ class WakmanCachePolicy(CachePolicy):
         switch_to = manager.close_decision(pending, *timed_replay(replay, pending))
         if switch_to is not None:
             self.policy = handover(self.policy, manager.make_policy(switch_to, self.policy.capacity))
+            self._hit_moves = self.policy.name in _HIT_MOVES
+            self._stamps.clear()
+            for k in self.policy.eviction_order():  # O(chunks), once per switch
+                self._stamp(k)
 
 
 class WakmanLRU(WakmanCachePolicy):
@@ -310,10 +634,15 @@ class WakmanPlus(WakmanCachePolicy):
 
 
 class WakmanPolicy(WakmanCachePolicy):
-    """The policy named by ``WAKMAN_OFFLOAD_POLICY`` (default ``lru``), read when vLLM builds it."""
+    """The policy named by ``WAKMAN_OFFLOAD_POLICY`` (``lru`` when unset), read when vLLM builds it."""
 
     def __init__(self, cache_capacity: int) -> None:
-        super().__init__(cache_capacity, os.environ.get(ENV_VAR, "lru").strip().lower())
+        name = os.environ.get(ENV_VAR, "lru").strip().lower()
+        if not name:
+            raise ValueError(
+                f"{ENV_VAR} is empty: set it to one of {', '.join(STATIC + ADAPTIVE)} (unset: lru)"
+            )
+        super().__init__(cache_capacity, name)
 
 
 __all__ = [
@@ -328,3 +657,34 @@ __all__ = [
     "WakmanS3FIFO",
     "WakmanSieve",
 ]
+
+_CLASS_OF = {
+    cls.policy_name: cls.__name__
+    for cls in (
+        WakmanLRU,
+        WakmanFIFO,
+        WakmanS3FIFO,
+        WakmanSieve,
+        WakmanARC,
+        WakmanChainLRU,
+        WakmanAdaptive,
+        WakmanPlus,
+    )
+}
+
+
+def __getattr__(name: str):
+    """vLLM's factory looks the ``eviction_policy`` class up here: name the valid ones on a miss."""
+    if name.startswith("__"):
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    hint = _CLASS_OF.get(name.strip().lower())
+    if hint is None:
+        hint = next(
+            (c for c in (*_CLASS_OF.values(), "WakmanPolicy") if c.lower() == name.strip().lower()), None
+        )
+    raise AttributeError(
+        f"{__name__} has no policy class {name!r}"
+        + (f" (did you mean {hint!r}?)" if hint else "")
+        + f": eviction_policy is one of {', '.join((*_CLASS_OF.values(), 'WakmanPolicy'))}"
+        + f" (WakmanPolicy reads {ENV_VAR})"
+    )

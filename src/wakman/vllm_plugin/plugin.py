@@ -33,11 +33,23 @@ def register() -> None:
         check_environment()
     except BrokenEnvironment as exc:
         raise SystemExit(str(exc)) from None  # one line on stderr, no traceback
-    from wakman.vllm_plugin.compat import check_vllm_version
+    from wakman.vllm_plugin.compat import UnsupportedVllmVersion, check_vllm_version
     from wakman.vllm_plugin.metrics import metrics_dir
     from wakman.vllm_plugin.settings import PluginSettings
 
-    check_vllm_version()
+    try:
+        check_vllm_version()
+    except UnsupportedVllmVersion as exc:  # one line on stderr, no traceback
+        message = str(exc)
+        offload_only = not os.environ.get("WAKMAN_POLICY") and all(
+            "wakman.vllm_plugin" not in arg or "wakman.vllm_plugin.offload" in arg for arg in sys.argv
+        )
+        if offload_only:  # asked for through --kv-transfer-config alone: say how to drop that
+            message = message.replace(
+                "unset --scheduler-cls / WAKMAN_POLICY",
+                "take wakman's eviction_policy and cache_policy_module_path out of --kv-transfer-config",
+            )
+        raise SystemExit(message) from None
     log_through_vllm()
     PluginSettings.from_env()  # bad WAKMAN_* values fail here, at start-up
     metrics_dir()
