@@ -270,6 +270,17 @@ def test_bailian_ids_name_blocks_not_prefixes(tmp_path):
     assert key_list(reqs[3].block_keys)[:3] == key_list(reqs[0].block_keys)  # one prefix, the same keys
 
 
+def test_bailian_rows_without_their_optional_fields(tmp_path):
+    """parent_chat_id, type and turn are optional (AIPerf's loader has them so): a row without them
+    is a first turn of its own session."""
+    path = tmp_path / "bailian.jsonl"
+    rows = [{"chat_id": 5, "timestamp": 0.5, "input_length": 40, "output_length": 8, "hash_ids": [1, 2, 3]}]
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    assert detect_format(path) == "bailian"
+    [req] = read_trace(path)
+    assert (req.session_id, req.label, req.prompt_tokens) == ("5", None, 40)
+
+
 @pytest.mark.parametrize("fmt", ["native", "mooncake", "aiperf-sessions"])
 def test_writers_write_the_same_bytes_from_arrays_and_lists(tmp_path, fmt):
     import numpy as np

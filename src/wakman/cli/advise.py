@@ -106,7 +106,11 @@ def advise(
     ),
     target: float = typer.Option(0.95, "--target", help="Fraction of the ceiling to size for, in (0, 1]."),
     policy_names: str = typer.Option(DEFAULT_POLICIES, "--policies", help="Comma-separated policies."),
-    points: int = typer.Option(8, "--points", help="Sweep sizes (log-spaced) besides yours."),
+    points: int = typer.Option(
+        8,
+        "--points",
+        help="Log-spaced sweep sizes, besides yours and the five around LRU's smallest size within --target.",
+    ),
     jobs: int | None = typer.Option(None, "--jobs", help="Worker processes (default: all cores)."),
     as_json: bool = typer.Option(False, "--json", help="One JSON object alone on stdout."),
     plot: Path | None = typer.Option(

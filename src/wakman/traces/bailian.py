@@ -10,8 +10,8 @@ reader chains them (``wakman._core.chain_ids``: key i from key i-1 and id i) int
 for the whole prefix, as vLLM's block hashes do: an id seen after another prefix is another key, and
 an id repeated within a prompt is two keys (an id outside [0, 2**64) is an error). Where the ids
 already stand for their prefix, chaining changes no hit.
-``parent_chat_id`` is -1 on a first turn. A request's session is the ``chat_id`` of its first turn
-(followed through ``parent_chat_id``; an unknown parent starts a new session); ``type`` becomes the
+``parent_chat_id`` is -1 (or absent) on a first turn. A request's session is the ``chat_id`` of its
+first turn (followed through ``parent_chat_id``; an unknown parent starts a new session); ``type`` becomes the
 label. Streaming: memory grows with the number of chats, not their blocks.
 """
 
@@ -31,7 +31,7 @@ DEFAULT_BLOCK_SIZE = 16
 
 class BailianRow(msgspec.Struct, kw_only=True):
     chat_id: int
-    parent_chat_id: int
+    parent_chat_id: int = -1  # optional, as in AIPerf's loader: a first turn
     timestamp: float  # an integer too large for a float is refused by the decoder
     input_length: int
     output_length: int
