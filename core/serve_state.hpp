@@ -71,7 +71,7 @@ class ServeHooks {
   virtual ~ServeHooks() = default;
   virtual void on_arrival(double /*now*/, size_t /*request*/) {}
   virtual void on_time(double /*now*/) {}
-  // The loop's last integration reached now (the step loop, after its last step): no controller call.
+  // An integration reached now without a controller call (the step loop, at a step's end).
   virtual void on_end(double /*now*/) {}
   // Request `request` has sampled `generated` output tokens (the step loop, after each sample).
   virtual void on_sampled(size_t /*request*/, int64_t /*generated*/) {}
@@ -218,7 +218,8 @@ class LoopState {
   double first_interval_ = 0.0;  // the number (start / interval_s) of out_.intervals[0]
 
   // Integrate the free-block count from now to t (time-weighted means), then tell the controller
-  // (unless `tell` is false: the step loop's closing integration after its last step).
+  // (unless `tell` is false: the step loop integrating a step's held blocks to its end, and after
+  // its last step; the free-block log is sampled then too, through on_end).
   void advance(double t, bool tell = true) {
     if (!out_.started) {
       out_.started = true;

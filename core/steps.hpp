@@ -55,7 +55,7 @@ class StepLoop : LoopState {
         out_.backlog_at_last_arrival = static_cast<int64_t>(waiting_.size());
       clock += took;
     }
-    if (out_.started) advance(clock, false);  // the last step's time and evictions (no controller call)
+    if (out_.started) advance(clock, false);  // the free blocks after the last step's releases
     return out_;
   }
 
@@ -138,6 +138,8 @@ class StepLoop : LoopState {
     out_.prefill_busy_s +=
         took * static_cast<double>(prefill_tokens) / static_cast<double>(params_.max_num_batched_tokens);
     for (const Scheduled& s : scheduled_) runs_[s.index].computed += s.tokens;
+    // the step holds its blocks until its end: integrate them over it, before any is released
+    advance(now + took, false);
     // the model's answer: a token for each request whose tokens are all computed
     bool finished = false;
     for (const Scheduled& s : scheduled_) {

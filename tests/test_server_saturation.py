@@ -178,3 +178,20 @@ def test_a_request_preempted_before_its_prefill_ends_gets_its_first_token_later(
     result = simulate([a, b], "lru", 192, server=ServerModel(prefill_tokens_per_s=1000.0))
     assert result.preemptions >= 1
     assert result.ttfts_s[1] > 5.021 - 0.5
+
+
+def test_a_step_holds_its_blocks_until_it_ends():
+    """One request of 4 blocks (52 tokens, 1 output) in a pool of 100, served in one step: both
+    loops count 96 free blocks for the whole run (the step loop counted the step after its release:
+    100); a last step that evicts is in the interval series."""
+    from wakman.simulation import VllmServer
+
+    one = [Request(arrival_s=5.0, block_keys=[1, 2, 3, 4], prompt_tokens=52, output_tokens=1, block_size=16)]
+    for server in (ServerModel(), VllmServer(4096, 64, 0.025)):
+        assert simulate(one, "lru", 100, server=server).mean_free_blocks == pytest.approx(96.0), server
+    two = [
+        Request(arrival_s=0.0, block_keys=[1, 2, 3], prompt_tokens=48, output_tokens=1, block_size=16),
+        Request(arrival_s=10.0, block_keys=[9], prompt_tokens=16, output_tokens=2, block_size=16),
+    ]
+    result = simulate(two, "lru", 4, server=VllmServer(4096, 64, 0.025))
+    assert result.evictions == 1 == sum(i.evictions for i in result.intervals)
