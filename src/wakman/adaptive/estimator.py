@@ -4,11 +4,11 @@ Per request: its arrival time (s) and block keys; per event: the number of free 
 over time so that each window's time-weighted mean is exact (``free_log``, the core's
 ``FreeBlockLog``: the serve-mode loops sample it at every event themselves, without a call into
 Python; the count read before an event is processed is logged from the previous event's time,
-since it held from then; vLLM's scheduler likewise logs the count at a step's start from the
-previous step's time). Memory is bounded: at most ``max_blocks`` logged keys (one 8-byte reference each; the
-keys themselves are the requests' own objects), the oldest requests dropped first; the default
-4 M keys is 32 MB of references. The free-block log holds one 24-byte segment per event since the
-oldest window start a decision still reads.
+since it held from then; vLLM's scheduler logs the count after each step's allocations and after
+each step's frees, the two moments it changes). Memory is bounded: at most ``max_blocks`` logged
+keys (one 8-byte reference each; the keys themselves are the requests' own objects), the oldest
+requests dropped first; the default 4 M keys is 32 MB of references. The free-block log holds one
+24-byte segment per event since the oldest window start a decision still reads.
 """
 
 from __future__ import annotations

@@ -1,7 +1,8 @@
 """The live policy of one vLLM block pool, and, for ``wakman``/``wakman-plus``, its manager.
 
 Called from the scheduler (one thread): ``on_request`` logs what the paper's estimator logs (arrival
-time, block hashes, prompt length); ``on_step`` samples the free blocks and drives decisions. A
+time, block hashes, prompt length); ``sample_free`` logs the free blocks after each step's
+allocations and after each step's frees; ``on_step`` drives decisions. A
 decision snapshots its window on the scheduler thread, replays it in a background thread (``thread``
 mode, the default: the step never waits), and is applied by the first step after the replay ends:
 the switch reorders the free blocks in O(cached blocks) on the scheduler thread, the only one that
@@ -57,7 +58,6 @@ class PolicyRuntime:
             else None
         )
         self._pending: tuple[PendingDecision, Future] | None = None
-        self._previous_step_s: float | None = None  # the clock at the previous on_step (s)
         publish_state(self)
 
     @property
@@ -87,6 +87,7 @@ class PolicyRuntime:
         ``scheduler.requests``; ``order``: the ids in the order the call finished them; ``deferred``
         and ``step``: vLLM's deferred frees and step number): the ends of the sessions whose marked
         last request is done and whose blocks are back (``SessionHints.tell_done``)."""
+        self.sample_free()  # the blocks the finished requests gave back
         if self.sessions is not None:
             if self.sessions.tell_done(live, order, deferred, step):
                 self._unpublished_ends = True
@@ -101,16 +102,19 @@ class PolicyRuntime:
                 self._unpublished_ends, self._next_publish_s = False, now + 1.0
                 publish_state(self)
 
+    def sample_free(self) -> None:
+        """Log the pool's free blocks from now on (the manager's estimator): the scheduler calls it
+        once a step has allocated its blocks and once a step's output (or an abort) has freed
+        some, the two moments the count changes."""
+        if self.manager is not None:
+            self.manager.estimator.sample_free(self.clock(), self.pool.get_num_free_blocks())
+
     def on_step(self) -> None:
         self._publish_ends()
         manager = self.manager
         if manager is None:
             return
         now = self.clock()
-        # the count before this step's scheduling held since the previous step (whose frees made it)
-        since = self._previous_step_s if self._previous_step_s is not None else now
-        manager.estimator.sample_free(since, self.pool.get_num_free_blocks())
-        self._previous_step_s = now
         if self._pending is not None and self._pending[1].done():
             self.drain()
         if self._pending is None and now >= manager.next_decision:

@@ -95,7 +95,9 @@ class WakmanScheduler(Scheduler):
 
     def schedule(self, *args: Any, **kwargs: Any) -> Any:
         self.wakman.on_step()
-        return super().schedule(*args, **kwargs)
+        out = super().schedule(*args, **kwargs)
+        self.wakman.sample_free()  # the step's blocks, held until its output frees them
+        return out
 
     def shutdown(self) -> None:
         self.wakman.close()
