@@ -10,23 +10,14 @@ most ``prompt_tokens - 1`` tokens; ``Request.max_hit_blocks``).
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Sequence
-from functools import lru_cache
 
 from wakman import _core
 from wakman.policies import EvictionPolicy
-from wakman.traces.model import Request, full_blocks, hit_limit
+from wakman.traces.model import Request, full_blocks, hit_limit, session_key
 
 cached_prefix = _core.cached_prefix
 StrandedCount = _core.StrandedCount
-
-
-@lru_cache(maxsize=65536)
-def session_key(session_id: str) -> int:
-    """A session id as the core's 64-bit key (the first 8 bytes of its BLAKE2b digest: the same in
-    every process, unlike Python's string hash)."""
-    return int.from_bytes(hashlib.blake2b(session_id.encode(), digest_size=8).digest(), "little")
 
 
 def session_keys(requests: Sequence[Request]) -> list[int] | None:

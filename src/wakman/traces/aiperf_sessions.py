@@ -17,9 +17,9 @@ each followed by the answer the server generated for it, then turn k's ``input_l
 - each turn's ``output_keys``: the blocks its decoding completes (full prompt blocks to
   ``(prompt + output - 1) // block_size``), which turn k+1's prompt hits.
 
-The keys no trace gives are ``splitmix64`` of the session's 64-bit name (the first 8 bytes of the
-BLAKE2b digest of its id) plus a counter times the golden ratio: distinct from each other and, with
-probability ~n / 2**64, from the trace's ids. ``timestamp`` (ms) is on a session's first turn;
+The keys no trace gives are ``splitmix64`` of the session's 64-bit name (``session_key``: the first
+8 bytes of the BLAKE2b digest of its id) plus a counter times the golden ratio: distinct from each
+other and, with probability ~n / 2**64, from the trace's ids. ``timestamp`` (ms) is on a session's first turn;
 ``delay`` (ms, after the previous turn's arrival) or ``timestamp`` on later ones. Rows of different
 sessions may come in any order, so reading buffers the whole trace to sort it by arrival (memory
 grows with the trace, unlike the other readers); a ``mooncake`` file whose rows carry a
@@ -33,7 +33,6 @@ refused (write ``mooncake`` rows, one self-contained request each, instead).
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 
@@ -48,6 +47,7 @@ from wakman.traces.model import (
     key_array,
     key_list,
     no_keys,
+    session_key,
     validate_request,
 )
 
@@ -68,10 +68,6 @@ class SessionRow(msgspec.Struct, kw_only=True, omit_defaults=True):
 _row = msgspec.json.Decoder(SessionRow)
 
 
-def _session_name(session_id: str) -> int:
-    return int.from_bytes(hashlib.blake2b(session_id.encode(), digest_size=8).digest(), "little")
-
-
 def _fresh_keys(name: int, start: int, n: int) -> np.ndarray:
     """Keys ``start .. start + n - 1`` of a session named ``name``: splitmix64(name + i * golden)."""
     with np.errstate(over="ignore"):
@@ -88,7 +84,7 @@ class _Session:
         self.arrival_s = 0.0
         self.history_tokens = 0  # the previous turns' prompts and answers (tokens)
         self.history_keys = no_keys()  # the blocks vLLM cached for them
-        self.name = _session_name(session_id)
+        self.name = session_key(session_id)
         self.issued = 0  # fresh keys handed out so far
 
     def fresh(self, n: int) -> np.ndarray:
