@@ -1,5 +1,6 @@
-// wakman._core.chain_blake2b64: the workload generator's fast-mode block hash chain, and chain_ids: a
-// trace's per-block content ids as prefix-chained keys (block_hash.hpp).
+// wakman._core.chain_blake2b64: the workload generator's fast-mode block hash chain; chain_ids: a
+// trace's per-block content ids as prefix-chained keys (block_hash.hpp); splitmix64 of an array
+// (key_map.hpp's mixer, for keys a reader makes up).
 #include <nanobind/nanobind.h>
 #include <nanobind/ndarray.h>
 
@@ -42,4 +43,14 @@ void bind_block_hash(nb::module_& m) {
       "ids"_a,
       "Prefix-chained keys (uint64) of per-block content ids (uint64): keys[i] = splitmix64(keys[i-1] ^ "
       "splitmix64(ids[i])), keys[-1] = 0x6B6579636861696E; an id after two different prefixes gets two keys.");
+  m.def(
+      "splitmix64",
+      [](nb::ndarray<const uint64_t, nb::ndim<1>, nb::c_contig, nb::device::cpu> values) {
+        const size_t n = values.shape(0);
+        auto* out = new std::vector<uint64_t>(n);
+        nb::capsule owner(out, [](void* p) noexcept { delete static_cast<std::vector<uint64_t>*>(p); });
+        for (size_t i = 0; i < n; ++i) (*out)[i] = wakman::splitmix64(values.data()[i]);
+        return nb::ndarray<nb::numpy, uint64_t, nb::ndim<1>>(out->data(), {n}, owner);
+      },
+      "values"_a, "splitmix64 (core/key_map.hpp) of each uint64 value: a bijection of 64-bit integers.");
 }

@@ -216,3 +216,13 @@ def test_a_gzip_trace_is_the_same_bytes_every_time(tmp_path):
     write_trace(reqs, second, "native")
     assert first.read_bytes() == second.read_bytes()
     assert b".part" not in first.read_bytes()[:64]
+
+
+def test_the_cores_splitmix64_is_vignas():
+    """splitmix64(x) is SplitMix64's output for the state x + golden ratio: from state 0 its first
+    outputs are Vigna's published 0xE220A8397B1DCDAF, 0x6E789E6AA1B965F4, 0x06C45D188009454F."""
+    from wakman import _core
+
+    golden = 0x9E3779B97F4A7C15
+    states = np.array([0, golden, 2 * golden % 2**64], dtype=np.uint64)
+    assert _core.splitmix64(states).tolist() == [0xE220A8397B1DCDAF, 0x6E789E6AA1B965F4, 0x06C45D188009454F]

@@ -39,6 +39,7 @@ from pathlib import Path
 import msgspec
 import numpy as np
 
+from wakman import _core
 from wakman.traces.io import JSON_ENCODER, atomic_output, decode_rows, seconds_to_ms
 from wakman.traces.model import (
     KeyRangeError,
@@ -70,11 +71,8 @@ _row = msgspec.json.Decoder(SessionRow)
 
 def _fresh_keys(name: int, start: int, n: int) -> np.ndarray:
     """Keys ``start .. start + n - 1`` of a session named ``name``: splitmix64(name + i * golden)."""
-    with np.errstate(over="ignore"):
-        z = np.uint64(name) + np.arange(start, start + n, dtype=np.uint64) * _GOLDEN + _GOLDEN
-        z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
-        z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
-        return z ^ (z >> np.uint64(31))
+    with np.errstate(over="ignore"):  # uint64 arithmetic wraps, as the core's does
+        return _core.splitmix64(np.uint64(name) + np.arange(start, start + n, dtype=np.uint64) * _GOLDEN)
 
 
 class _Session:
