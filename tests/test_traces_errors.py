@@ -190,3 +190,15 @@ def test_fuzzed_readers_fail_only_with_trace_errors(tmp_path, lines, fmt):
             assert req.arrival_s >= 0 and req.prompt_tokens >= 1
     except TraceFormatError as err:
         assert err.path == str(path)
+
+
+@pytest.mark.parametrize("field", ["input_length", "output_length"])
+def test_an_absurd_chat_turn_names_the_line_before_any_key_is_made(tmp_path, field):
+    """A Mooncake chat's later turn with 2**40 tokens is refused at its line (its keys would take
+    petabytes)."""
+    first = {**GOOD, "session_id": "s"}
+    path = tmp_path / "chat.jsonl"
+    path.write_text(rows(first, {**first, "timestamp": 1, field: 2**40}))
+    with pytest.raises(TraceFormatError) as info:
+        list(read_trace(path, "mooncake"))
+    assert (info.value.line, info.value.field) == (2, field)

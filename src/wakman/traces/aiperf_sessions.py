@@ -42,6 +42,7 @@ import numpy as np
 from wakman import _core
 from wakman.traces.io import JSON_ENCODER, atomic_output, decode_rows, seconds_to_ms
 from wakman.traces.model import (
+    MAX_TOKENS,
     KeyRangeError,
     Request,
     TraceFormatError,
@@ -107,12 +108,23 @@ class Conversations:
     def turn(
         self, session_id: str, arrival_s: float, input_length: int, output_length: int, hash_ids: np.ndarray
     ) -> Request:
+        """The request of a row; the caller checks it as every reader checks a request. Checked here,
+        before any key is made: a turn adds 1 to ``MAX_TOKENS`` tokens (AIPerf refuses a turn
+        without one) and answers with 0 to ``MAX_TOKENS``, and a later turn has at most one id per
+        block of its new tokens: ``KeyRangeError`` naming the field otherwise."""
         bs = self.block_size
+        for field, value, least in (("input_length", input_length, 1), ("output_length", output_length, 0)):
+            if not least <= value <= MAX_TOKENS:
+                raise KeyRangeError(field, f"must be in [{least}, {MAX_TOKENS:,}] tokens, got {value}")
         session = self.sessions.get(session_id)
         if session is None:
             session = self.sessions[session_id] = _Session(session_id)
             keys, prompt = hash_ids, input_length
         else:
+            if len(hash_ids) > -(-input_length // bs):
+                raise KeyRangeError(
+                    "hash_ids", f"{len(hash_ids)} blocks for {input_length} new tokens of {bs} per block"
+                )
             prompt = session.history_tokens + input_length
             shared = session.history_keys
             keys = np.concatenate((shared, session.fresh(max(0, -(-prompt // bs) - len(shared)))))
@@ -162,18 +174,9 @@ def _turn(chats: Conversations, row: SessionRow, arrival: float, path: Path, num
     """One row through ``chats``, checked as every reader checks a request."""
     try:
         ids = key_array(row.hash_ids)
+        req = chats.turn(row.session_id, arrival, row.input_length, row.output_length, ids)
     except KeyRangeError as exc:
         raise TraceFormatError(path, number, exc.field, exc.message) from None
-    # the row itself, as every reader checks a request (AIPerf refuses a turn without new tokens)
-    alone = Request(
-        arrival_s=arrival,
-        block_keys=ids,
-        prompt_tokens=row.input_length,
-        output_tokens=row.output_length,
-        block_size=chats.block_size,
-    )
-    validate_request(alone, path, number, 0.0)
-    req = chats.turn(row.session_id, arrival, row.input_length, row.output_length, ids)
     validate_request(req, path, number, 0.0)
     return req
 

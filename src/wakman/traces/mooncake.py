@@ -21,7 +21,7 @@ import msgspec
 
 from wakman.traces.aiperf_sessions import Conversations
 from wakman.traces.io import JSON_ENCODER, atomic_output, read_rows, seconds_to_ms
-from wakman.traces.model import KeyRangeError, Request, key_array, key_list
+from wakman.traces.model import Request, key_array, key_list
 
 DEFAULT_BLOCK_SIZE = 512
 
@@ -44,18 +44,7 @@ def read(
 
     def to_request(row: MooncakeRow) -> Request:
         keys = key_array(row.hash_ids)
-        if row.session_id is not None and not chats.is_first(row.session_id):
-            # read_rows checks the whole turn; its own new tokens and ids are checked here
-            if row.input_length < 1:
-                raise KeyRangeError(
-                    "input_length", f"a later turn adds at least 1 token, got {row.input_length}"
-                )
-            if len(keys) > -(-row.input_length // block_size):
-                raise KeyRangeError(
-                    "hash_ids",
-                    f"{len(keys)} blocks for {row.input_length} new tokens of {block_size} per block",
-                )
-        if row.session_id is not None:
+        if row.session_id is not None:  # a chat's turn (read_rows checks the request it makes)
             req = chats.turn(
                 row.session_id, row.timestamp / 1000.0, row.input_length, row.output_length, keys
             )
