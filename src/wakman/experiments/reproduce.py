@@ -276,7 +276,9 @@ def _claude_task(args: tuple[str, Plan]) -> dict[str, dict[int, float]]:
         once = run(policy, capacities[0]).hit_rate
         return {policy: dict.fromkeys(capacities, once)}
     if policy == HINT_MODE:
-        return {policy: {c: run("chain-lru", c, **HINT_OPTIONS).hit_rate for c in capacities}}
+        return {
+            policy: {c: _hinted(reqs, c, mode="cache", track_stranded=False).hit_rate for c in capacities}
+        }
     if policy != PLUS.name or not _PLUS_SHARES_RUNS:
         return {policy: {c: run(policy, c).hit_rate for c in capacities}}
     rates: dict[str, dict[int, float]] = {name: {} for name in (*PLUS.candidates, policy)}
