@@ -88,17 +88,12 @@ class PyServeHooks final : public ServeHooks {
     on_arrival_(now, req);
   }
   void on_time(double now) override {
-    // The pool's count before the event at `now` is processed held since the previous event.
-    if (free_log_ != nullptr) free_log_->sample(previous_event_s_, py_pool_.pool.free());
-    previous_event_s_ = now;
+    log_free(now);
     if (!on_time_.is_valid() || (has_wake_ && now < wake_s_)) return;
     on_time_(now, pool_);
     if (has_wake_) wake_s_ = nb::cast<double>(controller_.attr("wake_s"));
   }
-  void on_end(double now) override {
-    if (free_log_ != nullptr) free_log_->sample(previous_event_s_, py_pool_.pool.free());
-    previous_event_s_ = now;
-  }
+  void on_end(double now) override { log_free(now); }
   void on_sampled(size_t request, int64_t generated) override {
     if (sampled_ != nullptr) sampled_[request] = generated;
   }
@@ -114,6 +109,13 @@ class PyServeHooks final : public ServeHooks {
   nb::object name(int32_t tag) const { return tag >= 0 ? names_[tag] : nb::str(""); }
 
  private:
+  // The pool's count read at `now`, before what happens then is processed, held since the
+  // previous event: logged from that event's time.
+  void log_free(double now) {
+    if (free_log_ != nullptr) free_log_->sample(previous_event_s_, py_pool_.pool.free());
+    previous_event_s_ = now;
+  }
+
   nb::handle pool_, requests_, controller_;
   PyBlockPool& py_pool_;
   nb::object on_arrival_, on_time_, free_log_obj_;
