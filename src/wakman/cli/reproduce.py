@@ -26,6 +26,12 @@ def reproduce(
     quick: bool = typer.Option(False, "--quick", help="Shorter traces and one capacity (about a minute)."),
     out: Path = typer.Option(Path("results"), "--out", help="Folder for results.json, tables and figures."),
     jobs: int | None = typer.Option(None, "--jobs", help="Worker processes (default: all cores)."),
+    seed: int = typer.Option(
+        0,
+        "--seed",
+        help="Seed of every generated trace (the mixes, the ablations, the map); the real traces "
+        "are read from their files and do not depend on it. The report and results.json state it.",
+    ),
     docs: Path | None = typer.Option(
         None,
         "--docs",
@@ -53,12 +59,14 @@ def reproduce(
     if shared is None and (Path.cwd().parent / "shared" / "traces").is_dir():
         shared = Path.cwd().parent / "shared"
     with cli_errors():
-        check_numbers(("--jobs", jobs, ">=1"))
+        check_numbers(("--jobs", jobs, ">=1"), ("--seed", seed, ">=0"))
         if shared is not None and not (shared / "traces").is_dir():
             raise ValueError(f"--shared {shared}: no traces/ folder in it")
         check_output_dir(out, "--out")
         check_output(docs, "--docs")
-    plan = Plan.quick(shared) if quick else Plan(shared=shared)
+    plan = Plan.quick(shared, seed=seed) if quick else Plan(shared=shared, seed=seed)
+    # the command line the report quotes: the seed where it is not the default
+    command = "wakman reproduce" + (" --quick" if quick else "") + (f" --seed {seed}" if seed else "")
     if plan.claude_capacities and (shared is None or not (shared / "traces" / CLAUDE_ARCHIVE).exists()):
         err_console.print(
             f"[yellow]notice:[/yellow] no {CLAUDE_ARCHIVE} in "
@@ -84,21 +92,22 @@ def reproduce(
         write_table1(payload, out / "table1.csv")
         figures = {p.name for p in write_figures(payload, out)} if draw else set()
         with atomic_path(out / "results.md") as target:
-            target.write_text(
-                render_markdown(payload, "wakman reproduce" + (" --quick" if quick else ""), figures)
-            )
+            target.write_text(render_markdown(payload, command, figures))
         if docs is not None:
-            command = "wakman reproduce" + (" --quick" if quick else "") + f" --docs {docs}"
             for name in (*sorted(figures), "results.json"):  # the figures and the data beside the report
                 with atomic_path(docs.parent / name) as target:
                     target.write_bytes((out / name).read_bytes())
             with atomic_path(docs) as target:
-                target.write_text(render_markdown(payload, command, figures))
+                target.write_text(render_markdown(payload, f"{command} --docs {docs}", figures))
     except KeyboardInterrupt:
         interrupted(f"while writing: each file in {out} (and --docs) is whole or not replaced")
     s = payload["summary"]
     table = Table(
-        "policy", "mean regret", "max regret", "gain over LRU", title="regret (points) over the 20 mixes"
+        "policy",
+        "mean regret",
+        "max regret",
+        "gain over LRU",
+        title=f"regret (points) over the 20 mixes, seed {plan.seed}",
     )
     for name, v in s["policies"].items():
         table.add_row(

@@ -15,6 +15,12 @@ ONLINE = ("lru", "s3fifo", "wakman", "wakman-plus")
 MARKERS = {"lru": "o", "s3fifo": "s", "wakman": "^", "wakman-plus": "D"}
 
 
+def _seed(payload: dict[str, Any]) -> str:
+    """The seed of the run's generated traces, for the figures' titles (a figure read apart from
+    the report still says which traces it shows)."""
+    return f"seed {payload['plan'].get('seed', 0)}"
+
+
 def figure1(payload: dict[str, Any], path: Path) -> None:
     """Regret per mix (points behind the better of LRU and S3-FIFO), one row per mix: 0 is the
     better static policy, so a glance shows who wins where and what the managers lose."""
@@ -37,7 +43,7 @@ def figure1(payload: dict[str, Any], path: Path) -> None:
     ax.invert_yaxis()
     ax.axvline(0, color="grey", lw=0.8)
     ax.set_xlabel("regret: points of hit rate behind the better of LRU and S3-FIFO")
-    ax.set_title(f"Figure 1: regret per mix ({payload['plan']['capacity']:,} blocks)")
+    ax.set_title(f"Figure 1: regret per mix ({payload['plan']['capacity']:,} blocks, {_seed(payload)})")
     ax.grid(axis="x", alpha=0.3)
     ax.legend(fontsize=8, loc="lower right")
     save_figure(fig, path)
@@ -64,7 +70,7 @@ def figure3(payload: dict[str, Any], path: Path) -> None:
         ax.grid(alpha=0.3)
     axes[0][0].set_ylabel("hit rate")
     axes[0][0].legend(fontsize=7)
-    fig.suptitle("Figure 3: ablations")
+    fig.suptitle(f"Figure 3: ablations ({_seed(payload)})")
     save_figure(fig, path)
 
 
@@ -122,7 +128,10 @@ def figure_map(payload: dict[str, Any], path: Path) -> None:
                 fontsize=9,
             )
             fig.colorbar(image, ax=ax, shrink=0.8)
-    fig.suptitle("Which static policy wins, and what the managers lose, across workloads and cache sizes")
+    fig.suptitle(
+        "Which static policy wins, and what the managers lose, across workloads and cache sizes "
+        f"({_seed(payload)})"
+    )
     save_figure(fig, path)
 
 
@@ -135,6 +144,7 @@ def write_figures(payload: dict[str, Any], out: Path) -> list[Path]:
         figure_map(payload, out / "map.png")
         written.append(out / "map.png")
     example = payload["decisions_example"]
-    plot_decisions(example["decisions"], out / "decisions.png", f"wakman decisions on {example['mix']}")
+    title = f"wakman decisions on {example['mix']} ({_seed(payload)})"
+    plot_decisions(example["decisions"], out / "decisions.png", title)
     written.append(out / "decisions.png")
     return written

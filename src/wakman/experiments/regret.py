@@ -19,3 +19,25 @@ def regret_points(hit_rate: dict[str, float], policy: str) -> float:
 def static_winner(hit_rate: dict[str, float]) -> str:
     """The better of static LRU and S3-FIFO (``lru`` only when strictly ahead)."""
     return "lru" if hit_rate["lru"] > hit_rate["s3fifo"] else "s3fifo"
+
+
+def behind_summary(rows: list[dict], policy: str) -> dict | None:
+    """``policy``'s gain over the better static policy (points, the negated regret) on each row
+    (a dict with ``name`` and ``hit_rate``; an ablation) that ran it: the mean, the worst row and
+    the rows more than ``BEHIND_POINTS`` below, each with whether its server was saturated. None
+    where no row ran ``policy``."""
+    ran = [r for r in rows if policy in r["hit_rate"]]
+    if not ran:
+        return None
+    gains = [(r["name"], -regret_points(r["hit_rate"], policy)) for r in ran]
+    worst = min(gains, key=lambda g: g[1])
+    saturated = [r["name"] for r in ran if any(r.get("saturated", {}).values())]
+    return {
+        "rows": len(ran),
+        "gain_points": dict(gains),
+        "mean_gain_points": sum(g for _, g in gains) / len(gains),
+        "worst": worst[0],
+        "worst_gain_points": worst[1],
+        "over_half_point_below": [name for name, g in gains if g < -BEHIND_POINTS],
+        "saturated": saturated,
+    }

@@ -9,7 +9,11 @@ there: read once by the parent, shared by the forked workers, one task per polic
 Hint mode (``HINT_MODE``: chain-lru told session ids and each session's end) runs beside the policies
 on the mixes at every capacity and on the Claude Code archive, the traces with session ids.
 Every other task generates its own trace from (preset, seed), so results do not depend on the
-number of jobs. Every serve-mode run records whether its modelled server kept up (``saturated``).
+number of jobs. The plan's ``seed`` (``wakman reproduce --seed``) seeds every generated trace (the
+mixes, the ablations, the map); the real traces are read from their files and do not depend on it
+(the Claude Code archive's conversations start at the kv-cache-tester reader's own seeded times,
+``ARCHIVE_ARRIVAL_SEED``, recorded in its rows). Every serve-mode run records whether its modelled
+server kept up (``saturated``).
 """
 
 from __future__ import annotations
@@ -34,6 +38,7 @@ from wakman.experiments.regret import (
     BEHIND_POINTS,
     NEW,
     ONLINE,
+    behind_summary,
     regret_points,
     static_winner,
 )
@@ -42,6 +47,7 @@ from wakman.policies import make_policy
 from wakman.simulation import ServerModel
 from wakman.simulation.run import belady_future
 from wakman.traces.io import atomic_path
+from wakman.traces.kvcache_tester import DEFAULT_SEED as KVCACHE_TESTER_SEED
 from wakman.workload import ABLATIONS, MIXES, build_config, generate_requests
 
 # Hint mode (measured apart from the hash-only policies): chain-lru in session mode, told each
@@ -84,7 +90,7 @@ class Plan:
     map_values: tuple[tuple[str, tuple[float, ...]], ...] = tuple((a.name, a.values) for a in AXES.values())
 
     @staticmethod
-    def quick(shared: Path | None = None) -> Plan:
+    def quick(shared: Path | None = None, seed: int = 0) -> Plan:
         """20-minute traces (the managers' first decision comes at 900 s), one capacity, five
         ablations, a 2x2 map, Mooncake only: one to two minutes on 2 cores."""
         subset = ("turns2-thirds", "turns8-thirds", "turns32-thirds", "input128-thirds", "input2048-thirds")
@@ -95,6 +101,7 @@ class Plan:
             other_capacities=(),
             real_capacities=(19200,),
             claude_capacities=(),
+            seed=seed,
             shared=shared,
             ablations=subset,
             map_duration_s=1200.0,
@@ -142,12 +149,20 @@ def _mix_task(args: tuple[str, Plan]) -> dict[str, Any]:
             rates[policy] = res.hit_rate
             if policy != "belady":
                 saturated[policy] = res.saturation.saturated
-        rates[HINT_MODE] = _hinted(reqs, capacity).hit_rate
+        rates[HINT_MODE] = _hint_run(row, reqs, capacity)
         row["by_capacity"][str(capacity)] = rates
         row.setdefault("saturated_by_capacity", {})[str(capacity)] = saturated
     row["by_capacity"][str(plan.capacity)] = {p: row["hit_rate"][p] for p in (*ONLINE, "belady")}
-    row["by_capacity"][str(plan.capacity)][HINT_MODE] = _hinted(reqs, plan.capacity).hit_rate
+    row["by_capacity"][str(plan.capacity)][HINT_MODE] = _hint_run(row, reqs, plan.capacity)
     return row
+
+
+def _hint_run(row: dict[str, Any], reqs: list, capacity: int) -> float:
+    """Hint mode's serve-mode run at ``capacity``: its hit rate; whether its server was saturated
+    goes to ``row["hint_saturated"]`` (apart from the policies' flags, which the summary counts)."""
+    res = _hinted(reqs, capacity)
+    row.setdefault("hint_saturated", {})[str(capacity)] = bool(res.saturation.saturated)
+    return res.hit_rate
 
 
 def _blocks_by_type(reqs: list) -> dict[str, int]:
@@ -202,6 +217,9 @@ def _map_task(args: tuple[tuple[str, float], Plan]) -> list[dict[str, Any]]:
 
 
 CLAUDE_ARCHIVE = "weka_claude_code_traces.tar.xz"
+# The archive's conversations start as the kv-cache-tester reader's seeded Poisson process, at its
+# own default seed whatever the plan's: the real traces stay the same across ``--seed``
+ARCHIVE_ARRIVAL_SEED = KVCACHE_TESTER_SEED
 # The Claude Code archive's requests, read once by the parent before its workers fork (they share
 # the pages); None where the workers are spawned or the plan has no archive: a task then reads it.
 _claude_requests: list | None = None
@@ -294,11 +312,17 @@ def _claude_task(args: tuple[str, Plan]) -> dict[str, dict[int, float]]:
 def _claude_rows(plan: Plan, rates: list[dict[str, dict[int, float]]]) -> list[dict[str, Any]]:
     """One row per archive capacity from the tasks' rates (policy -> capacity -> rate), the
     columns in ALL_POLICIES order, then hint mode's."""
+    from wakman.traces.formats import detect_format
+
     reqs = _claude_archive(plan)
+    assert plan.shared is not None
+    seeded_arrivals = detect_format(plan.shared / "traces" / CLAUDE_ARCHIVE) == "kv-cache-tester"
     by_policy = {policy: by_capacity for task in rates for policy, by_capacity in task.items()}
     rows = []
     for capacity in plan.claude_capacities:
         row = _trace_row("claude-code", "cache", capacity, reqs)
+        if seeded_arrivals:
+            row["arrival_seed"] = ARCHIVE_ARRIVAL_SEED
         row["hit_rate"] = {p: by_policy[p][capacity] for p in (*ALL_POLICIES, HINT_MODE)}
         rows.append(row)
     return rows
@@ -471,6 +495,8 @@ def summarize(mixes: list[dict[str, Any]]) -> dict[str, Any]:
         for flag in flags.values()
     ]
     summary["saturated_runs"], summary["serve_runs"] = sum(runs), len(runs)
+    hinted = [flag for m in mixes for flag in m.get("hint_saturated", {}).values()]
+    summary["hint_mode_saturated_runs"], summary["hint_mode_serve_runs"] = sum(hinted), len(hinted)
     summary["new_policies"] = {policy: new_policy_summary(mixes, policy) for policy in NEW}
     summary["hint_mode"] = {HINT_MODE: new_policy_summary(mixes, HINT_MODE)}
     summary["paper"] = PAPER
@@ -522,6 +548,10 @@ def write_outputs(results: Results, out: Path) -> dict[str, Any]:
     """``results.json`` in ``out``; returns its payload (the report is rendered from it)."""
     out.mkdir(parents=True, exist_ok=True)
     summary = summarize(results.mixes)
+    # the hash-only policies on the ablation presets (run at the primary capacity, without Belady)
+    summary["new_policies_on_ablations"] = {
+        policy: behind_summary(results.ablations, policy) for policy in NEW
+    }
     payload = {
         "plan": {k: (str(v) if isinstance(v, Path) else v) for k, v in results.plan.__dict__.items()},
         "mixes": [{k: v for k, v in m.items() if k != "wakman_decisions"} for m in results.mixes],
