@@ -108,8 +108,11 @@ def test_the_replays_simulate_command_gives_vllms_hits(tmp_path):
     """A trace that carries its answers' keys, replayed on part of it with capped outputs: the
     command the replay names (``simulate_command``) and ``--server-model`` on its JSON both simulate
     the requests as the engine served them (its own tokens, so fresh output keys) and give vLLM's
-    hit tokens; with the trace's output keys the simulation would be off (the answers would hit)."""
+    hit tokens; with the trace's output keys the simulation would be off (the answers would hit).
+    A malformed line past the first 100 requests is never read."""
     path = write_trace_file(with_output_keys_trace(short_prompts=True), tmp_path / "answers.jsonl")
+    with path.open("a") as f:  # past the first 100 requests: --limit reads no further
+        f.write("not a request\n")
     args = ("--policy", "s3fifo", "--limit", "100", "--max-output-tokens", "48")
     replayed = wakman_cli("replay", "--engine", "vllm", "--capacity-blocks", "300", str(path), *args)
     assert replayed["output_keys_ignored"] and replayed["requests"] == 100

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import shlex
 from pathlib import Path
 
@@ -103,9 +104,10 @@ def replay(
         given_format = fmt
         fmt = fmt or detect_format(trace)
         sets_block_size = fmt in FORMATS_WITHOUT_BLOCK_SIZE
-        requests = list(open_trace(trace, fmt, block_size if sets_block_size else None))
-        if limit is not None:
-            requests = requests[:limit]
+        # the first --limit requests, read no further (as simulate's --limit)
+        requests = list(
+            itertools.islice(open_trace(trace, fmt, block_size if sets_block_size else None), limit)
+        )
         if not requests:
             raise ValueError(f"{trace}: no requests to replay")
         if sessions:
