@@ -2,8 +2,9 @@
 
 It does cheap things and changes nothing in vLLM: as soon as wakman is asked for
 (``WAKMAN_POLICY`` set, or a ``wakman.vllm_plugin`` class named on the command line) it stops the
-process with one line when the environment would kill vLLM (``environment.py``) and refuses an
-unsupported vLLM version; it hands wakman's log records (logger ``wakman``) to vLLM's handlers,
+process with one line when the environment would kill vLLM (``environment.py``), refuses an
+unsupported vLLM version, and refuses a ``WAKMAN_*`` value the plugin cannot use (naming the
+variable); it hands wakman's log records (logger ``wakman``) to vLLM's handlers,
 so they appear in vLLM's log in its format (``log_through_vllm``); and it creates the metrics
 directory in the first process so the engine processes it spawns inherit it.
 
@@ -35,7 +36,7 @@ def register() -> None:
         raise SystemExit(str(exc)) from None  # one line on stderr, no traceback
     from wakman.vllm_plugin.compat import UnsupportedVllmVersion, check_vllm_version
     from wakman.vllm_plugin.metrics import metrics_dir
-    from wakman.vllm_plugin.settings import PluginSettings
+    from wakman.vllm_plugin.settings import PluginSettings, SettingsError
 
     try:
         check_vllm_version()
@@ -51,7 +52,10 @@ def register() -> None:
             )
         raise SystemExit(message) from None
     log_through_vllm()
-    PluginSettings.from_env()  # bad WAKMAN_* values fail here, at start-up
+    try:
+        PluginSettings.from_env()  # bad WAKMAN_* values fail here, at start-up
+    except SettingsError as exc:  # one line on stderr, no traceback
+        raise SystemExit(f"wakman: {exc}") from None
     metrics_dir()
 
 

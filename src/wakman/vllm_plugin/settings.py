@@ -17,6 +17,7 @@ Environment variables reach the engine-core processes vLLM spawns, and work the 
 
 from __future__ import annotations
 
+import math
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -72,8 +73,8 @@ class PluginSettings:
                     value = float(env[var])
                 except ValueError:
                     raise SettingsError(f"{var}={env[var]!r} is not a number of seconds") from None
-                if value <= 0:
-                    raise SettingsError(f"{var} must be > 0 seconds, got {value}")
+                if not (math.isfinite(value) and value > 0):
+                    raise SettingsError(f"{var} must be > 0 seconds and finite, got {env[var]!r}")
                 changes[field] = value
         if env.get("WAKMAN_HYSTERESIS"):
             try:
@@ -83,7 +84,7 @@ class PluginSettings:
                     f"WAKMAN_HYSTERESIS={env['WAKMAN_HYSTERESIS']!r} is not a number of points"
                 ) from None
             if not 0 <= points < 100:
-                raise SettingsError(f"WAKMAN_HYSTERESIS must be 0 to 100 points, got {points}")
+                raise SettingsError(f"WAKMAN_HYSTERESIS must be in [0, 100) points, got {points}")
             changes["hysteresis"] = points / 100
         if "interval_s" in changes:
             changes["first_decision_s"] = changes["interval_s"]
@@ -91,9 +92,9 @@ class PluginSettings:
         if env.get("WAKMAN_CANDIDATES"):
             names = tuple(n.strip().lower() for n in env["WAKMAN_CANDIDATES"].split(",") if n.strip())
             bad = [n for n in names if n not in STATIC_POLICIES]
-            if bad or len(names) < 2:
+            if bad or len(names) < 2 or len(set(names)) != len(names):
                 raise SettingsError(
-                    f"WAKMAN_CANDIDATES={env['WAKMAN_CANDIDATES']!r}: give two or more of "
+                    f"WAKMAN_CANDIDATES={env['WAKMAN_CANDIDATES']!r}: give two or more distinct names of "
                     f"{', '.join(STATIC_POLICIES)}"
                 )
             changes["candidates"] = names

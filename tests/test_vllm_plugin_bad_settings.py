@@ -1,0 +1,55 @@
+"""A ``WAKMAN_*`` value the plugin cannot use stops vLLM at start-up with one line naming
+the variable (docs/vllm.md: "Bad values stop vLLM at start-up with a message naming the variable"),
+from the ``vllm.general_plugins`` entry point as vLLM calls it (``load_general_plugins`` calls it
+bare, so whatever it raises is a traceback)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+from wakman.vllm_plugin.settings import PluginSettings, SettingsError
+
+
+@pytest.mark.parametrize(
+    ("env", "variable"),
+    [
+        ({"WAKMAN_POLICY": "wakman", "WAKMAN_INTERVAL_S": "nan"}, "WAKMAN_INTERVAL_S"),
+        ({"WAKMAN_POLICY": "wakman", "WAKMAN_INTERVAL_S": "inf"}, "WAKMAN_INTERVAL_S"),
+        ({"WAKMAN_POLICY": "wakman-plus", "WAKMAN_WINDOW_S": "nan"}, "WAKMAN_WINDOW_S"),
+        ({"WAKMAN_POLICY": "wakman", "WAKMAN_CANDIDATES": "lru,lru"}, "WAKMAN_CANDIDATES"),
+        ({"WAKMAN_POLICY": "wakman", "WAKMAN_CANDIDATES": "lru, LRU, s3fifo"}, "WAKMAN_CANDIDATES"),
+    ],
+)
+def test_unusable_numbers_and_candidates_name_their_variable(env, variable):
+    with pytest.raises(SettingsError, match=variable):
+        PluginSettings.from_env(env)
+
+
+@pytest.mark.vllm
+@pytest.mark.bare_vllm
+@pytest.mark.parametrize(
+    ("env", "variable"),
+    [
+        ({"WAKMAN_POLICY": "mru"}, "WAKMAN_POLICY"),
+        ({"WAKMAN_POLICY": "wakman", "WAKMAN_INTERVAL_S": "soon"}, "WAKMAN_INTERVAL_S"),
+        ({"WAKMAN_POLICY": "lru", "WAKMAN_REPLAY": "later"}, "WAKMAN_REPLAY"),
+    ],
+)
+def test_plugin_register_refuses_a_bad_setting_in_one_line(env, variable):
+    from vllm_support import need_vllm
+
+    need_vllm()
+    code = "from wakman.vllm_plugin.plugin import register; register()"
+    full = {k: v for k, v in os.environ.items() if not k.startswith("WAKMAN_") or k == "WAKMAN_REQUIRE_VLLM"}
+    proc = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, env={**full, **env}, timeout=300
+    )
+    lines = proc.stderr.strip().splitlines()  # vLLM's import may log a line or two first
+    ours = [line for line in lines if line.startswith("wakman")]
+    assert proc.returncode == 1, proc.stderr[-2000:]
+    assert "Traceback" not in proc.stderr, proc.stderr[-2000:]
+    assert ours == lines[-1:] and lines[-1].startswith("wakman: ") and variable in lines[-1], lines
