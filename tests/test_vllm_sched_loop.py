@@ -174,6 +174,24 @@ def test_chain_lru_hears_each_request_as_the_simulator_does(seed):
     assert hits["chain-lru"] != hits["lru"]
 
 
+def test_groups_with_larger_blocks_give_chain_lru_no_request_hints():
+    """A hybrid model whose second KV-cache group has 64-token blocks (vLLM's
+    ``HybridKVCacheCoordinator``): the request's 32-token hash blocks are not the blocks that group
+    caches, so the allocations carry no insert context, and the arrivals carry no request hint
+    either (chain-lru learns nothing and is LRU), rather than statistics without the context they
+    are for. With one group of 32-token blocks the same requests reach it."""
+    requests = _chats_and_singles(1)[:12]
+    heard = {}
+    for sizes in ((32,), (32, 64)):
+        scheduler = build_scheduler(120, "chain-lru", group_block_sizes=sizes)
+        pool = pool_of(scheduler)
+        SchedulerLoop(scheduler).run(requests, after_step=lambda k, pool=pool: pool.check())
+        policy = pool.free_block_queue.policy
+        heard[sizes] = (policy.requests_heard, policy.roots)
+    assert heard[(32,)][0] == len(requests) and heard[(32,)][1] > 0
+    assert heard[(32, 64)] == (0, 0)
+
+
 def _chat_sessions(seed: int, spacing_s: float) -> list:
     """``_chats_and_singles`` with session ids: each chat's turns share one, each single request is
     a session of its own; one request every ``spacing_s`` seconds."""

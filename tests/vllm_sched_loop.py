@@ -112,11 +112,17 @@ def build_scheduler(
     policy: str | None,
     env: Mapping[str, str] | None = None,
     kv_events: bool = False,
+    group_block_sizes: tuple[int, ...] = (),
     **config_kwargs: Any,
 ) -> Any:
     """vLLM's ``Scheduler`` (``policy=None``) or ``WakmanScheduler`` with ``WAKMAN_POLICY=policy``
     and the other ``WAKMAN_*`` variables in ``env`` (set only while it is built: the plugin reads
-    its settings once, there), with log_stats on."""
+    its settings once, there), with log_stats on. One full-attention KV-cache group, or one per
+    size in ``group_block_sizes`` (tokens; a hybrid model's groups: vLLM's
+    ``HybridKVCacheCoordinator``, scheduling in their least common multiple, hashing in the
+    config's block size)."""
+    import math
+
     import torch
     from vllm.v1.core.sched.scheduler import Scheduler
     from vllm.v1.kv_cache_interface import FullAttentionSpec, KVCacheConfig, KVCacheGroupSpec
@@ -124,12 +130,15 @@ def build_scheduler(
 
     config = vllm_config(capacity_blocks, kv_events=kv_events, **config_kwargs)
     block_size = config.cache_config.block_size
-    spec = FullAttentionSpec(block_size=block_size, num_kv_heads=2, head_size=64, dtype=torch.float32)
-    kv_config = KVCacheConfig(
-        num_blocks=capacity_blocks + 1,
-        kv_cache_tensors=[],
-        kv_cache_groups=[KVCacheGroupSpec(["model.layers.0.self_attn.attn"], spec)],
-    )
+    sizes = group_block_sizes or (block_size,)
+    groups = [
+        KVCacheGroupSpec(
+            [f"model.layers.{i}.self_attn.attn"],
+            FullAttentionSpec(block_size=size, num_kv_heads=2, head_size=64, dtype=torch.float32),
+        )
+        for i, size in enumerate(sizes)
+    ]
+    kv_config = KVCacheConfig(num_blocks=capacity_blocks + 1, kv_cache_tensors=[], kv_cache_groups=groups)
     cls: type = Scheduler
     wakman_env: dict[str, str | None] = {"WAKMAN_POLICY": None}
     if policy is not None:
@@ -142,7 +151,7 @@ def build_scheduler(
             vllm_config=config,
             kv_cache_config=kv_config,
             structured_output_manager=StructuredOutputManager(config),
-            block_size=block_size,
+            block_size=math.lcm(*sizes),
             hash_block_size=block_size,
             include_finished_set=False,
             log_stats=True,

@@ -156,22 +156,28 @@ def install(
     return pool
 
 
-def request_group(manager: Any) -> int:
-    """The KV-cache group whose keys carry a request's hints (``request_arrived``)."""
-    return manager.coordinator.single_type_managers[0].kv_cache_group_id
+def request_group(manager: Any, pool: Any) -> int | None:
+    """The KV-cache group whose keys carry a request's hints (``request_arrived``, ``inserting_for``):
+    the first group, where every group's blocks are the request's hash blocks (vLLM's usual layout).
+    None otherwise (groups with larger blocks): a request's hash blocks are then not the blocks the
+    pool caches, and the policy gets no request hints at all (chain-lru is then LRU), rather than
+    statistics from one request and the insert context of another."""
+    managers = manager.coordinator.single_type_managers
+    if any(m.block_size != pool.hash_block_size for m in managers):
+        return None
+    return managers[0].kv_cache_group_id
 
 
 def _tell_allocations(pool: Any, manager: Any) -> None:
     """Wrap ``manager.allocate_slots`` so that the policy knows whose blocks an allocation caches and
     an admission's lookup misses reach it before its evictions (the module docstring). Only where
-    every group's blocks are the request's hash blocks (vLLM's usual layout); otherwise misses are
-    left out (ghost hits are seen at insert) and so are the hints."""
-    managers = manager.coordinator.single_type_managers
-    if any(m.block_size != pool.hash_block_size for m in managers):
+    the request's hints have a group (``request_group``); otherwise misses are left out (ghost hits
+    are seen at insert) and so are the hints."""
+    group = request_group(manager, pool)
+    if group is None:
         return
-    groups = tuple(m.kv_cache_group_id for m in managers)
+    groups = tuple(m.kv_cache_group_id for m in manager.coordinator.single_type_managers)
     queue, block_size, allocate = pool.free_block_queue, pool.hash_block_size, manager.allocate_slots
-    group = groups[0]
 
     def allocate_slots(request: Any, num_new_tokens: int, *args: Any, **kwargs: Any) -> Any:
         if request.block_hashes:

@@ -50,7 +50,8 @@ class PolicyRuntime:
         self.pool = install(pool, policy, coordinator, manager)
         self.sessions = SessionHints(self.pool.free_block_queue) if settings.sessions else None
         self._unpublished_ends, self._next_publish_s = False, 0.0
-        self._group = request_group(manager) if manager is not None else 0
+        # None: the pool's groups do not cache the request's hash blocks, so no request hints
+        self._group = request_group(manager, pool) if manager is not None else 0
         self.replay_hook: Replay | None = None  # tests inject a failing replay here
         self._executor = (
             ThreadPoolExecutor(1, thread_name_prefix="wakman-replay")
@@ -70,13 +71,15 @@ class PolicyRuntime:
     ) -> None:
         """A request arrived (``arrival_s``: vLLM's arrival time, seconds): with ``WAKMAN_SESSIONS=1``
         its session hint (``request``: vLLM's ``Request``), then the live policy's request hint (its
-        full prompt blocks; a policy that does not learn from requests skips it in the core), and
+        full prompt blocks; a policy that does not learn from requests skips it in the core; none
+        where the pool's groups do not cache the hash blocks: ``request_group``), and
         the estimator's log. ``block_hashes`` is the request's own list, which vLLM extends as
         decoding fills blocks: with ``log_outputs`` the estimator keeps a view of that growing
         tail."""
         if self.sessions is not None and request is not None:
             self.sessions.arrived(request)
-        self.pool.free_block_queue.request_arrived(block_hashes, self._group, arrival_s)
+        if self._group is not None:
+            self.pool.free_block_queue.request_arrived(block_hashes, self._group, arrival_s)
         if self.manager is not None:
             prompt = [policy_key(h) for h in block_hashes]
             outputs = OutputBlocks(block_hashes, len(prompt)) if self.manager.config.log_outputs else ()
