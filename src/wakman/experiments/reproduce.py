@@ -46,6 +46,7 @@ from wakman.experiments.workload_map import AXES, MAP_POLICIES, cell
 from wakman.policies import make_policy
 from wakman.simulation import ServerModel
 from wakman.simulation.run import belady_future
+from wakman.traces.formats import detect_format
 from wakman.traces.io import atomic_path
 from wakman.traces.kvcache_tester import DEFAULT_SEED as KVCACHE_TESTER_SEED
 from wakman.workload import ABLATIONS, MIXES, build_config, generate_requests
@@ -312,8 +313,6 @@ def _claude_task(args: tuple[str, Plan]) -> dict[str, dict[int, float]]:
 def _claude_rows(plan: Plan, rates: list[dict[str, dict[int, float]]]) -> list[dict[str, Any]]:
     """One row per archive capacity from the tasks' rates (policy -> capacity -> rate), the
     columns in ALL_POLICIES order, then hint mode's."""
-    from wakman.traces.formats import detect_format
-
     reqs = _claude_archive(plan)
     assert plan.shared is not None
     seeded_arrivals = detect_format(plan.shared / "traces" / CLAUDE_ARCHIVE) == "kv-cache-tester"
