@@ -34,6 +34,7 @@ import tempfile
 import threading
 import time
 from collections.abc import Iterator
+from contextlib import suppress
 from pathlib import Path
 from typing import Any
 
@@ -76,21 +77,58 @@ def _alive(pid: int) -> bool:
 def read_states() -> list[dict[str, Any]]:
     """The states of the engines alive now. A file left by an engine process that has exited (a
     restarted engine, an earlier run sharing the directory) is removed, never reported: its
-    counters would be read as the live engine's."""
+    counters would be read as the live engine's (one the reader may not remove is skipped all the
+    same). Reading creates nothing: with ``WAKMAN_METRICS_DIR`` unset no engine of this process
+    tree publishes (the plugin sets it wherever wakman is asked for), and the list is empty. A file
+    that is not a state wakman wrote is skipped. Never raises: the readers run inside vLLM's
+    ``/metrics`` and its output handler. Only JSON objects are returned; ``usable`` says whether
+    one has every field the collector and the mirror read."""
+    path = os.environ.get(ENV_DIR)
+    if not path:
+        return []
     states = []
-    for path in sorted(metrics_dir().glob("engine-*.json")):
+    try:
+        found = sorted(Path(path).glob("engine-*.json"))
+    except OSError:
+        return []
+    for path in found:
         try:
             pid = int(path.name.split("-")[1])
         except (IndexError, ValueError):
             continue
         if not _alive(pid):
-            path.unlink(missing_ok=True)
+            with suppress(OSError):
+                path.unlink(missing_ok=True)
             continue
         try:
-            states.append(json.loads(path.read_text()))
+            state = json.loads(path.read_text())
         except (OSError, ValueError):
             continue
+        if isinstance(state, dict):
+            states.append(state)
     return states
+
+
+_STATE_FIELDS = {
+    "engine": (int, str),
+    "live_policy": str,
+    "candidates": list,
+    "shadow_hit_rate": dict,
+    "decisions": (int, float),
+    "switches": (int, float),
+    "replay_errors": (int, float),
+    "replay_seconds_total": (int, float),
+    "last_replay_seconds": (int, float),
+}
+
+
+def usable(state: dict[str, Any]) -> bool:
+    """``state`` has the fields the collector and the mirror read, of the types ``state()`` writes
+    (a file of another version or another program sharing the directory is skipped, not reported
+    in part)."""
+    return all(isinstance(state.get(key), kinds) for key, kinds in _STATE_FIELDS.items()) and isinstance(
+        state.get("session_ends", 0), (int, float)
+    )
 
 
 class WakmanCollector:
@@ -115,7 +153,7 @@ class WakmanCollector:
         ends = CounterMetricFamily(
             "wakman:session_ends", "Session ends told to the live policy", labels=["engine"]
         )
-        for state in read_states():
+        for state in filter(usable, read_states()):
             engine = str(state["engine"])
             for name in state["candidates"]:
                 live.add_metric([engine, name], 1.0 if name == state["live_policy"] else 0.0)
@@ -186,7 +224,7 @@ class MultiprocessMirror:
             return
         with self._lock:
             self._next = now + self.min_interval_s
-            for state in read_states():
+            for state in filter(usable, read_states()):
                 engine = str(state["engine"])
                 for name in state["candidates"]:
                     self.live.labels(engine, name).set(1.0 if name == state["live_policy"] else 0.0)
