@@ -119,7 +119,17 @@ def replay(
                 "vLLM's hashes would not line up with the trace's keys"
             )
         if trace_bs % 32:
-            raise ValueError(f"block size {trace_bs}: vLLM's CPU backend needs a multiple of 32")
+            source = f"--block-size {trace_bs}" if sets_block_size else f"{trace}: block size {trace_bs}"
+            raise ValueError(f"{source}: vLLM's CPU backend needs a multiple of 32")
+        # vLLM refuses a step's token budget below one token per sequence (SchedulerConfig), after a
+        # model config is built and naming its own field; build_llm raises the budget to one block
+        budget = max(max_batched, trace_bs)
+        if budget < max_num_seqs:
+            raised = f" (raised to one block, {budget})" if budget != max_batched else ""
+            raise ValueError(
+                f"--max-num-batched-tokens {max_batched}{raised} is below --max-num-seqs {max_num_seqs}: "
+                "vLLM needs a step's token budget of at least one token per sequence"
+            )
         # with --json, stdout carries the JSON object alone: the engine's log lines go to stderr
         with stdout_to_stderr(as_json):
             from wakman.vllm_plugin.environment import BrokenEnvironment, check_environment
