@@ -995,6 +995,17 @@ def test_a_file_name_that_is_not_utf8_is_printed_under_a_strict_locale(trace, tm
     assert "bad\\udcffname" in out, out
 
 
+def test_a_long_file_name_is_printed_on_one_line(trace, tmp_path):
+    """A message naming a file keeps the name whole on one line in an 80-column terminal width
+    (rich folded it, so a long path came out cut in two and grep or the shell could not use it)."""
+    out = tmp_path / ("a-long-output-name-" * 6 + ".jsonl")
+    env = {**os.environ, "COLUMNS": "80"}
+    command = [*WAKMAN, "convert", trace, out, "--to", "native"]
+    done = subprocess.run(command, capture_output=True, text=True, env=env, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert any(line.endswith(f"{out} (native)") for line in done.stdout.splitlines()), done.stdout
+
+
 def test_sigterm_says_interrupted_and_leaves_no_partial_file(tmp_path):
     out = tmp_path / "t.jsonl.gz"
     proc = subprocess.Popen([*WAKMAN, "generate", "-o", out], cwd=tmp_path, stderr=subprocess.PIPE, text=True)

@@ -48,8 +48,9 @@ from wakman.traces.model import MAX_BLOCK_SIZE, Request
 
 # Where stdout is a file or a pipe, rich takes its width from a terminal on stdin or stderr, or 80
 # columns without one, and cuts tables to it; keep every value there instead (240 columns). A
-# terminal on stdout, or COLUMNS when set, still decides the width.
-console = Console(width=None if os.isatty(1) or "COLUMNS" in os.environ else 240)
+# terminal on stdout, or COLUMNS when set, still decides the width of tables; a line of text is
+# never folded (soft_wrap), so a long file name stays whole on one line for grep and the shell.
+console = Console(width=None if os.isatty(1) or "COLUMNS" in os.environ else 240, soft_wrap=True)
 err_console = Console(stderr=True, soft_wrap=True)
 
 FormatOption = typer.Option(None, "--format", "-f", help="Trace format (detected when omitted).")
