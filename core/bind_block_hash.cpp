@@ -5,8 +5,10 @@
 #include <nanobind/ndarray.h>
 
 #include <stdexcept>
+#include <utility>
 #include <vector>
 
+#include "bind_numpy.hpp"
 #include "block_hash.hpp"
 
 namespace nb = nanobind;
@@ -20,12 +22,11 @@ void bind_block_hash(nb::module_& m) {
         if (parent.size() != 8) throw nb::value_error("chain_blake2b64: parent must be an 8-byte digest");
         if (block_size < 1) throw nb::value_error("chain_blake2b64: block_size must be at least 1 token");
         const size_t n = tokens.shape(0) / block_size;
-        auto* keys = new std::vector<uint64_t>(n);
-        nb::capsule owner(keys, [](void* p) noexcept { delete static_cast<std::vector<uint64_t>*>(p); });
+        std::vector<uint64_t> keys(n);
         std::vector<uint8_t> scratch(8 + 4 * block_size);
         wakman::chain_blake2b64(reinterpret_cast<const uint8_t*>(parent.c_str()), tokens.data(), n, block_size,
-                                keys->data(), scratch.data());
-        return nb::ndarray<nb::numpy, uint64_t, nb::ndim<1>>(keys->data(), {n}, owner);
+                                keys.data(), scratch.data());
+        return wakman::to_numpy(std::move(keys));
       },
       "parent"_a, "tokens"_a, "block_size"_a,
       "Keys (uint64) of the full blocks of tokens (int32), each block's 8-byte BLAKE2b digest taken over the "
@@ -35,10 +36,9 @@ void bind_block_hash(nb::module_& m) {
       "chain_ids",
       [](nb::ndarray<const uint64_t, nb::ndim<1>, nb::c_contig, nb::device::cpu> ids) {
         const size_t n = ids.shape(0);
-        auto* keys = new std::vector<uint64_t>(n);
-        nb::capsule owner(keys, [](void* p) noexcept { delete static_cast<std::vector<uint64_t>*>(p); });
-        wakman::chain_ids(ids.data(), n, keys->data());
-        return nb::ndarray<nb::numpy, uint64_t, nb::ndim<1>>(keys->data(), {n}, owner);
+        std::vector<uint64_t> keys(n);
+        wakman::chain_ids(ids.data(), n, keys.data());
+        return wakman::to_numpy(std::move(keys));
       },
       "ids"_a,
       "Prefix-chained keys (uint64) of per-block content ids (uint64): keys[i] = splitmix64(keys[i-1] ^ "
@@ -47,10 +47,9 @@ void bind_block_hash(nb::module_& m) {
       "splitmix64",
       [](nb::ndarray<const uint64_t, nb::ndim<1>, nb::c_contig, nb::device::cpu> values) {
         const size_t n = values.shape(0);
-        auto* out = new std::vector<uint64_t>(n);
-        nb::capsule owner(out, [](void* p) noexcept { delete static_cast<std::vector<uint64_t>*>(p); });
-        for (size_t i = 0; i < n; ++i) (*out)[i] = wakman::splitmix64(values.data()[i]);
-        return nb::ndarray<nb::numpy, uint64_t, nb::ndim<1>>(out->data(), {n}, owner);
+        std::vector<uint64_t> out(n);
+        for (size_t i = 0; i < n; ++i) out[i] = wakman::splitmix64(values.data()[i]);
+        return wakman::to_numpy(std::move(out));
       },
       "values"_a, "splitmix64 (core/key_map.hpp) of each uint64 value: a bijection of 64-bit integers.");
 }

@@ -17,6 +17,7 @@
 #include <string>
 #include <vector>
 
+#include "bind_numpy.hpp"
 #include "block_pool.hpp"
 #include "free_block_log.hpp"
 #include "key_batch.hpp"
@@ -269,12 +270,11 @@ nb::ndarray<nb::numpy, uint64_t, nb::ndim<1>> request_block_keys(nb::handle bloc
   Keys prompt(block_keys, prompt_scratch), outputs(output_keys, output_scratch);
   if (full < 0 || static_cast<size_t>(full) > prompt.size() || first < 0)
     throw nb::value_error("request_block_keys: need 0 <= full <= len(block_keys) and first >= 0");
-  auto* keys = new std::vector<uint64_t>(count);
+  std::vector<uint64_t> keys(count);
   for (size_t i = 0; i < count; ++i)
-    (*keys)[i] = request_block_key(prompt.data(), full, outputs.data(), static_cast<int64_t>(outputs.size()), request,
-                                   first + static_cast<int64_t>(i));
-  nb::capsule owner(keys, [](void* p) noexcept { delete static_cast<std::vector<uint64_t>*>(p); });
-  return nb::ndarray<nb::numpy, uint64_t, nb::ndim<1>>(keys->data(), {keys->size()}, owner);
+    keys[i] = request_block_key(prompt.data(), full, outputs.data(), static_cast<int64_t>(outputs.size()), request,
+                                first + static_cast<int64_t>(i));
+  return wakman::to_numpy(std::move(keys));
 }
 
 }  // namespace

@@ -6,6 +6,7 @@
 
 #include <vector>
 
+#include "bind_numpy.hpp"
 #include "key_batch.hpp"
 #include "stack_distance.hpp"
 
@@ -13,17 +14,8 @@ namespace nb = nanobind;
 using namespace nb::literals;
 using wakman::ReuseHistogram;
 using wakman::TraceScan;
+using wakman::to_numpy;
 using wakman::py::KeyBatch;
-
-namespace {
-
-nb::ndarray<nb::numpy, int64_t, nb::ndim<1>> to_numpy(std::vector<int64_t>&& values) {
-  auto* owned = new std::vector<int64_t>(std::move(values));
-  nb::capsule owner(owned, [](void* p) noexcept { delete static_cast<std::vector<int64_t>*>(p); });
-  return nb::ndarray<nb::numpy, int64_t, nb::ndim<1>>(owned->data(), {owned->size()}, owner);
-}
-
-}  // namespace
 
 void bind_trace_scan(nb::module_& m) {
   nb::class_<TraceScan>(m, "TraceScan",
