@@ -82,6 +82,19 @@ class KeyMap {
     ++size_;
   }
 
+  // The value stored for `key`, writable in place; an absent key is inserted with `value` first
+  // (`inserted` says so) in one probe. `value` >= 0; the reference is valid until the next insert or erase.
+  int32_t& find_or_insert(Key key, int32_t value, bool& inserted) {
+    if ((size_ + 1) * spread_for(size_ + 1) > table_.size()) rehash(size_ + 1);
+    Entry& e = table_[probe(key)];
+    inserted = e.value < 0;
+    if (inserted) {
+      e = {key, value};
+      ++size_;
+    }
+    return e.value;
+  }
+
   // Removes `key` if present; the entries after it shift back so no probe chain breaks.
   void erase(Key key) {
     size_t i = probe(key);

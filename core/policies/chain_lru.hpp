@@ -268,19 +268,15 @@ class ChainLRU final : public Policy {
     const int32_t slot = session_index_.find(session);
     if (slot < 0) return;
     const auto at = static_cast<size_t>(slot);
-    for (Key k : session_last_[at])
-      if (owner_.find(k) == serial_of_slot_[at]) demote(k);
+    for (Key k : followed_[at].last)
+      if (owner_.find(k) == followed_[at].serial) demote(k);
     session_index_.erase(session);
-    const size_t moved = session_last_.size() - 1;  // the last slot fills the freed one
+    const size_t moved = followed_.size() - 1;  // the last slot fills the freed one
     if (at != moved) {
-      session_last_[at].swap(session_last_[moved]);
-      session_of_slot_[at] = session_of_slot_[moved];
-      serial_of_slot_[at] = serial_of_slot_[moved];
-      *session_index_.value_of(session_of_slot_[at]) = slot;
+      followed_[at] = std::move(followed_[moved]);
+      *session_index_.value_of(followed_[at].session) = slot;
     }
-    session_last_.pop_back();
-    session_of_slot_.pop_back();
-    serial_of_slot_.pop_back();
+    followed_.pop_back();
     ++sessions_ended_;
   }
   size_t sessions_followed() const { return session_index_.size(); }
@@ -411,10 +407,9 @@ class ChainLRU final : public Policy {
     stats_.clear();
     rarely_extended_ = false;
     session_index_.clear();
-    session_last_.clear();
-    session_of_slot_.clear();
-    serial_of_slot_.clear();
+    followed_.clear();
     owner_.clear();
+    owner_epoch_ = 0;
     next_serial_ = kShared + 1;
     sessions_ended_ = 0;
     has_session_ = false;
@@ -451,9 +446,8 @@ class ChainLRU final : public Policy {
   }
   void pinned_keys(std::vector<Key>& out) const override { s_.pinned_keys(out); }
   size_t bytes() const override {
-    size_t held = session_index_.bytes() + owner_.bytes() + session_last_.capacity() * sizeof(std::vector<Key>) +
-                  session_of_slot_.capacity() * (sizeof(Key) + sizeof(int32_t));
-    for (const auto& last : session_last_) held += last.capacity() * sizeof(Key);
+    size_t held = session_index_.bytes() + owner_.bytes() + followed_.capacity() * sizeof(FollowedSession);
+    for (const auto& f : followed_) held += f.last.capacity() * sizeof(Key);
     if (adaptive_) held += minis_[0]->bytes() + minis_[1]->bytes() + sampled_.capacity() * sizeof(Key);
     return s_.bytes() + stats_.bytes() + held;
   }
@@ -510,41 +504,55 @@ class ChainLRU final : public Policy {
   // this one; the blocks after their common prefix are the session's abandoned branch (a compacted
   // or edited context): each resident, unpinned one goes to P's oldest end, the deepest last, so
   // it is evicted first and never before a block under it.
+  // Ownership: the common prefix's blocks were owned at the session's previous request, and owner_
+  // can since only have made them shared, unless a sweep or a wrap (owner_epoch_) dropped entries:
+  // without one, only the blocks past the prefix are owned now (the same owner_ either way).
   void follow_session(const Key* keys, size_t full, const Key* outputs, size_t n_out) {
     int32_t slot = session_index_.find(session_);
     size_t shared = 0;
     if (slot < 0) {
-      if (session_last_.size() >= kMaxSessions) return;
-      slot = static_cast<int32_t>(session_last_.size());
+      if (followed_.size() >= kMaxSessions) return;
+      slot = static_cast<int32_t>(followed_.size());
       session_index_.insert(session_, slot);
-      session_last_.emplace_back();
-      session_of_slot_.push_back(session_);
       if (next_serial_ == INT32_MAX) {  // serials wrap: no ownership survives from before
         owner_.clear();
+        ++owner_epoch_;
         next_serial_ = kShared + 1;
       }
-      serial_of_slot_.push_back(next_serial_++);
+      followed_.push_back(FollowedSession{{}, session_, next_serial_++, owner_epoch_});
     } else {
-      const std::vector<Key>& last = session_last_[static_cast<size_t>(slot)];
+      const std::vector<Key>& last = followed_[static_cast<size_t>(slot)].last;
       auto now_at = [&](size_t j) { return j < full ? keys[j] : outputs[j - full]; };
       while (shared < last.size() && shared < full + n_out && last[shared] == now_at(shared)) ++shared;
       for (size_t j = shared; j < last.size(); ++j) demote(last[j]);
     }
-    std::vector<Key>& last = session_last_[static_cast<size_t>(slot)];
-    last.assign(keys, keys + full);
-    last.insert(last.end(), outputs, outputs + n_out);
+    FollowedSession& f = followed_[static_cast<size_t>(slot)];
+    f.last.resize(shared);  // the common prefix stays; the rest of this request follows it
+    for (size_t j = shared; j < full; ++j) f.last.push_back(keys[j]);
+    for (size_t j = std::max(shared, full) - full; j < n_out; ++j) f.last.push_back(outputs[j]);
     if (owner_.size() > kOwnerEntries * static_cast<size_t>(capacity_)) sweep_owners();
-    const int32_t serial = serial_of_slot_[static_cast<size_t>(slot)];
-    for (Key k : last) own(k, serial);
+    const size_t first_new = f.epoch == owner_epoch_ ? shared : 0;
+    f.epoch = owner_epoch_;
+    const size_t n = f.last.size();
+    for (size_t j = first_new; j < n; ++j) {
+      if (j + kOwnAhead < n) {  // a hint: the entries own() reads a few keys ahead start loading
+        owner_.prefetch(f.last[j + kOwnAhead]);
+        s_.index.prefetch(f.last[j + kOwnAhead]);
+      }
+      own(f.last[j], f.serial);
+    }
   }
+  static constexpr size_t kOwnAhead = 8;
   // A followed session (serial) holds key in a request: a block no one owns becomes its own,
   // unless it is already cached (another brought it); one another session owns becomes shared.
   void own(Key key, int32_t serial) {
-    if (int32_t* owner = owner_.value_of(key)) {
-      if (*owner != serial) *owner = kShared;
-      return;
+    bool inserted = false;
+    int32_t& owner = owner_.find_or_insert(key, kShared, inserted);
+    if (!inserted) {
+      if (owner != serial) owner = kShared;
+    } else if (find_resident(key) < 0) {
+      owner = serial;
     }
-    owner_.insert(key, find_resident(key) >= 0 ? kShared : serial);
   }
   // Before a request's blocks are owned, once owner_ holds more than kOwnerEntries * C entries:
   // those of blocks no longer cached go (at most C stay, so the sweep is amortized O(1) a block).
@@ -554,6 +562,7 @@ class ChainLRU final : public Policy {
       if (find_resident(k) < 0) gone.push_back(k);
     });
     for (Key k : gone) owner_.erase(k);
+    ++owner_epoch_;
   }
   void demote(Key key) {
     int32_t i = find_resident(key);
@@ -585,13 +594,20 @@ class ChainLRU final : public Policy {
   int64_t switches_ = 0, requests_heard_ = 0, requests_filtered_ = 0;
   bool has_session_ = false;      // in_session came before this on_request
   Key session_ = 0;
-  KeyMap session_index_;                        // session key -> its slot in session_last_
-  std::vector<std::vector<Key>> session_last_;  // per followed session: its last request's keys
-  std::vector<Key> session_of_slot_;            // per slot: its session key
-  std::vector<int32_t> serial_of_slot_;         // per slot: its session's serial (owner_'s values)
-  static constexpr int32_t kShared = 0;         // owner_'s value for a block two sessions asked for
-  static constexpr size_t kOwnerEntries = 4;    // owner_ is swept when it holds more than this * C
+  // A followed session: its last request's keys (full prompt blocks, then outputs), its session key,
+  // its serial (owner_'s values) and owner_epoch_ when those keys were last owned.
+  struct FollowedSession {
+    std::vector<Key> last;
+    Key session;
+    int32_t serial;
+    uint64_t epoch;
+  };
+  KeyMap session_index_;                   // session key -> its slot in followed_
+  std::vector<FollowedSession> followed_;  // the followed sessions, by slot
+  static constexpr int32_t kShared = 0;    // owner_'s value for a block two sessions asked for
+  static constexpr size_t kOwnerEntries = 4;  // owner_ is swept when it holds more than this * C
   KeyMap owner_;  // key -> the serial of the followed session that brought it, or kShared
+  uint64_t owner_epoch_ = 0;  // bumped when owner_ loses entries (a sweep, serials wrapping)
   int32_t next_serial_ = kShared + 1;
   int64_t demoted_ = 0, sessions_ended_ = 0;
 };
