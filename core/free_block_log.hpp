@@ -7,7 +7,8 @@
 // mean(start, end) is the time-weighted mean over the part of [start, end) the samples cover (the
 // closed segments, then the last sample's count from its time on; before the first sample nothing
 // is covered, and where nothing is, the last sample's count), accumulated segment by segment in
-// order. Memory: one segment (24 bytes) per sample since the oldest kept; forget_before(t) drops
+// order. A sample at a time that is not finite, or of a negative count, is refused (invalid_argument:
+// it would make every later mean NaN). Memory: one segment (24 bytes) per sample since the oldest kept; forget_before(t) drops
 // the segments that end by t. Units: seconds, blocks.
 // The serve loops' hook samples, at each event, the count since the previous event at that event's
 // time (bind_block_pool.cpp's PyServeHooks): the count read before an event is processed is the one
@@ -15,14 +16,20 @@
 #pragma once
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <deque>
+#include <stdexcept>
+#include <string>
 
 namespace wakman {
 
 class FreeBlockLog {
  public:
   void sample(double now, int64_t free_blocks) {
+    if (!std::isfinite(now) || free_blocks < 0)
+      throw std::invalid_argument("free-block log: a sample needs a finite time in seconds and a count >= 0, got (" +
+                                  std::to_string(now) + " s, " + std::to_string(free_blocks) + " blocks)");
     if (started_ && now > last_t_) segments_.push_back(Segment{last_t_, now, last_free_});
     if (!started_ || now >= last_t_) {
       started_ = true;

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import itertools
 import logging
+import math
 import random
 
 import msgspec
@@ -375,6 +376,20 @@ def test_free_block_log_means_are_exact(samples, window, forget):
     expected = float(area / covered) if covered else float(kept[-1][1] if kept else 0)
     assert log.mean(float(start), float(end)) == pytest.approx(expected, rel=1e-12, abs=1e-12)
     assert len(log) == len(steps)
+
+
+@pytest.mark.parametrize("now, free", [(math.inf, 5), (-math.inf, 5), (math.nan, 5), (1.0, -1)])
+def test_a_free_block_sample_at_no_time_or_of_a_negative_count_is_refused(now, free):
+    """A sample at an infinite or NaN time, or of a negative count, would make every later mean NaN
+    or negative: it is refused and the log keeps what it had."""
+    from wakman import _core
+
+    log = _core.FreeBlockLog()
+    log.sample(0.0, 10)
+    log.sample(2.0, 30)
+    with pytest.raises(ValueError, match="free-block log"):
+        log.sample(now, free)
+    assert log.mean(0.0, 4.0) == 20.0 and len(log) == 1
 
 
 class EveryEvent:
