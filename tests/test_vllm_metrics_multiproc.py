@@ -108,8 +108,8 @@ def test_a_state_left_by_an_exited_engine_is_not_reported(tmp_path, monkeypatch)
     )
     dead_pid = int(gone.stdout)
     stale = tmp_path / f"engine-{dead_pid}-0.json"
-    stale.write_text(json.dumps({"engine": "0", "replay_errors": 0, "who": "dead"}))
+    stale.write_text(json.dumps({**_state(0, "lru"), "replay_errors": 0}))
     live = tmp_path / f"engine-{os.getpid()}-0.json"
-    live.write_text(json.dumps({"engine": "0", "replay_errors": 3, "who": "live"}))
-    assert [s["who"] for s in metrics.read_states()] == ["live"]
+    live.write_text(json.dumps({**_state(0, "lru"), "replay_errors": 3}))
+    assert [s.replay_errors for s in metrics.read_states()] == [3]
     assert not stale.exists()

@@ -230,7 +230,7 @@ def test_session_ids_and_ends_reach_chain_lru_as_the_simulator_gives_them(
         hits[sessions] = _first_hits(result, len(requests))
         if sessions:
             live = checked.free_block_queue.policy
-            ends_told = scheduler.wakman.state()["session_ends"]
+            ends_told = scheduler.wakman.state().session_ends
             published = _session_ends_metric()  # published during the run, at most once a second
     reference = make_policy("chain-lru", capacity, sessions=True)
     keyed = _under_vllms_keys(requests, capacity)

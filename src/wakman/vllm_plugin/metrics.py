@@ -28,7 +28,6 @@ Metrics, the same in both modes:
 
 from __future__ import annotations
 
-import json
 import os
 import tempfile
 import threading
@@ -38,8 +37,29 @@ from contextlib import suppress
 from pathlib import Path
 from typing import Any
 
+import msgspec
+
 ENV_DIR = "WAKMAN_METRICS_DIR"
 _registered: set[int] = set()
+
+
+class EngineState(msgspec.Struct, kw_only=True):
+    """What one engine publishes (``PolicyRuntime.state``) and the collector and the mirror read:
+    the file format, written and read by this one type. Counts since the engine started; seconds of
+    wall time; ``shadow_hit_rate``: each shadow's hit rate at the last replay."""
+
+    engine: int  # vLLM's data-parallel rank
+    policy_setting: str  # WAKMAN_POLICY
+    live_policy: str
+    candidates: list[str]  # the manager's, or the one static policy
+    capacity_blocks: int
+    decisions: int = 0
+    switches: int = 0
+    replay_errors: int = 0
+    replay_seconds_total: float = 0.0
+    last_replay_seconds: float = 0.0
+    shadow_hit_rate: dict[str, float] = msgspec.field(default_factory=dict)
+    session_ends: int = 0  # told to the live policy (WAKMAN_SESSIONS=1)
 
 
 def metrics_dir() -> Path:
@@ -53,12 +73,12 @@ def metrics_dir() -> Path:
 
 
 def publish_state(runtime: Any) -> None:
-    """Write ``runtime.state()`` for the collector; never raises into the engine."""
+    """Write ``runtime.state()`` (an ``EngineState``) for the collector; never raises into the engine."""
     try:
         state = runtime.state()
-        target = metrics_dir() / f"engine-{os.getpid()}-{state['engine']}.json"
+        target = metrics_dir() / f"engine-{os.getpid()}-{state.engine}.json"
         tmp = target.with_suffix(".tmp")
-        tmp.write_text(json.dumps(state))
+        tmp.write_bytes(msgspec.json.encode(state))
         tmp.replace(target)
     except OSError:
         pass
@@ -74,15 +94,15 @@ def _alive(pid: int) -> bool:
     return True
 
 
-def read_states() -> list[dict[str, Any]]:
+def read_states() -> list[EngineState]:
     """The states of the engines alive now. A file left by an engine process that has exited (a
     restarted engine, an earlier run sharing the directory) is removed, never reported: its
     counters would be read as the live engine's (one the reader may not remove is skipped all the
     same). Reading creates nothing: with ``WAKMAN_METRICS_DIR`` unset no engine of this process
     tree publishes (the plugin sets it wherever wakman is asked for), and the list is empty. A file
-    that is not a state wakman wrote is skipped. Never raises: the readers run inside vLLM's
-    ``/metrics`` and its output handler. Only JSON objects are returned; ``usable`` says whether
-    one has every field the collector and the mirror read."""
+    that is not an ``EngineState`` (another version's, another program's, a partial write's) is
+    skipped, not reported in part. Never raises: the readers run inside vLLM's ``/metrics`` and its
+    output handler."""
     path = os.environ.get(ENV_DIR)
     if not path:
         return []
@@ -101,34 +121,10 @@ def read_states() -> list[dict[str, Any]]:
                 path.unlink(missing_ok=True)
             continue
         try:
-            state = json.loads(path.read_text())
-        except (OSError, ValueError):
+            states.append(msgspec.json.decode(path.read_bytes(), type=EngineState))
+        except (OSError, msgspec.DecodeError):  # ValidationError is a DecodeError
             continue
-        if isinstance(state, dict):
-            states.append(state)
     return states
-
-
-_STATE_FIELDS = {
-    "engine": (int, str),
-    "live_policy": str,
-    "candidates": list,
-    "shadow_hit_rate": dict,
-    "decisions": (int, float),
-    "switches": (int, float),
-    "replay_errors": (int, float),
-    "replay_seconds_total": (int, float),
-    "last_replay_seconds": (int, float),
-}
-
-
-def usable(state: dict[str, Any]) -> bool:
-    """``state`` has the fields the collector and the mirror read, of the types ``state()`` writes
-    (a file of another version or another program sharing the directory is skipped, not reported
-    in part)."""
-    return all(isinstance(state.get(key), kinds) for key, kinds in _STATE_FIELDS.items()) and isinstance(
-        state.get("session_ends", 0), (int, float)
-    )
 
 
 class WakmanCollector:
@@ -153,18 +149,18 @@ class WakmanCollector:
         ends = CounterMetricFamily(
             "wakman:session_ends", "Session ends told to the live policy", labels=["engine"]
         )
-        for state in filter(usable, read_states()):
-            engine = str(state["engine"])
-            for name in state["candidates"]:
-                live.add_metric([engine, name], 1.0 if name == state["live_policy"] else 0.0)
-            for name, rate in state["shadow_hit_rate"].items():
+        for state in read_states():
+            engine = str(state.engine)
+            for name in state.candidates:
+                live.add_metric([engine, name], 1.0 if name == state.live_policy else 0.0)
+            for name, rate in state.shadow_hit_rate.items():
                 shadow.add_metric([engine, name], rate)
-            decisions.add_metric([engine], state["decisions"])
-            switches.add_metric([engine], state["switches"])
-            errors.add_metric([engine], state["replay_errors"])
-            last.add_metric([engine], state["last_replay_seconds"])
-            total.add_metric([engine], state["replay_seconds_total"])
-            ends.add_metric([engine], state.get("session_ends", 0))
+            decisions.add_metric([engine], state.decisions)
+            switches.add_metric([engine], state.switches)
+            errors.add_metric([engine], state.replay_errors)
+            last.add_metric([engine], state.last_replay_seconds)
+            total.add_metric([engine], state.replay_seconds_total)
+            ends.add_metric([engine], state.session_ends)
         yield from (live, shadow, decisions, switches, errors, last, total, ends)
 
 
@@ -224,15 +220,15 @@ class MultiprocessMirror:
             return
         with self._lock:
             self._next = now + self.min_interval_s
-            for state in filter(usable, read_states()):
-                engine = str(state["engine"])
-                for name in state["candidates"]:
-                    self.live.labels(engine, name).set(1.0 if name == state["live_policy"] else 0.0)
-                for name, rate in state["shadow_hit_rate"].items():
+            for state in read_states():
+                engine = str(state.engine)
+                for name in state.candidates:
+                    self.live.labels(engine, name).set(1.0 if name == state.live_policy else 0.0)
+                for name, rate in state.shadow_hit_rate.items():
                     self.shadow.labels(engine, name).set(rate)
-                self.last.labels(engine).set(state["last_replay_seconds"])
+                self.last.labels(engine).set(state.last_replay_seconds)
                 for key, counter in self.counters.items():
-                    value = float(state.get(key, 0))
+                    value = float(getattr(state, key))
                     delta = value - self._copied.get((key, engine), 0.0)
                     if delta > 0:  # an engine that restarted counts from its old total on
                         counter.labels(engine).inc(delta)

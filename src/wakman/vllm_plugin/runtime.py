@@ -21,7 +21,7 @@ from wakman.adaptive.manager import AdaptiveManager, PendingDecision, timed_repl
 from wakman.policies import make_policy
 from wakman.vllm_plugin.block_pool import install, request_group
 from wakman.vllm_plugin.free_queue import policy_key
-from wakman.vllm_plugin.metrics import publish_state
+from wakman.vllm_plugin.metrics import EngineState, publish_state
 from wakman.vllm_plugin.sessions import SessionHints
 from wakman.vllm_plugin.settings import PluginSettings
 
@@ -154,34 +154,26 @@ class PolicyRuntime:
             self._executor.shutdown(wait=False, cancel_futures=True)
 
     # ------------------------------------------------------------------ reporting
-    def state(self) -> dict[str, Any]:
-        out: dict[str, Any] = {
-            "engine": self.engine_index,
-            "policy_setting": self.settings.policy,
-            "live_policy": self.live_policy,
-            "candidates": list(self.manager.config.candidates) if self.manager else [self.settings.policy],
-            "capacity_blocks": self.capacity,
-            "decisions": 0,
-            "switches": 0,
-            "replay_errors": 0,
-            "replay_seconds_total": 0.0,
-            "last_replay_seconds": 0.0,
-            "shadow_hit_rate": {},
-            "session_ends": self.sessions.ends_told if self.sessions is not None else 0,
-        }
+    def state(self) -> EngineState:
+        state = EngineState(
+            engine=self.engine_index,
+            policy_setting=self.settings.policy,
+            live_policy=self.live_policy,
+            candidates=list(self.manager.config.candidates) if self.manager else [self.settings.policy],
+            capacity_blocks=self.capacity,
+            session_ends=self.sessions.ends_told if self.sessions is not None else 0,
+        )
         if self.manager is not None:
             decisions = self.manager.decisions
             replayed = [d for d in decisions if d.rates or d.error]
-            out.update(
-                decisions=len(decisions),
-                switches=sum(d.switched for d in decisions),
-                replay_errors=sum(d.error is not None for d in decisions),
-                replay_seconds_total=sum(d.replay_wall_s for d in decisions),
-            )
+            state.decisions = len(decisions)
+            state.switches = sum(d.switched for d in decisions)
+            state.replay_errors = sum(d.error is not None for d in decisions)
+            state.replay_seconds_total = sum(d.replay_wall_s for d in decisions)
             if replayed:
-                out["last_replay_seconds"] = replayed[-1].replay_wall_s
-                out["shadow_hit_rate"] = dict(replayed[-1].rates)
-        return out
+                state.last_replay_seconds = replayed[-1].replay_wall_s
+                state.shadow_hit_rate = dict(replayed[-1].rates)
+        return state
 
 
 class OutputBlocks:
