@@ -533,16 +533,8 @@ class ChainLRU final : public Policy {
     if (owner_.size() > kOwnerEntries * static_cast<size_t>(capacity_)) sweep_owners();
     const size_t first_new = f.epoch == owner_epoch_ ? shared : 0;
     f.epoch = owner_epoch_;
-    const size_t n = f.last.size();
-    for (size_t j = first_new; j < n; ++j) {
-      if (j + kOwnAhead < n) {  // a hint: the entries own() reads a few keys ahead start loading
-        owner_.prefetch(f.last[j + kOwnAhead]);
-        s_.index.prefetch(f.last[j + kOwnAhead]);
-      }
-      own(f.last[j], f.serial);
-    }
+    for (size_t j = first_new; j < f.last.size(); ++j) own(f.last[j], f.serial);
   }
-  static constexpr size_t kOwnAhead = 8;
   // A followed session (serial) holds key in a request: a block no one owns becomes its own,
   // unless it is already cached (another brought it); one another session owns becomes shared.
   void own(Key key, int32_t serial) {
