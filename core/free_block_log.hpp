@@ -7,9 +7,9 @@
 // mean(start, end) is the time-weighted mean over the part of [start, end) the samples cover (the
 // closed segments, then the last sample's count from its time on; before the first sample nothing
 // is covered, and where nothing is, the last sample's count), accumulated segment by segment in
-// order. A sample at a time that is not finite, or of a negative count, is refused (invalid_argument:
-// it would make every later mean NaN). Memory: one segment (24 bytes) per sample since the oldest kept; forget_before(t) drops
-// the segments that end by t. Units: seconds, blocks.
+// order. A sample at a time that is not finite, or of a negative count, is refused
+// (invalid_argument: it would make every later mean NaN). Memory: one segment (24 bytes) per sample
+// since the oldest kept; forget_before(t) drops the segments that end by t. Units: seconds, blocks.
 // The serve loops' hook samples, at each event, the count since the previous event at that event's
 // time (bind_block_pool.cpp's PyServeHooks): the count read before an event is processed is the one
 // that held since the event before it.

@@ -75,7 +75,7 @@ class KeyMap {
 
   // Precondition: `key` is absent.
   void insert(Key key, int32_t value) {
-    if ((size_ + 1) * spread_for(size_ + 1) > table_.size()) rehash(size_ + 1);
+    make_room_for_one();
     size_t i = home(key);
     while (table_[i].value >= 0) i = (i + 1) & mask_;
     table_[i] = {key, value};
@@ -85,7 +85,7 @@ class KeyMap {
   // The value stored for `key`, writable in place; an absent key is inserted with `value` first
   // (`inserted` says so) in one probe. `value` >= 0; the reference is valid until the next insert or erase.
   int32_t& find_or_insert(Key key, int32_t value, bool& inserted) {
-    if ((size_ + 1) * spread_for(size_ + 1) > table_.size()) rehash(size_ + 1);
+    make_room_for_one();
     Entry& e = table_[probe(key)];
     inserted = e.value < 0;
     if (inserted) {
@@ -148,6 +148,11 @@ class KeyMap {
     key *= 0xff51afd7ed558ccdULL;
     key ^= key >> 33;
     return static_cast<size_t>(key) & mask_;
+  }
+
+  // The table doubles before one more key would pass the fill.
+  void make_room_for_one() {
+    if ((size_ + 1) * spread_for(size_ + 1) > table_.size()) rehash(size_ + 1);
   }
 
   // Table entries per key for a table holding `keys` keys: the fill's, unless a quarter-full table
