@@ -637,15 +637,20 @@ def _new_policy_section(payload: dict[str, Any], policy: str, per_capacity: dict
         for c, v in per_capacity.items()
         for name in v["mixes_over_half_point_below"]
     ]
-    ran = [r for r in payload["real_traces"] if policy in r["hit_rate"]]
-    if ran:
-        gains = [
-            (f"{r['trace']} at {r['capacity']:,} blocks", -regret_points(r["hit_rate"], policy)) for r in ran
-        ]
+    real = behind_summary(
+        [
+            {"name": f"{r['trace']} at {r['capacity']:,} blocks", "hit_rate": r["hit_rate"]}
+            for r in payload["real_traces"]
+        ],
+        policy,
+    )
+    if real is not None:
         verdict += (
-            " On the real traces its gain is " + "; ".join(f"{n} {g:+.2f}" for n, g in gains) + " points."
+            " On the real traces its gain is "
+            + "; ".join(f"{n} {g:+.2f}" for n, g in real["gain_points"].items())
+            + " points."
         )
-        behind += [n for n, g in gains if g < GOAL_WORST_POINTS]
+        behind += real["over_half_point_below"]
     ablations = behind_summary(payload.get("ablations", []), policy)
     if ablations is None:
         verdict += " The ablations do not run it." if payload.get("ablations") else ""
@@ -669,7 +674,7 @@ def _new_policy_section(payload: dict[str, Any], policy: str, per_capacity: dict
             )
         )
         behind += [f"ablation {n}" for n in below]
-    kinds = ["mix", *(["real trace"] if ran else []), *(["ablation"] if ablations else [])]
+    kinds = ["mix", *(["real trace"] if real else []), *(["ablation"] if ablations else [])]
     scope = f"{', '.join(kinds[:-1])} or {kinds[-1]}" if len(kinds) > 1 else kinds[0]
     limit = f"more than {-GOAL_WORST_POINTS:g} point below the better static policy"
     verdict += (
