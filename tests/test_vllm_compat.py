@@ -75,3 +75,60 @@ def test_fingerprints_ignore_docstrings_comments_and_layout():
 
 def test_every_stock_queue_method_is_filled():
     assert compat.missing_queue_methods() == []
+
+
+# ------------------------------------------------------------------ the CPU offload tier's check
+
+
+def test_the_installed_vllm_passes_the_offload_check():
+    import vllm
+
+    assert compat.check_offload_vllm_version() == vllm.__version__
+
+
+@pytest.mark.parametrize("version", ["0.31.2", "0.35.0"])
+def test_the_offload_check_refuses_other_versions_saying_what_to_take_out(version):
+    with pytest.raises(compat.UnsupportedVllmVersion) as err:
+        compat.check_offload_vllm_version(version)
+    message = str(err.value)
+    assert "supports vLLM 0.32.x, 0.33.x, 0.34.x; found vLLM" in message
+    assert "out of --kv-transfer-config" in message and "--scheduler-cls" not in message
+
+
+def test_a_changed_offload_manager_method_is_refused_by_name(monkeypatch):
+    """A manager whose calls to its policy changed fails on that method; so does one that gains or
+    loses a relied-on method (0.34 dropped ``touch``)."""
+    from vllm.v1.kv_offload.cpu.manager import CPUOffloadingManager
+
+    def lookup(self, key, req_context):
+        return self._policy.get(key) is not None
+
+    monkeypatch.setattr(CPUOffloadingManager, "lookup", lookup)
+    with pytest.raises(compat.UnsupportedVllmVersion, match=r"CPUOffloadingManager\.lookup") as err:
+        compat.check_offload_vllm_version("0.33.1")
+    assert "prepare_store" not in str(err.value)
+    monkeypatch.undo()
+    if hasattr(CPUOffloadingManager, "touch"):
+        monkeypatch.delattr(CPUOffloadingManager, "touch")
+    else:
+        monkeypatch.setattr(CPUOffloadingManager, "touch", lambda self, keys, ctx: None, raising=False)
+    with pytest.raises(compat.UnsupportedVllmVersion, match=r"CPUOffloadingManager\.touch"):
+        compat.check_offload_vllm_version("0.33.1")
+    monkeypatch.undo()
+    compat.check_offload_vllm_version("0.33.1")
+
+
+def test_an_offload_policy_built_through_the_python_api_checks_the_version(monkeypatch):
+    """vLLM's factory builds the policy without the plugin's entry point seeing a command line that
+    names wakman: building it refuses an unsupported vLLM all the same."""
+    import vllm
+
+    from wakman.vllm_plugin import offload
+
+    offload.checked_vllm.cache_clear()
+    monkeypatch.setattr(vllm, "__version__", "0.35.0")
+    with pytest.raises(compat.UnsupportedVllmVersion, match=r"found vLLM 0\.35\.0"):
+        offload.WakmanS3FIFO(8)
+    monkeypatch.undo()
+    offload.checked_vllm.cache_clear()
+    assert offload.WakmanS3FIFO(8).policy_name == "s3fifo"

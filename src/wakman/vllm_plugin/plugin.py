@@ -3,10 +3,12 @@
 It does cheap things and changes nothing in vLLM: as soon as wakman is asked for
 (``WAKMAN_POLICY`` set, or a ``wakman.vllm_plugin`` class named on the command line) it stops the
 process with one line when the environment would kill vLLM (``environment.py``), refuses an
-unsupported vLLM version, and refuses a ``WAKMAN_*`` value the plugin cannot use (naming the
-variable); it hands wakman's log records (logger ``wakman``) to vLLM's handlers,
-so they appear in vLLM's log in its format (``log_through_vllm``); and it creates the metrics
-directory in the first process so the engine processes it spawns inherit it.
+unsupported vLLM version or one whose relied-on code changed (``compat.py``: the scheduler's check
+where the scheduler is asked for, the offload tier's where its module is named), and refuses a
+``WAKMAN_*`` value the plugin cannot use (naming the variable); it hands wakman's log records
+(logger ``wakman``) to vLLM's handlers, so they appear in vLLM's log in its format
+(``log_through_vllm``); and it creates the metrics directory in the first process so the engine
+processes it spawns inherit it.
 
 Why ``--scheduler-cls`` and not only this entry point: the scheduler class is vLLM's official,
 per-engine switch (stock vLLM runs when it is absent, even with wakman installed), it sees the
@@ -34,23 +36,26 @@ def register() -> None:
         check_environment()
     except BrokenEnvironment as exc:
         raise SystemExit(str(exc)) from None  # one line on stderr, no traceback
-    from wakman.vllm_plugin.compat import UnsupportedVllmVersion, check_vllm_version
+    from wakman.vllm_plugin.compat import (
+        UnsupportedVllmVersion,
+        check_offload_vllm_version,
+        check_vllm_version,
+    )
     from wakman.vllm_plugin.metrics import metrics_dir
     from wakman.vllm_plugin.settings import PluginSettings, SettingsError
 
+    # the scheduler (WAKMAN_POLICY, --scheduler-cls) and the offload tier (--kv-transfer-config)
+    # rely on different vLLM code, each checked where it is asked for
+    scheduler = bool(os.environ.get("WAKMAN_POLICY")) or any(
+        "wakman.vllm_plugin" in arg and "wakman.vllm_plugin.offload" not in arg for arg in sys.argv
+    )
     try:
-        check_vllm_version()
+        if scheduler:
+            check_vllm_version()
+        if any("wakman.vllm_plugin.offload" in arg for arg in sys.argv):
+            check_offload_vllm_version()
     except UnsupportedVllmVersion as exc:  # one line on stderr, no traceback
-        message = str(exc)
-        offload_only = not os.environ.get("WAKMAN_POLICY") and all(
-            "wakman.vllm_plugin" not in arg or "wakman.vllm_plugin.offload" in arg for arg in sys.argv
-        )
-        if offload_only:  # asked for through --kv-transfer-config alone: say how to drop that
-            message = message.replace(
-                "unset --scheduler-cls / WAKMAN_POLICY",
-                "take wakman's eviction_policy and cache_policy_module_path out of --kv-transfer-config",
-            )
-        raise SystemExit(message) from None
+        raise SystemExit(str(exc)) from None
     log_through_vllm()
     try:
         PluginSettings.from_env()  # bad WAKMAN_* values fail here, at start-up
