@@ -106,7 +106,29 @@ def test_the_ablation_verdict_is_recorded_and_reported(runs):
     section = report.split("## The hash-chain policy (chain-lru)")[1].split("\n## ")[0]
     assert "On the 2 ablation presets" in section and f"{got['mean_gain_points']:+.2f} points" in section
     hint = report.split("## Hint mode")[1].split("\n## ")[0]
-    assert "The ablations do not run it." in hint
+    label = reproduce_module.HINT_MODE
+    told = seeded["summary"]["hint_mode_on_ablations"][label]
+    assert told == behind_summary(seeded["ablations"], label)
+    assert "On the 2 ablation presets" in hint and f"{told['mean_gain_points']:+.2f} points" in hint
+    assert f"{label} gain (points)" in report.split("## Figure 3")[1].split("\n## ")[0]
+
+
+def test_hint_mode_on_the_ablations_is_chain_lru_told_each_session(runs):
+    """Each ablation's hint-mode rate is a direct run of chain-lru in session mode told each end at
+    0 s on that ablation's trace (seed 5), at the primary capacity."""
+    from wakman.simulation import simulate as simulate_static
+
+    _, _, seeded, _ = runs
+    plan = seeded["plan"]
+    for a in seeded["ablations"]:
+        reqs = generate_requests(
+            build_config(preset=a["name"], duration_s=plan["ablation_duration_s"]), seed=5
+        )
+        told = simulate_static(
+            reqs, "chain-lru", plan["capacity"], policy_params={"sessions": True}, session_ends_after_s=0.0
+        )
+        assert a["hit_rate"][reproduce_module.HINT_MODE] == pytest.approx(told.hit_rate, abs=1e-12)
+        assert a["hint_saturated"] == told.saturation.saturated
 
 
 def test_hint_mode_runs_say_whether_their_server_kept_up(runs):

@@ -125,7 +125,7 @@ def render_markdown(
         t1,
         _image("figure1.png", "Figure 1", figures),
         "## Figure 3: ablations (primary capacity)",
-        _ablation_table(payload["ablations"]),
+        _ablation_table(payload["ablations"], (*NEW, *s.get("hint_mode", {}))),
         _image("figure3.png", "Figure 3", figures),
     ]
     if payload.get("map"):
@@ -403,10 +403,10 @@ def _ablation_flips(ablations: list[dict[str, Any]]) -> list[str]:
     return flips
 
 
-def _ablation_table(ablations: list[dict[str, Any]]) -> str:
-    """Each ablation's hit rates, its static winner, each new policy's gain over that winner
-    (points; where the ablations ran it) and whether the server kept up."""
-    new = [p for p in NEW if ablations and all(p in a["hit_rate"] for a in ablations)]
+def _ablation_table(ablations: list[dict[str, Any]], gains: tuple[str, ...] = NEW) -> str:
+    """Each ablation's hit rates, its static winner, the gain over that winner (points) of each of
+    ``gains`` (the new policies, hint mode) that the ablations ran, and whether the server kept up."""
+    new = [p for p in gains if ablations and all(p in a["hit_rate"] for a in ablations)]
     return _markdown_table(
         [
             "ablation",

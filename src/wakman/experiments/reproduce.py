@@ -7,7 +7,8 @@ the real traces (the bundled Mooncake chat trace in serve mode on a server sized
 ``ServerModel.keeping_up``; the whole Claude Code archive in cache mode when ``../shared/traces`` is
 there: read once by the parent, shared by the forked workers, one task per policy for every size).
 Hint mode (``HINT_MODE``: chain-lru told session ids and each session's end) runs beside the policies
-on the mixes at every capacity and on the Claude Code archive, the traces with session ids.
+on the mixes at every capacity, on the ablations (primary capacity) and on the Claude Code archive, the
+traces with session ids.
 Every other task generates its own trace from (preset, seed), so results do not depend on the
 number of jobs. The plan's ``seed`` (``wakman reproduce --seed``) seeds every generated trace (the
 mixes, the ablations, the map); the real traces are read from their files and do not depend on it
@@ -199,6 +200,9 @@ def _ablation_task(args: tuple[str, Plan]) -> dict[str, Any]:
         res = simulate(reqs, policy, plan.capacity)
         row["hit_rate"][policy] = res.hit_rate
         _record_server(row, policy, res.as_flat_dict())
+    hinted = _hinted(reqs, plan.capacity)
+    row["hit_rate"][HINT_MODE] = hinted.hit_rate
+    row["hint_saturated"] = bool(hinted.saturation.saturated)
     return row
 
 
@@ -551,6 +555,7 @@ def write_outputs(results: Results, out: Path) -> dict[str, Any]:
     summary["new_policies_on_ablations"] = {
         policy: behind_summary(results.ablations, policy) for policy in NEW
     }
+    summary["hint_mode_on_ablations"] = {HINT_MODE: behind_summary(results.ablations, HINT_MODE)}
     payload = {
         "plan": {k: (str(v) if isinstance(v, Path) else v) for k, v in results.plan.__dict__.items()},
         "mixes": [{k: v for k, v in m.items() if k != "wakman_decisions"} for m in results.mixes],
