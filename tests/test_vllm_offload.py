@@ -665,6 +665,37 @@ def test_register_refuses_an_unsupported_vllm_in_one_line(monkeypatch):
     with pytest.raises(SystemExit) as err:
         plugin.register()
     assert "unset --scheduler-cls / WAKMAN_POLICY" in str(err.value.code)
+    assert "--kv-transfer-config" not in str(err.value.code)
+    # both asked for: one refusal that says how to drop both
+    monkeypatch.setenv("WAKMAN_POLICY", "lru")
+    monkeypatch.setattr("sys.argv", ["vllm", "serve", "m", "--kv-transfer-config", config])
+    with pytest.raises(SystemExit) as err:
+        plugin.register()
+    message = str(err.value.code)
+    assert "unset --scheduler-cls / WAKMAN_POLICY and take wakman's eviction_policy" in message
+
+
+def test_an_offload_only_command_line_does_not_depend_on_the_scheduler_s_code(monkeypatch, tmp_path):
+    """The offload tier relies on the offload managers, not on the block pool the scheduler hooks:
+    an offload-only command line starts on a vLLM whose pool code changed; the scheduler does not."""
+    from vllm.v1.core.block_pool import BlockPool
+
+    from wakman.vllm_plugin import plugin
+
+    def free_blocks(self, ordered_blocks):
+        self.free_block_queue.append_n(list(ordered_blocks))
+
+    monkeypatch.setattr(BlockPool, "free_blocks", free_blocks)
+    monkeypatch.delenv("WAKMAN_POLICY", raising=False)
+    monkeypatch.setenv("WAKMAN_METRICS_DIR", str(tmp_path))
+    config = '{"kv_connector_extra_config": {"cache_policy_module_path": "wakman.vllm_plugin.offload"}}'
+    monkeypatch.setattr("sys.argv", ["vllm", "serve", "m", "--kv-transfer-config", config])
+    plugin.register()
+    monkeypatch.setattr(
+        "sys.argv", ["vllm", "serve", "m", "--scheduler-cls", "wakman.vllm_plugin.WakmanScheduler"]
+    )
+    with pytest.raises(SystemExit, match=r"BlockPool\.free_blocks"):
+        plugin.register()
 
 
 # ---------------------------------------------------------------------------------- adaptive

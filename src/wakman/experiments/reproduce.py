@@ -200,9 +200,7 @@ def _ablation_task(args: tuple[str, Plan]) -> dict[str, Any]:
         res = simulate(reqs, policy, plan.capacity)
         row["hit_rate"][policy] = res.hit_rate
         _record_server(row, policy, res.as_flat_dict())
-    hinted = _hinted(reqs, plan.capacity)
-    row["hit_rate"][HINT_MODE] = hinted.hit_rate
-    row["hint_saturated"] = bool(hinted.saturation.saturated)
+    row["hit_rate"][HINT_MODE] = _hint_run(row, reqs, plan.capacity)
     return row
 
 

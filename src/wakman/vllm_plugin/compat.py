@@ -20,16 +20,19 @@ Two checks, so a release fails on a real change, not on its number:
 - the version: 0.32.x, 0.33.x or 0.34.x (``SUPPORTED_VLLM``); anything else is refused with their names;
 - the behaviour: a fingerprint of each relied-on method's code (its syntax tree without docstrings
   or comments, so reformatting passes) must be one read from a supported release
-  (``KNOWN_FINGERPRINTS``); the message names each method that changed.
+  (``KNOWN_FINGERPRINTS``), and one release must have them all (``common_releases``: each method
+  some release's is not enough); the message names each method that changed.
 
-The CPU offload tier's policies (``offload.py``) rely on other code: how vLLM's
-``CPUOffloadingManager`` calls a ``CachePolicy`` (which calls, in which order, with which chunk
-states: ``insert`` always with a chunk whose store is in flight, ``on_store_miss`` once per request's
-misses before the evictions). ``check_offload_vllm_version`` checks the same version and a
-fingerprint of each manager method that calls the policy (``OFFLOAD_RELIED_ON``,
-``KNOWN_OFFLOAD_FINGERPRINTS``; a method a release does not have, as 0.34's ``touch``, is known as
-``ABSENT``); every offload policy runs it when it is built, so a tier built through vLLM's Python
-API, where the plugin's entry point sees no command line naming wakman, is checked too.
+The CPU offload tier's policies (``offload.py``) rely on other code: how vLLM's offload managers
+build a ``CachePolicy`` and call it (which calls, in which order, with which chunk states: ``insert``
+always with a chunk whose store is in flight, ``on_store_miss`` once per request's misses before the
+evictions), ``CPUOffloadingManager`` and the ``TieringOffloadingSpec`` primary tier's
+``CPUPrimaryTierOffloadingManager``. ``check_offload_vllm_version`` checks the same version and
+fingerprints of those methods (``OFFLOAD_RELIED_ON``, ``KNOWN_OFFLOAD_FINGERPRINTS``; a method a
+release does not have, as 0.34's ``touch``, is known as ``ABSENT``) by the same two rules; every
+offload policy runs it when it is built, so a tier built through vLLM's Python API, where the
+plugin's entry point sees no command line naming wakman, is checked too (and a vLLM whose offload
+modules moved is refused as one, not with an ``ImportError``: ``offload_import_failed``).
 """
 
 from __future__ import annotations
@@ -99,24 +102,34 @@ KNOWN_FINGERPRINTS: dict[str, dict[str, str]] = {
 }
 
 
-# The methods of vLLM's CPUOffloadingManager that call its CachePolicy (or, as take_events, read it).
-OFFLOAD_RELIED_ON = tuple(
-    ("vllm.v1.kv_offload.cpu.manager", f"CPUOffloadingManager.{name}")
-    for name in (
-        "lookup",
-        "_prepare_load",
-        "touch",
-        "complete_load",
-        "prepare_store",
-        "complete_store",
-        "_record_request_cache_access",
-        "on_request_finished",
-        "reset_cache",
-        "take_events",
-    )
+# The offload managers' methods that build, call or read their CachePolicy: CPUOffloadingManager's,
+# and those 0.32-0.34's TieringOffloadingSpec primary tier (CPUPrimaryTierOffloadingManager) has of
+# its own or inherits (a method a release does not have is recorded as ABSENT).
+OFFLOAD_RELIED_ON = (
+    *(
+        ("vllm.v1.kv_offload.cpu.manager", f"CPUOffloadingManager.{name}")
+        for name in (
+            "__init__",
+            "lookup",
+            "_prepare_load",
+            "touch",
+            "complete_load",
+            "prepare_store",
+            "complete_store",
+            "_record_request_cache_access",
+            "on_request_finished",
+            "reset_cache",
+            "take_events",
+        )
+    ),
+    *(
+        ("vllm.v1.kv_offload.tiering.manager", f"CPUPrimaryTierOffloadingManager.{name}")
+        for name in ("__init__", "prepare_read", "defer_write_release", "reset_cache")
+    ),
 )
 ABSENT = "absent"  # a relied-on method a release does not have
 KNOWN_OFFLOAD_FINGERPRINTS: dict[str, dict[str, str]] = {
+    "CPUOffloadingManager.__init__": {"4e63f88a7eb4c487": "0.32.0", "fa821c81940512cb": "0.33.0 0.34.0"},
     "CPUOffloadingManager.lookup": {"d1f39b34623b2a4b": "0.32.0 0.33.0 0.34.0"},
     "CPUOffloadingManager._prepare_load": {"8f88f46bba52b1ba": "0.32.0 0.33.0 0.34.0"},
     "CPUOffloadingManager.touch": {"6cb958a6181aa4ee": "0.32.0 0.33.0", ABSENT: "0.34.0"},
@@ -138,7 +151,26 @@ KNOWN_OFFLOAD_FINGERPRINTS: dict[str, dict[str, str]] = {
     "CPUOffloadingManager.on_request_finished": {"2a820df079ed790a": "0.32.0 0.33.0 0.34.0"},
     "CPUOffloadingManager.reset_cache": {"514d08b7429c282d": "0.32.0 0.33.0 0.34.0"},
     "CPUOffloadingManager.take_events": {"94bec9ae4a95e189": "0.32.0", "c0a2c3b1bb600393": "0.33.0 0.34.0"},
+    "CPUPrimaryTierOffloadingManager.__init__": {
+        "8d08811f8bde46c3": "0.32.0",
+        "6e2ef5af536d021e": "0.33.0",
+        "7bae92b57acf64ca": "0.34.0",
+    },
+    "CPUPrimaryTierOffloadingManager.prepare_read": {"9ade1fe28369cc16": "0.32.0 0.33.0 0.34.0"},
+    "CPUPrimaryTierOffloadingManager.defer_write_release": {
+        ABSENT: "0.32.0 0.33.0",
+        "d13d36f5c83c3c70": "0.34.0",
+    },
+    "CPUPrimaryTierOffloadingManager.reset_cache": {
+        "514d08b7429c282d": "0.32.0 0.33.0",  # CPUOffloadingManager's, inherited
+        "2d22c781247f4481": "0.34.0",
+    },
 }
+SCHEDULER_STOP = "unset --scheduler-cls / WAKMAN_POLICY"
+OFFLOAD_STOP = (
+    "take wakman's eviction_policy and cache_policy_module_path out of --kv-transfer-config "
+    "(kv_transfer_config in Python)"
+)
 
 
 class UnsupportedVllmVersion(RuntimeError):
@@ -184,7 +216,10 @@ def installed_fingerprints(relied_on: tuple[tuple[str, str], ...] = RELIED_ON) -
 
     out: dict[str, str | None] = {}
     for module_name, qualname in relied_on:
-        obj: object = importlib.import_module(module_name)
+        try:
+            obj: object = importlib.import_module(module_name)
+        except ImportError:  # the module moved: every method of it counts as missing
+            obj = None
         for part in qualname.split("."):
             obj = getattr(obj, part, None)
         out[qualname] = fingerprint(obj) if callable(obj) else None
@@ -196,6 +231,19 @@ def changed_methods(
 ) -> list[str]:
     """The relied-on methods whose code (or absence) is not one read from a supported release."""
     return [name for name, fp in found.items() if (fp or ABSENT) not in known.get(name, {})]
+
+
+def common_releases(
+    found: dict[str, str | None], known: dict[str, dict[str, str]] = KNOWN_FINGERPRINTS
+) -> set[str]:
+    """The releases whose code every found method matches (the methods known, ``changed_methods``
+    empty): empty where each is some release's but no release has them all, such as 0.33's methods
+    with 0.34's absent ``touch``."""
+    releases: set[str] | None = None
+    for name, fp in found.items():
+        have = set(known[name][fp or ABSENT].split())
+        releases = have if releases is None else releases & have
+    return releases or set()
 
 
 def missing_queue_methods() -> list[str]:
@@ -220,44 +268,73 @@ def _installed_version(version: str | None) -> str:
     return vllm.__version__
 
 
-def _refuse(version: str, changed: list[str], stock: str) -> None:
-    """Raise ``UnsupportedVllmVersion`` for an unsupported version or changed code; ``stock`` says
-    how to run vLLM without wakman's part."""
-    supported = ", ".join(v + "x" for v in SUPPORTED_VLLM)
+def _refuse_version(version: str, stock: str) -> None:
+    """Raise ``UnsupportedVllmVersion`` for a version outside ``SUPPORTED_VLLM``; ``stock`` says how
+    to run vLLM without wakman's part."""
     if not version.startswith(SUPPORTED_VLLM):
         raise UnsupportedVllmVersion(
-            f"wakman's vLLM plugin supports vLLM {supported}; found vLLM {version}. Install a supported "
-            f"vLLM, or {stock} to run stock vLLM."
+            f"wakman's vLLM plugin supports vLLM {', '.join(v + 'x' for v in SUPPORTED_VLLM)}; found vLLM "
+            f"{version}. Install a supported vLLM, or {stock} to run stock vLLM."
         )
+
+
+def _refuse_code(
+    version: str, found: dict[str, str | None], known: dict[str, dict[str, str]], stock: str
+) -> None:
+    """Raise ``UnsupportedVllmVersion`` where a relied-on method's code is no supported release's, or
+    no one release has all of them."""
+    changed = changed_methods(found, known)
+    if not changed and not common_releases(found, known):
+        changed = [f"{name} ({known[name][fp or ABSENT]})" for name, fp in found.items()]
+        what = "matches no single release it was checked against, method by method"
+    else:
+        what = "differs from the releases it was checked against"
     if changed:
         raise UnsupportedVllmVersion(
-            f"vLLM {version}: code wakman relies on differs from the releases it was checked against "
-            f"({supported}): {', '.join(changed)}. Run stock vLLM ({stock}) or vLLM 0.32.0 / 0.33.0 / 0.34.0."
+            f"vLLM {version}: code wakman relies on {what} "
+            f"({', '.join(v + 'x' for v in SUPPORTED_VLLM)}): {', '.join(changed)}. Run stock vLLM ({stock}) "
+            "or vLLM 0.32.0 / 0.33.0 / 0.34.0."
         )
 
 
-def check_vllm_version(version: str | None = None) -> str:
+def check_vllm_version(version: str | None = None, stock: str = SCHEDULER_STOP) -> str:
     """Return the installed vLLM version, or raise ``UnsupportedVllmVersion`` (a version we do not
-    support, or a supported one whose relied-on methods changed)."""
+    support, or a supported one whose relied-on methods changed); ``stock`` is the advice the
+    message gives for running vLLM without wakman."""
     version = _installed_version(version)
-    stock = "unset --scheduler-cls / WAKMAN_POLICY"
-    _refuse(version, [], stock)
-    changed = changed_methods(installed_fingerprints())
-    changed += [f"FreeKVCacheBlockQueue.{n} (not in wakman's queue)" for n in missing_queue_methods()]
-    _refuse(version, changed, stock)
+    _refuse_version(version, stock)
+    _refuse_code(version, installed_fingerprints(), KNOWN_FINGERPRINTS, stock)
+    missing = missing_queue_methods()
+    if missing:
+        raise UnsupportedVllmVersion(
+            f"vLLM {version}: FreeKVCacheBlockQueue has methods wakman's queue does not fill: "
+            f"{', '.join(missing)}. Run stock vLLM ({stock}) or vLLM 0.32.0 / 0.33.0 / 0.34.0."
+        )
     return version
 
 
-def check_offload_vllm_version(version: str | None = None) -> str:
+def check_offload_vllm_version(version: str | None = None, stock: str = OFFLOAD_STOP) -> str:
     """The offload tier's check: return the installed vLLM version, or raise
-    ``UnsupportedVllmVersion`` (a version we do not support, or a supported one whose
-    ``CPUOffloadingManager`` calls its policy in code that changed)."""
+    ``UnsupportedVllmVersion`` (a version we do not support, or a supported one whose offload
+    managers build, call or read their policy in code that changed)."""
     version = _installed_version(version)
-    stock = "take wakman's eviction_policy and cache_policy_module_path out of --kv-transfer-config"
-    _refuse(version, [], stock)
-    found = installed_fingerprints(OFFLOAD_RELIED_ON)
-    _refuse(version, changed_methods(found, KNOWN_OFFLOAD_FINGERPRINTS), stock)
+    _refuse_version(version, stock)
+    _refuse_code(version, installed_fingerprints(OFFLOAD_RELIED_ON), KNOWN_OFFLOAD_FINGERPRINTS, stock)
     return version
+
+
+def offload_import_failed(exc: ImportError) -> UnsupportedVllmVersion:
+    """The refusal for a vLLM whose offload modules the offload policies cannot import: the version
+    check's message where the version is unsupported, else one naming the missing module."""
+    version = _installed_version(None)
+    try:
+        _refuse_version(version, OFFLOAD_STOP)
+    except UnsupportedVllmVersion as refusal:
+        return refusal
+    return UnsupportedVllmVersion(
+        f"vLLM {version}: wakman's offload policies cannot import {exc.name or exc}: vLLM's offload "
+        f"modules moved. Run vLLM's own policy ({OFFLOAD_STOP}) or vLLM 0.32.0 / 0.33.0 / 0.34.0."
+    )
 
 
 if __name__ == "__main__":  # the installed fingerprints, for KNOWN_(OFFLOAD_)FINGERPRINTS

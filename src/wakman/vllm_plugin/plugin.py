@@ -37,6 +37,8 @@ def register() -> None:
     except BrokenEnvironment as exc:
         raise SystemExit(str(exc)) from None  # one line on stderr, no traceback
     from wakman.vllm_plugin.compat import (
+        OFFLOAD_STOP,
+        SCHEDULER_STOP,
         UnsupportedVllmVersion,
         check_offload_vllm_version,
         check_vllm_version,
@@ -45,15 +47,19 @@ def register() -> None:
     from wakman.vllm_plugin.settings import PluginSettings, SettingsError
 
     # the scheduler (WAKMAN_POLICY, --scheduler-cls) and the offload tier (--kv-transfer-config)
-    # rely on different vLLM code, each checked where it is asked for
+    # rely on different vLLM code, each checked where it is asked for; a refusal says how to drop
+    # every part asked for
+    offload_module = "wakman.vllm_plugin.offload"
     scheduler = bool(os.environ.get("WAKMAN_POLICY")) or any(
-        "wakman.vllm_plugin" in arg and "wakman.vllm_plugin.offload" not in arg for arg in sys.argv
+        "wakman.vllm_plugin" in arg.replace(offload_module, "") for arg in sys.argv
     )
+    offload = any(offload_module in arg for arg in sys.argv)
+    stop = " and ".join([SCHEDULER_STOP] * scheduler + [OFFLOAD_STOP] * offload)
     try:
         if scheduler:
-            check_vllm_version()
-        if any("wakman.vllm_plugin.offload" in arg for arg in sys.argv):
-            check_offload_vllm_version()
+            check_vllm_version(stock=stop)
+        if offload:
+            check_offload_vllm_version(stock=stop)
     except UnsupportedVllmVersion as exc:  # one line on stderr, no traceback
         raise SystemExit(str(exc)) from None
     log_through_vllm()
