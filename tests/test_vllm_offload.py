@@ -688,6 +688,8 @@ def test_an_offload_only_command_line_does_not_depend_on_the_scheduler_s_code(mo
     monkeypatch.setattr(BlockPool, "free_blocks", free_blocks)
     monkeypatch.delenv("WAKMAN_POLICY", raising=False)
     monkeypatch.setenv("WAKMAN_METRICS_DIR", str(tmp_path))
+    # register() goes on past the checks here: keep its logging set-up out of this test process
+    monkeypatch.setattr(plugin, "log_through_vllm", lambda: None)
     config = '{"kv_connector_extra_config": {"cache_policy_module_path": "wakman.vllm_plugin.offload"}}'
     monkeypatch.setattr("sys.argv", ["vllm", "serve", "m", "--kv-transfer-config", config])
     plugin.register()
