@@ -104,13 +104,13 @@ from wakman.adaptive.config import ADAPTIVE_PRESETS
 from wakman.adaptive.manager import AdaptiveManager, timed_replay
 from wakman.policies import EvictionPolicy, handover, make_policy
 from wakman.vllm_plugin.compat import check_offload_vllm_version, offload_import_failed
+from wakman.vllm_plugin.free_queue import policy_key
 
 try:
     from vllm.v1.kv_offload.base import OffloadKey, ReqContext
     from vllm.v1.kv_offload.cpu.policies.base import CachePolicy, ChunkStatus, order_request_keys
 except ImportError as exc:  # a vLLM whose offload modules moved: the version check's message
     raise offload_import_failed(exc) from exc
-from wakman.vllm_plugin.free_queue import policy_key
 
 log = logging.getLogger(__name__)
 
