@@ -166,6 +166,8 @@ KNOWN_OFFLOAD_FINGERPRINTS: dict[str, dict[str, str]] = {
         "2d22c781247f4481": "0.34.0",
     },
 }
+SUPPORTED_NAMES = ", ".join(v + "x" for v in SUPPORTED_VLLM)  # "0.32.x, 0.33.x, 0.34.x"
+CHECKED_RELEASES = " / ".join(v + "0" for v in SUPPORTED_VLLM)  # the releases the fingerprints come from
 SCHEDULER_STOP = "unset --scheduler-cls / WAKMAN_POLICY"
 OFFLOAD_STOP = (
     "take wakman's eviction_policy and cache_policy_module_path out of --kv-transfer-config "
@@ -268,12 +270,17 @@ def _installed_version(version: str | None) -> str:
     return vllm.__version__
 
 
+def _run_instead(stock: str) -> str:
+    """The refusals' closing advice: how to run vLLM without wakman's part, or which vLLM to run."""
+    return f"Run stock vLLM ({stock}) or vLLM {CHECKED_RELEASES}."
+
+
 def _refuse_version(version: str, stock: str) -> None:
     """Raise ``UnsupportedVllmVersion`` for a version outside ``SUPPORTED_VLLM``; ``stock`` says how
     to run vLLM without wakman's part."""
     if not version.startswith(SUPPORTED_VLLM):
         raise UnsupportedVllmVersion(
-            f"wakman's vLLM plugin supports vLLM {', '.join(v + 'x' for v in SUPPORTED_VLLM)}; found vLLM "
+            f"wakman's vLLM plugin supports vLLM {SUPPORTED_NAMES}; found vLLM "
             f"{version}. Install a supported vLLM, or {stock} to run stock vLLM."
         )
 
@@ -292,8 +299,7 @@ def _refuse_code(
     if changed:
         raise UnsupportedVllmVersion(
             f"vLLM {version}: code wakman relies on {what} "
-            f"({', '.join(v + 'x' for v in SUPPORTED_VLLM)}): {', '.join(changed)}. Run stock vLLM ({stock}) "
-            "or vLLM 0.32.0 / 0.33.0 / 0.34.0."
+            f"({SUPPORTED_NAMES}): {', '.join(changed)}. {_run_instead(stock)}"
         )
 
 
@@ -308,7 +314,7 @@ def check_vllm_version(version: str | None = None, stock: str = SCHEDULER_STOP) 
     if missing:
         raise UnsupportedVllmVersion(
             f"vLLM {version}: FreeKVCacheBlockQueue has methods wakman's queue does not fill: "
-            f"{', '.join(missing)}. Run stock vLLM ({stock}) or vLLM 0.32.0 / 0.33.0 / 0.34.0."
+            f"{', '.join(missing)}. {_run_instead(stock)}"
         )
     return version
 
@@ -333,7 +339,7 @@ def offload_import_failed(exc: ImportError) -> UnsupportedVllmVersion:
         return refusal
     return UnsupportedVllmVersion(
         f"vLLM {version}: wakman's offload policies cannot import {exc.name or exc}: vLLM's offload "
-        f"modules moved. Run vLLM's own policy ({OFFLOAD_STOP}) or vLLM 0.32.0 / 0.33.0 / 0.34.0."
+        f"modules moved. {_run_instead(OFFLOAD_STOP)}"
     )
 
 
