@@ -83,7 +83,7 @@ class Plan:
     # half the primary (S3-FIFO's regime) and twice it: the online policies and Belady at each
     other_capacities: tuple[int, ...] = (3000, 12000)
     seed: int = 0
-    real_capacities: tuple[int, ...] = (5000, 19200)
+    real_capacities: tuple[int, ...] = (5000, 12000, 19200)  # S3-FIFO wins at 5,000, LRU beyond
     claude_capacities: tuple[int, ...] = (20000, 60000)  # the whole archive, cache mode
     shared: Path | None = None
     ablations: tuple[str, ...] = tuple(p.name for p in ABLATIONS)
