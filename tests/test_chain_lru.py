@@ -51,6 +51,7 @@ class Model:
         self.main: OrderedDict[int, None] = OrderedDict()
         self.rare: dict[int, bool] = {}
         self.count: dict[int, int] = {}
+        self.hit: dict[int, bool] = {}  # hit since its insert (or inserted back from the ghost)
         self.ghost: OrderedDict[int, None] = OrderedDict()
         self.pending: set[int] = set()
         self.stats: dict[int, list[float]] = {}  # root -> [extended, resolved]
@@ -142,11 +143,15 @@ class Model:
             for k in reversed(sampled + sampled_out):
                 mini.access(k)
         self.blocks += len(sampled)
-        if self.blocks >= 16.0 * self.minis[0].capacity:
+        if self.blocks >= 8.0 * self.minis[0].capacity:
             self.blocks, self.duel_hits = self.blocks * 0.5, [h * 0.5 for h in self.duel_hits]
         now = int(self.filter)
         if self.duel_hits[1 - now] - self.duel_hits[now] > 0.01 * self.blocks:
             self.filter, self.switches = not self.filter, self.switches + 1
+            if self.filter:  # M's blocks never hit since their insert join P, in M's order
+                for k in [k for k in self.main if not self.hit[k]]:
+                    del self.main[k]
+                    self.prob[k] = None
 
     def prefix(self, keys: list[int]) -> int:
         hits = 0
@@ -160,6 +165,7 @@ class Model:
                 self.count[key] = min(self.count[key] + 1, 3)
             (self.prob if key in self.prob else self.main).pop(key)
             self.main[key] = None
+            self.hit[key] = True
             return True
         if key in self.ghost:
             del self.ghost[key]
@@ -169,7 +175,7 @@ class Model:
         to_main = key in self.pending or key in self.ghost
         self.pending.discard(key)
         self.ghost.pop(key, None)
-        self.rare[key], self.count[key] = self.context_rare, 0
+        self.rare[key], self.count[key], self.hit[key] = self.context_rare, 0, to_main
         (self.main if to_main or not (self.context_rare or self.filter) else self.prob)[key] = None
         return False
 

@@ -154,15 +154,16 @@ class ChainLRU final : public Policy {
  public:
   enum : uint8_t { kProbation, kMain, kGhost, kPending };
   enum class Mode : uint8_t { kRecency, kFilter, kAdaptive };
-  // Node::freq: kRare (inserted for a rarely extended root) and the hits counted in M (at most 3)
-  static constexpr uint8_t kRare = 0x80, kCount = 0x7f, kMaxCount = 3;
+  // Node::freq: kRare (inserted for a rarely extended root), kHit (hit since its insert, or inserted
+  // back from G) and the hits counted in M (at most 3)
+  static constexpr uint8_t kRare = 0x80, kHit = 0x40, kCount = 0x3f, kMaxCount = 3;
 
   static constexpr size_t kMaxSessions = 4096;  // sessions past it are not followed
 
   // The adaptive mode's miniatures: blocks sampled 1 in `sample_every` (a power of two: the largest
   // <= capacity / kMiniBlocks, at least 2, at most 64), each miniature capacity / sample_every blocks.
   static constexpr int64_t kMiniBlocks = 2048, kMinSampleEvery = 2, kMaxSampleEvery = 64;
-  static constexpr double kHorizon = 16.0;  // the duel's counts halve every kHorizon * mini capacity blocks
+  static constexpr double kHorizon = 8.0;  // the duel's counts halve every kHorizon * mini capacity blocks
   static constexpr double kMargin = 0.01;   // switch when the other mode's prefix hits lead by this share
 
   ChainLRU(int64_t capacity, double window_s, double threshold, double ghost_ratio, bool sessions = false,
@@ -236,6 +237,7 @@ class ChainLRU final : public Policy {
   void hit_node(int32_t i) {
     Node& n = s_.nodes[i];
     if (n.where == kMain && (filter_ || (n.freq & kRare)) && (n.freq & kCount) < kMaxCount) ++n.freq;
+    n.freq |= kHit;
     if (n.pinned) {
       pinned_in_probation_ -= (n.where == kProbation);
       n.where = kMain;
@@ -326,17 +328,18 @@ class ChainLRU final : public Policy {
   void insert(Key key, bool pinned) override {
     int32_t i = s_.index.find(key);
     uint8_t where = (rarely_extended_ || filter_) ? kProbation : kMain;
-    if (i >= 0) {
+    const bool back = i >= 0;  // it came back after its eviction from P: to M, as if hit
+    if (back) {
       Node& n = s_.nodes[i];
       if (n.where <= kMain) bad_key("insert of a resident key", key);
       (n.where == kGhost ? ghost_ : pending_).unlink(s_.nodes, i);
-      where = kMain;  // it came back after its eviction from P
+      where = kMain;
     } else {
       i = s_.add(key, where);
     }
     Node& n = s_.nodes[i];
     n.where = where;
-    n.freq = rarely_extended_ ? kRare : 0;
+    n.freq = (rarely_extended_ ? kRare : 0) | (back ? kHit : 0);
     if (pinned) {
       n.pinned = 1;
       ++pinned_;
@@ -492,6 +495,22 @@ class ChainLRU final : public Policy {
     if (duel_hits_[1 - now] - duel_hits_[now] > kMargin * duel_blocks_) {
       filter_ = !filter_;
       ++switches_;
+      if (filter_) unhit_to_probation();
+    }
+  }
+  // At a switch to the filter mode: M's unpinned blocks that were never hit since their insert go
+  // to P's newest end, M's oldest first (so P evicts them in M's order, after P's own blocks), as
+  // if they had been inserted in the filter mode; recency mode had put them in M. O(M) a switch.
+  void unhit_to_probation() {
+    for (int32_t i = main_.tail(); i >= 0;) {
+      Node& n = s_.nodes[i];
+      const int32_t newer = n.newer;
+      if (!(n.freq & kHit)) {
+        main_.unlink(s_.nodes, i);
+        n.where = kProbation;
+        probation_.push_head(s_.nodes, i);
+      }
+      i = newer;
     }
   }
 

@@ -30,8 +30,9 @@ Semantics (C = capacity in blocks; times in seconds, from the request stream):
   left G by a ``miss``) goes to M instead and leaves G.
 - miss of a key in G: it leaves G at once, before the evictions that make room for it (as S3-FIFO),
   and waits (at most C such keys) for its insert.
-- Each block remembers whether it was inserted for a rarely extended root (*rare*), and has a
-  counter, 0 at insert.
+- Each block remembers whether it was inserted for a rarely extended root (*rare*) and whether it
+  has been *hit* since its insert (a key inserted back from G counts as hit; an adopted one does
+  not), and has a counter, 0 at insert.
 - hit: a rare block already in M counts the hit (at most 3); then the key moves to M's newest end
   (from P or M); on a pinned key only its segment becomes M.
 - evict: P's oldest unpinned key, whose key enters G (G's oldest leaves when full). When P has none,
@@ -42,7 +43,11 @@ Semantics (C = capacity in blocks; times in seconds, from the request stream):
   P (a key from G still goes to M); a hit in M counts for every block, rare or not; evict takes P's
   oldest unpinned key only while P's blocks, its pinned ones included (as S3-FIFO counts its small
   queue), are at least ``small_ratio * C``, or M has no unpinned key; else M's oldest as above.
-  Switching mode moves no block.
+  A switch to the recency mode moves no block. A switch to the filter mode moves M's unpinned
+  blocks that have not been hit since their insert to P's newest end, M's oldest first (P then
+  evicts its own blocks first, then those in M's order), as if the filter mode had inserted them:
+  the recency mode put every new block in M, and left there they would hold M while the filter mode
+  evicts every new block from P's ``small_ratio * C`` (one pass over M a switch).
 
 Modes (``mode=``): ``"recency"`` and ``"filter"`` run one mode; ``"adaptive"`` (the default) starts in
 recency and lets a duel choose. The duel runs in ``on_request``, after the statistics: it samples
@@ -52,7 +57,7 @@ blocks with no duel, one per mode. The request's sampled full prompt blocks and 
 through each miniature as cache mode takes a request, in the request's insert context: the
 first-miss rule over the sampled prompt blocks (in prefix order) counts the miniature's prefix hits,
 then the sampled outputs and prompt blocks are accessed deepest first. The sampled prompt blocks
-and both hit counts are summed, and all three halve when the blocks reach ``16 * (C // S)``. When
+and both hit counts are summed, and all three halve when the blocks reach ``8 * (C // S)``. When
 the other mode's miniature leads the running mode's by more than ``0.01`` of the summed blocks, the
 cache switches mode. A miniature has no pinned blocks (the cache's pinned blocks are resident and
 hit too), so it models the whole cache at ``1 / S`` scale (spatial sampling, as SHARDS and
