@@ -18,6 +18,7 @@ from wakman.policies import make_policy
 from wakman.simulation import simulate
 from wakman.simulation.server import ServerModel, VllmServer
 from wakman.traces import read_trace
+from wakman.traces.model import full_blocks
 from wakman.workload import build_config, generate_requests
 
 
@@ -368,6 +369,40 @@ def test_the_duel_takes_the_filter_where_frequency_wins_and_keeps_recency_where_
             ).hit_rate
             assert recency < best - 0.02
             assert adaptive.requests_filtered > adaptive.requests_heard / 2
+
+
+def test_a_switch_to_the_filter_moves_only_unhit_unpinned_blocks_to_probation():
+    """The bundled Mooncake trace at 5,000 blocks, each request through on_request and then its
+    blocks accessed deepest first (cache mode): at the duel's switch to the filter mode, the blocks
+    the previous request inserted in M (never hit since) go to P, except one pinned across the
+    switch, which stays in M and is back on M's list at its unpin; blocks that request hit in M stay
+    there; P's pinned count stays exact."""
+    policy = make_policy("chain-lru", 5000)
+    inserted: list[int] = []  # the previous request's blocks inserted in M, still resident there
+    hit: list[int] = []  # the previous request's blocks hit, in M
+    for req in read_trace(BUNDLED_MOONCAKE):
+        held = inserted.pop() if inserted else None
+        if held is not None:
+            policy.pin(held)
+        full = full_blocks(len(req.block_keys), req.prompt_tokens, req.block_size)
+        policy.on_request(req.block_keys, full, req.output_keys, req.arrival_s)
+        if policy.mode == "filter":
+            assert policy.mode_switches == 1 and inserted and hit and held is not None
+            assert all(policy.in_probation(k) for k in inserted)
+            assert not any(policy.in_probation(k) for k in hit)
+            assert policy.is_pinned(held) and not policy.in_probation(held)
+            assert policy.probation_pinned == 0
+            policy.unpin(held)
+            assert held in policy and not policy.is_pinned(held) and not policy.in_probation(held)
+            return
+        if held is not None:
+            policy.unpin(held)
+        blocks = [*req.block_keys[:full], *req.output_keys]
+        found = {k: policy.access(k) for k in reversed(blocks)}
+        in_main = [k for k in found if k in policy and not policy.in_probation(k)]
+        inserted = [k for k in in_main if not found[k]]
+        hit = [k for k in in_main if found[k]]
+    pytest.fail("the duel never switched to the filter mode")
 
 
 # Sessions whose next request extends their previous one, or keeps only part of it (a compacted or

@@ -31,8 +31,8 @@ Semantics (C = capacity in blocks; times in seconds, from the request stream):
 - miss of a key in G: it leaves G at once, before the evictions that make room for it (as S3-FIFO),
   and waits (at most C such keys) for its insert.
 - Each block remembers whether it was inserted for a rarely extended root (*rare*) and whether it
-  has been *hit* since its insert (a key inserted back from G counts as hit; an adopted one does
-  not), and has a counter, 0 at insert.
+  has been *hit* since its insert (a key inserted back from G, or from the keys waiting after
+  leaving G, counts as hit; an adopted one does not), and has a counter, 0 at insert.
 - hit: a rare block already in M counts the hit (at most 3); then the key moves to M's newest end
   (from P or M); on a pinned key only its segment becomes M.
 - evict: P's oldest unpinned key, whose key enters G (G's oldest leaves when full). When P has none,
