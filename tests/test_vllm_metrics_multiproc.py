@@ -23,10 +23,10 @@ from prometheus_client import CollectorRegistry, generate_latest, multiprocess  
 WRITER = """
 import json, sys
 from pathlib import Path
-from wakman.vllm_plugin.metrics import shared_mirror, multiprocess_mode
+from wakman.vllm_plugin.metrics import MultiprocessMirror, multiprocess_mode
 assert multiprocess_mode()
 states = json.loads(sys.argv[1])
-mirror = shared_mirror()
+mirror = MultiprocessMirror()  # not started: this process copies by hand
 for decisions in (3, 5, 9):  # the engines publish new states; the mirror copies each
     for path, state in states.items():
         state["decisions"] = decisions
@@ -37,6 +37,21 @@ for decisions in (3, 5, 9):  # the engines publish new states; the mirror copies
 for path, state in states.items():  # within the interval: not re-read
     Path(path).write_text(json.dumps({**state, "decisions": 100}))
 mirror.refresh()
+"""
+
+
+# The API server's mirror as the stat logger starts it, then no call at all (no traffic, or
+# --disable-log-stats): the engine publishes a new state and the server only waits
+IDLE_WRITER = """
+import json, sys, time
+from pathlib import Path
+from wakman.vllm_plugin.metrics import shared_mirror
+path, state = json.loads(sys.argv[1])
+Path(path).write_text(json.dumps(state))
+shared_mirror()
+state["decisions"], state["switches"], state["live_policy"] = 7, 3, "lru"
+Path(path).write_text(json.dumps(state))
+time.sleep(float(sys.argv[2]))
 """
 
 
@@ -113,3 +128,22 @@ def test_a_state_left_by_an_exited_engine_is_not_reported(tmp_path, monkeypatch)
     live.write_text(json.dumps({**_state(0, "lru"), "replay_errors": 3}))
     assert [s.replay_errors for s in metrics.read_states()] == [3]
     assert not stale.exists()
+
+
+def test_the_mirror_copies_on_its_own_with_no_traffic(tmp_path):
+    """The first API server's mirror copies the engines' states once a second from its own thread:
+    a state the engine publishes after the last of vLLM's calls (an idle server; vLLM calls no
+    ``log`` under ``--disable-log-stats``) reaches ``/metrics`` within about a second."""
+    prom, states = tmp_path / "prom", tmp_path / "states"
+    prom.mkdir()
+    states.mkdir()
+    env = {**os.environ, "PROMETHEUS_MULTIPROC_DIR": str(prom), "WAKMAN_METRICS_DIR": str(states)}
+    published = [str(states / f"engine-{os.getpid()}-0.json"), _state(0, "s3fifo")]
+    args = [sys.executable, "-c", IDLE_WRITER, json.dumps(published), "2.5"]
+    proc = subprocess.run(args, env=env, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    text = _scrape(prom)
+    assert _value(text, 'wakman:decisions_total{engine="0"}') == 7.0
+    assert _value(text, 'wakman:switches_total{engine="0"}') == 3.0
+    assert _value(text, 'wakman:live_policy{engine="0",policy="lru"}') == 1.0
+    assert _value(text, 'wakman:live_policy{engine="0",policy="s3fifo"}') == 0.0

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import itertools
 import random
+import time
 
 import msgspec
 import numpy as np
@@ -217,7 +218,9 @@ def test_session_ids_and_ends_reach_chain_lru_as_the_simulator_gives_them(
     the simulator's step loop gives the same hints from the trace (``session_ends_after_s=0``).
     vLLM's hit tokens per request and the policy's final eviction order are the simulator's
     exactly, one request at a time and with several arriving (and finishing) in each step; every
-    session's end was heard; and the hints change the hits (hash-only chain-lru differs)."""
+    session's end was heard; and the hints change the hits (hash-only chain-lru differs). The ends
+    counter is published at most once a second while the run goes on, and an end held back by that
+    limit is published when its second is over, with no step after it (an engine gone idle)."""
     monkeypatch.setenv("WAKMAN_METRICS_DIR", str(tmp_path))  # this test's engines' states only
     requests = _chat_sessions(seed, spacing_s)
     capacity = 40
@@ -232,6 +235,10 @@ def test_session_ids_and_ends_reach_chain_lru_as_the_simulator_gives_them(
             live = checked.free_block_queue.policy
             ends_told = scheduler.wakman.state().session_ends
             published = _session_ends_metric()  # published during the run, at most once a second
+            deadline = time.monotonic() + 10.0  # no step from now on: a held end's timer fires
+            while (published_later := _session_ends_metric()) < ends_told and time.monotonic() < deadline:
+                time.sleep(0.05)
+            scheduler.wakman.close()
     reference = make_policy("chain-lru", capacity, sessions=True)
     keyed = _under_vllms_keys(requests, capacity)
     sim = simulate(keyed, reference, capacity, server=VllmServer(4096, 64, 1 / 40), session_ends_after_s=0)
@@ -240,6 +247,7 @@ def test_session_ids_and_ends_reach_chain_lru_as_the_simulator_gives_them(
     sessions = len({r.session_id for r in requests})
     assert live.sessions_ended == reference.sessions_ended == ends_told == sessions
     assert 0 < published <= sessions
+    assert published_later == sessions
     assert live.demoted > 0
     assert hits[True] != hits[False]
 

@@ -13,8 +13,8 @@ holds only the multiprocess collector, so no custom collector can join it. There
 server (rank 0) copies the published states into real metrics whose values live in those files
 (``MultiprocessMirror``): gauges in ``mostrecent`` mode, counters raised by what changed since its
 last copy, so the sum over processes the multiprocess collector reports is the engine's own count.
-It copies at most once a second on vLLM's per-step ``record`` calls and on every periodic ``log``
-(``VLLM_LOG_STATS_INTERVAL``, 10 s by default), so the figures lag the engine by at most that.
+It copies them once a second from a daemon thread, traffic or not (and ``--disable-log-stats`` or
+not), so the figures lag the engine's published state by at most a second.
 Metrics, the same in both modes:
 
 - ``wakman:live_policy{policy}``: 1 for the live policy, 0 for the other candidates;
@@ -22,12 +22,13 @@ Metrics, the same in both modes:
 - ``wakman:shadow_hit_rate{policy}``: each shadow's hit rate at the last replay;
 - ``wakman:last_replay_seconds`` and ``wakman:replay_seconds_total``;
 - ``wakman:session_ends_total``: session ends told to the live policy (``WAKMAN_SESSIONS=1``;
-  published when one is told, at most once a second: one within the second shows at the next step
-  after it).
+  published when one is told, at most once a second: one within the second after a publish shows
+  when that second is over).
 """
 
 from __future__ import annotations
 
+import logging
 import os
 import tempfile
 import threading
@@ -39,6 +40,7 @@ from typing import Any
 
 import msgspec
 
+log = logging.getLogger("wakman")
 ENV_DIR = "WAKMAN_METRICS_DIR"
 _registered: set[int] = set()
 
@@ -186,7 +188,11 @@ class MultiprocessMirror:
     """The published engine states as prometheus_client metrics in the multiprocess files.
 
     One writer per server (``shared_mirror``, in API server rank 0), so summed counters stay exact.
-    ``refresh`` is cheap to call often: it reads the states at most once per ``min_interval_s``."""
+    ``refresh`` is cheap to call often: it reads the states at most once per ``min_interval_s``.
+    ``start`` copies them every ``min_interval_s`` from a daemon thread, so the figures follow the
+    engines with no traffic too (vLLM calls its stat loggers' ``record`` per engine step only, and
+    their ``log`` never under ``--disable-log-stats``). A copy that fails is logged once (logger
+    ``wakman``) and tried again at the next."""
 
     def __init__(self, min_interval_s: float = 1.0) -> None:
         from prometheus_client import Counter, Gauge
@@ -213,6 +219,8 @@ class MultiprocessMirror:
         self._copied: dict[tuple[str, str], float] = {}
         self._next = 0.0
         self._lock = threading.Lock()
+        self._thread: threading.Thread | None = None
+        self._failed = False
 
     def refresh(self, force: bool = False) -> None:
         now = time.monotonic()
@@ -234,13 +242,37 @@ class MultiprocessMirror:
                         counter.labels(engine).inc(delta)
                         self._copied[(key, engine)] = value
 
+    def safe_refresh(self, force: bool = False) -> None:
+        """``refresh`` that never raises (it runs in vLLM's output handler and in the thread)."""
+        try:
+            self.refresh(force=force)
+        except Exception as exc:
+            if not self._failed:
+                log.warning("wakman: could not copy the engines' states into /metrics: %s", exc)
+            self._failed = True
+
+    def start(self) -> None:
+        """Copy now, then every ``min_interval_s`` from a daemon thread (once per mirror)."""
+        with self._lock:
+            if self._thread is not None:
+                return
+            self._thread = threading.Thread(target=self._run, name="wakman-metrics", daemon=True)
+        self.safe_refresh(force=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while True:
+            time.sleep(self.min_interval_s)
+            self.safe_refresh(force=True)
+
 
 _mirror: MultiprocessMirror | None = None
 
 
 def shared_mirror() -> MultiprocessMirror:
-    """This process's one mirror (vLLM builds a stat logger per engine; they share it)."""
+    """This process's one mirror, started (vLLM builds a stat logger per engine; they share it)."""
     global _mirror
     if _mirror is None:
         _mirror = MultiprocessMirror()
+        _mirror.start()
     return _mirror

@@ -12,6 +12,7 @@ touches the pool. A replay that raises is logged once; the live policy stays.
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -49,7 +50,11 @@ class PolicyRuntime:
             policy = make_policy(settings.policy, self.capacity, **params)
         self.pool = install(pool, policy, coordinator, manager)
         self.sessions = SessionHints(self.pool.free_block_queue) if settings.sessions else None
+        # the session-ends counter's publishing: at most once a second, from the scheduler thread or
+        # from the one timer left for an end held back; _publish_lock orders every publish
         self._unpublished_ends, self._next_publish_s = False, 0.0
+        self._publish_lock = threading.Lock()
+        self._ends_timer: threading.Timer | None = None
         # None: the pool's groups do not cache the request's hash blocks, so no request hints
         self._group = request_group(manager, pool) if manager is not None else 0
         self.replay_hook: Replay | None = None  # tests inject a failing replay here
@@ -59,7 +64,7 @@ class PolicyRuntime:
             else None
         )
         self._pending: tuple[PendingDecision, Future] | None = None
-        publish_state(self)
+        self._publish()
 
     @property
     def live_policy(self) -> str:
@@ -92,18 +97,39 @@ class PolicyRuntime:
         last request is done and whose blocks are back (``SessionHints.tell_done``)."""
         self.sample_free()  # the blocks the finished requests gave back
         if self.sessions is not None:
-            if self.sessions.tell_done(live, order, deferred, step):
-                self._unpublished_ends = True
-            self._publish_ends()
+            self._publish_ends(told=self.sessions.tell_done(live, order, deferred, step))
 
-    def _publish_ends(self) -> None:
-        """Publish the session ends counter if it changed, at most once a second (an end within the
-        second after a publish waits for the next step or the next end)."""
-        if self._unpublished_ends:
+    def _publish(self) -> None:
+        """Write this engine's state for the collector (``publish_state``), one writer at a time."""
+        with self._publish_lock:
+            publish_state(self)
+
+    def _publish_ends(self, told: bool = False) -> None:
+        """Publish the session ends counter if it changed (``told``: ends were told just now), at
+        most once a second. An end within the second after a publish is published when the second
+        is over, by a timer (daemon thread): an engine that goes idle right after it (no more steps)
+        still shows it."""
+        with self._publish_lock:
+            self._unpublished_ends |= told
+            if not self._unpublished_ends:
+                return
             now = time.monotonic()
-            if now >= self._next_publish_s:
-                self._unpublished_ends, self._next_publish_s = False, now + 1.0
-                publish_state(self)
+            if now < self._next_publish_s:
+                if self._ends_timer is None:
+                    self._ends_timer = threading.Timer(self._next_publish_s - now, self._publish_held_ends)
+                    self._ends_timer.daemon = True
+                    self._ends_timer.start()
+                return
+            self._unpublished_ends, self._next_publish_s = False, now + 1.0
+            publish_state(self)
+
+    def _publish_held_ends(self) -> None:
+        with self._publish_lock:
+            self._ends_timer = None
+        try:
+            self._publish_ends()
+        except Exception:  # the state changed under the timer's read: the next step publishes it
+            log.debug("wakman: a held session-ends publish failed", exc_info=True)
 
     def sample_free(self) -> None:
         """Log the pool's free blocks from now on (the manager's estimator): the scheduler calls it
@@ -127,7 +153,7 @@ class PolicyRuntime:
     def _start(self, now: float) -> None:
         pending = self.manager.open_decision(now)
         if pending is None:
-            publish_state(self)
+            self._publish()
             return
         replay = self.replay_hook or self.manager.replay
         if self._executor is None:
@@ -141,7 +167,7 @@ class PolicyRuntime:
         if switch_to is not None:
             self.pool.free_block_queue.switch(self.manager.make_policy(switch_to, self.capacity))
             log.info("wakman: live policy is now %s (shadow hit rates %s)", switch_to, rates)
-        publish_state(self)
+        self._publish()
 
     def drain(self) -> None:
         """Apply the running replay's outcome, waiting for it if needed (end of a replay, tests)."""
@@ -150,6 +176,10 @@ class PolicyRuntime:
             self._apply(pending, *future.result())
 
     def close(self) -> None:
+        with self._publish_lock:
+            if self._ends_timer is not None:
+                self._ends_timer.cancel()
+                self._ends_timer = None
         if self._executor is not None:
             self._executor.shutdown(wait=False, cancel_futures=True)
 
