@@ -5,7 +5,6 @@
 from __future__ import annotations
 
 import random
-from collections.abc import Sequence
 
 import pytest
 from hypothesis import given, settings
@@ -22,26 +21,18 @@ from vllm.v1.kv_offload.cpu.manager import CPUOffloadingManager  # noqa: E402
 
 from wakman.vllm_plugin import offload  # noqa: E402
 from wakman.vllm_plugin.free_queue import policy_key  # noqa: E402
+from wakman.vllm_plugin.offload_driver import (  # noqa: E402
+    CLASSES,
+    MODULE,
+    evicted_chunks,
+    hit_chunks,
+    look_up_and_load,
+    request_context,
+    serve_requests,
+)
+from wakman.vllm_plugin.offload_driver import make_manager as manager  # noqa: E402
 
-MODULE = "wakman.vllm_plugin.offload"
-CLASSES = {
-    "lru": "WakmanLRU",
-    "fifo": "WakmanFIFO",
-    "s3fifo": "WakmanS3FIFO",
-    "sieve": "WakmanSieve",
-    "arc": "WakmanARC",
-    "chain-lru": "WakmanChainLRU",
-    "wakman": "WakmanAdaptive",
-    "wakman-plus": "WakmanPlus",
-}
 STATIC = ("lru", "fifo", "s3fifo", "sieve", "arc", "chain-lru")
-
-
-def manager(policy: str, chunks: int) -> CPUOffloadingManager:
-    """vLLM's manager with vLLM's own policy (``vllm:lru``, ``vllm:arc``) or wakman's, by name."""
-    if policy.startswith("vllm:"):
-        return CPUOffloadingManager(chunks, cache_policy=policy[5:])
-    return CPUOffloadingManager(chunks, cache_policy=CLASSES[policy], cache_policy_module_path=MODULE)
 
 
 def okey(name: str):
@@ -61,79 +52,6 @@ def trace(seed: int, n: int = 300, docs: int = 30, max_len: int = 12) -> list[li
             [okey(f"d{doc}-{j}") for j in range(shared)] + [okey(f"u{i}-{j}") for j in range(shared, length)]
         )
     return out
-
-
-def context(i: int, keys: Sequence) -> ReqContext:
-    ctx = ReqContext(req_id=f"r{i}")
-    for pos, key in enumerate(keys):
-        ctx.set_offload_key_position(key, (pos + 1) * 16)
-    return ctx
-
-
-def look_up_and_load(m: CPUOffloadingManager, keys: Sequence, ctx: ReqContext) -> int:
-    """A new request's longest run of resident chunks, as the connector looks it up; loads them
-    (``prepare_load``; the load completes later). Returns the number of hit chunks."""
-    m.on_new_request(ctx)
-    hits = 0
-    while hits < len(keys) and m.lookup(keys[hits], ctx) == LookupResult.HIT:
-        hits += 1
-    if hits:
-        m.prepare_load(keys[:hits], ctx)
-    return hits
-
-
-def serve(
-    m: CPUOffloadingManager,
-    requests: list[list],
-    offer_all: bool = False,
-    batch: int = 4,
-    overlap: bool = False,
-) -> list:
-    """Each request in turn, in the order vLLM's connector drives the tier (``offloading/scheduler.py``):
-    look its prefix up and load the hits (the load completes before its blocks are computed), then
-    offer its new chunks for storing in batches of ``batch`` as its blocks fill, each batch's store
-    completing before the next batch is offered; the request finishes (``on_request_finished``, in
-    the step it ends) while its last batch is still being stored, and that store completes after.
-    With ``offer_all`` the first offer also holds the hit prefix (a request-level tier). With
-    ``overlap`` the request finishes, and its last store completes, only after the next request has
-    looked up, loaded and stored. Returns, per request, (hit chunks, [per offer: (stored keys,
-    evicted keys) or None])."""
-    log, pending = [], []
-    for i, keys in enumerate(requests):
-        ctx = context(i, keys)
-        hits = look_up_and_load(m, keys, ctx)
-        if hits:
-            m.complete_load(keys[:hits], ctx)
-        offers, last = [], None
-        starts = list(range(hits, len(keys), batch)) or [hits]
-        for j, start in enumerate(starts):
-            offer = keys[0 if offer_all and j == 0 else start : start + batch]
-            if not offer:
-                continue
-            out = m.prepare_store(offer, ctx)
-            offers.append(None if out is None else (list(out.keys_to_store), list(out.evicted_keys)))
-            if out is None:
-                continue
-            if j == len(starts) - 1:
-                last = out.keys_to_store
-            else:
-                m.complete_store(out.keys_to_store, ctx)
-        log.append((hits, offers))
-        pending.append((ctx, last))
-        while len(pending) > int(overlap) or (pending and i == len(requests) - 1):
-            c, stored = pending.pop(0)
-            m.on_request_finished(c)
-            if stored:
-                m.complete_store(stored, c)
-    return log
-
-
-def hit_chunks(log: list) -> int:
-    return sum(h for h, _ in log)
-
-
-def evictions(log: list) -> int:
-    return sum(len(out[1]) for _, offers in log for out in offers if out is not None)
 
 
 def check(m: CPUOffloadingManager) -> None:
@@ -170,7 +88,7 @@ def decisions(policy: str, chunks: int, ops: list[tuple]) -> list:
     for op, rid, *args in ops:
         if op == "new":
             keys = [okey(name) for name in args[0]]
-            ctxs[rid] = (context(len(ctxs), keys), keys)
+            ctxs[rid] = (request_context(len(ctxs), keys), keys)
             m.on_new_request(ctxs[rid][0])
             continue
         ctx, keys = ctxs[rid]
@@ -263,8 +181,8 @@ def test_lru_makes_vllms_lru_decisions(seed, chunks, batch, offer_all):
     evicted keys as vLLM's own lru.py, offer by offer; so the same hit chunks."""
     reqs = trace(seed)
     ours, theirs = manager("lru", chunks), manager("vllm:lru", chunks)
-    got, want = serve(ours, reqs, offer_all, batch), serve(theirs, reqs, offer_all, batch)
-    assert evictions(want) > 5 * chunks  # under pressure
+    got, want = serve_requests(ours, reqs, offer_all, batch), serve_requests(theirs, reqs, offer_all, batch)
+    assert evicted_chunks(want) > 5 * chunks  # under pressure
     assert got == want
     check(ours)
     resident = {k for reqs_keys in reqs for k in reqs_keys if theirs._policy.get(k) is not None}
@@ -276,7 +194,7 @@ def test_lru_with_transfers_in_flight_makes_vllms_decisions():
     stores: the ranks vLLM's LRU keeps through transfers are kept here too."""
     for seed in range(3):
         reqs = trace(seed)
-        assert serve(manager("lru", 40), reqs, overlap=True) == serve(
+        assert serve_requests(manager("lru", 40), reqs, overlap=True) == serve_requests(
             manager("vllm:lru", 40), reqs, overlap=True
         )
 
@@ -331,7 +249,7 @@ def replay(policy: str, chunks: int, ops: list[tuple]) -> list:
     for op, rid, *args in ops:
         if op == "new":
             keys = [okey(name) for name in args[0]]
-            reqs[rid] = dict(ctx=context(len(reqs), keys), keys=keys, loading=[], jobs=[], done=False)
+            reqs[rid] = dict(ctx=request_context(len(reqs), keys), keys=keys, loading=[], jobs=[], done=False)
             m.on_new_request(reqs[rid]["ctx"])
             continue
         r = reqs[rid]
@@ -384,8 +302,8 @@ def test_arc_without_reuse_is_lru_as_in_vllm():
     arc.py and lru.py. (With several chunks a request only stored, vLLM's ARC re-orders them tail
     first at the finish; wakman's leaves them in store order: see the module docstring.)"""
     reqs = [[okey(f"s{i % 70}")] for i in range(300)]
-    logs = {p: serve(manager(p, 25), reqs) for p in ("arc", "vllm:arc", "vllm:lru")}
-    assert evictions(logs["arc"]) > 100
+    logs = {p: serve_requests(manager(p, 25), reqs) for p in ("arc", "vllm:arc", "vllm:lru")}
+    assert evicted_chunks(logs["arc"]) > 100
     assert logs["arc"] == logs["vllm:arc"] == logs["vllm:lru"]
 
 
@@ -395,7 +313,10 @@ def test_arc_resists_a_scan_like_vllms_arc():
     hot = [[okey(f"h{i}-{j}") for j in range(4)] for i in range(4)]  # 16 chunks
     scan = [[okey(f"s{i}-{j}") for j in range(4)] for i in range(12)]  # 48 chunks, seen once
     reqs = hot + hot + scan + hot
-    final = {p: hit_chunks(serve(manager(p, 32), reqs)[-len(hot) :]) for p in ("arc", "vllm:arc", "vllm:lru")}
+    final = {
+        p: hit_chunks(serve_requests(manager(p, 32), reqs)[-len(hot) :])
+        for p in ("arc", "vllm:arc", "vllm:lru")
+    }
     assert final["vllm:lru"] == 0
     assert final["vllm:arc"] == 16
     assert final["arc"] == 16
@@ -406,7 +327,7 @@ def test_arc_differs_from_vllms_arc_where_documented():
     REPLACE distinction, a store never promotes, pinned chunks keep their place; wakman: libCacheSim's
     ARC over the core's pinning rule): on mixed traffic the hit counts are close, not equal."""
     reqs = trace(3)
-    a, b = serve(manager("arc", 40), reqs), serve(manager("vllm:arc", 40), reqs)
+    a, b = serve_requests(manager("arc", 40), reqs), serve_requests(manager("vllm:arc", 40), reqs)
     assert hit_chunks(a) == pytest.approx(hit_chunks(b), rel=0.15)
 
 
@@ -417,15 +338,15 @@ def test_arc_differs_from_vllms_arc_where_documented():
 def test_every_policy_serves_and_keeps_the_books(policy):
     reqs = trace(5)
     m = manager(policy, 30)
-    log = serve(m, reqs)
+    log = serve_requests(m, reqs)
     check(m)
-    assert hit_chunks(log) > 0 and evictions(log) > 100
+    assert hit_chunks(log) > 0 and evicted_chunks(log) > 100
     assert m._policy.policy_name == policy
 
 
 def test_policies_differ_from_lru_under_pressure():
     reqs = trace(2)
-    hits = {p: hit_chunks(serve(manager(p, 30), reqs)) for p in STATIC}
+    hits = {p: hit_chunks(serve_requests(manager(p, 30), reqs)) for p in STATIC}
     assert hits["s3fifo"] > hits["lru"]
     assert len(set(hits.values())) > 2, hits
 
@@ -435,7 +356,7 @@ def test_policies_differ_from_lru_under_pressure():
 
 def fill(policy: str, chunks: int, requests: int) -> CPUOffloadingManager:
     m = manager(policy, chunks)
-    serve(m, [[okey(f"f{i}-{j}") for j in range(3)] for i in range(requests)])
+    serve_requests(m, [[okey(f"f{i}-{j}") for j in range(3)] for i in range(requests)])
     return m
 
 
@@ -455,7 +376,7 @@ def test_evict_is_atomic_and_skips_protected_and_in_use(policy):
     pol = m._policy
     keys = [key for key, _ in pol.entries.values()]
     loading, protected = keys[:5], set(keys[5:15])
-    m.prepare_load(loading, context(99, loading))  # ref_cnt 1: in use
+    m.prepare_load(loading, request_context(99, loading))  # ref_cnt 1: in use
     check(m)
     before = state(m)
     for n in (16, 30):  # 15 free to take
@@ -474,10 +395,10 @@ def test_a_failed_store_changes_nothing():
     m = fill("s3fifo", 12, 4)
     pol = m._policy
     keys = [key for key, _ in pol.entries.values()]
-    m.prepare_load(keys, context(50, keys))  # every chunk in use
+    m.prepare_load(keys, request_context(50, keys))  # every chunk in use
     before = state(m)
     new = [okey(f"n{j}") for j in range(3)]
-    assert m.prepare_store(new, context(51, new)) is None
+    assert m.prepare_store(new, request_context(51, new)) is None
     assert state(m) == before
 
 
@@ -498,9 +419,9 @@ def test_evict_examines_only_what_it_takes(policy):
     core.eviction_order = walk
     for r in range(5):
         keys = prefix + [okey(f"n{r}-{j}") for j in range(4)]
-        out = m.prepare_store(keys, context(1000 + r, keys))
+        out = m.prepare_store(keys, request_context(1000 + r, keys))
         assert out is not None and len(out.evicted_keys) == 4 and not set(out.evicted_keys) & set(prefix)
-        m.complete_store(out.keys_to_store, context(1000 + r, keys))
+        m.complete_store(out.keys_to_store, request_context(1000 + r, keys))
     del core.eviction_order
     after = [k for k in core.eviction_order() if k in set(before)]
     if policy in ("fifo", "arc", "chain-lru"):  # order = when a key last took the newest end
@@ -520,15 +441,15 @@ def test_chain_lru_files_a_retried_store_under_its_own_root():
     core.inserting_for = lambda root: (events.append(("context", root)), inserting_for(root))[1]
     core.insert = lambda k, pinned=False: (events.append(("insert", k)), insert(k, pinned))[1]
     f = [okey("f0"), okey("f1")]
-    cf = context(0, f)
+    cf = request_context(0, f)
     m.on_new_request(cf)
     m.complete_store(m.prepare_store(f, cf).keys_to_store, cf)
     m.on_request_finished(cf)
-    cl = context(1, f)
+    cl = request_context(1, f)
     m.on_new_request(cl)
     m.prepare_load(f, cl)  # the whole tier in use
     a, b = [okey("a0")], [okey("b0")]
-    ca, cb = context(2, a), context(3, b)
+    ca, cb = request_context(2, a), request_context(3, b)
     m.on_new_request(ca)
     assert m.prepare_store(a, ca) is None  # no room: the connector offers it again later
     m.complete_load(f, cl)
@@ -561,7 +482,7 @@ def test_in_use_chunks_are_never_evicted(policy, chunks, ops):
     for i, (op, doc, length) in enumerate(ops):
         if op == "request":
             keys = [okey(f"d{doc % 7}-{j}") for j in range(length)] + [okey(f"u{i}")]
-            ctx = context(i, keys)
+            ctx = request_context(i, keys)
             hits = look_up_and_load(m, keys, ctx)
             in_use = {key for key, chunk in pol.entries.values() if chunk.ref_cnt != 0}
             out = m.prepare_store(keys, ctx)
@@ -606,7 +527,7 @@ def test_store_misses_reach_the_ghosts():
     miss, insert = core.miss, core.insert
     core.miss = lambda k: (events.append(("miss", k)), miss(k))[1]
     core.insert = lambda k, pinned=False: (events.append(("insert", k)), insert(k, pinned))[1]
-    serve(m, [[ghost]])
+    serve_requests(m, [[ghost]])
     k = policy_key(ghost)
     assert events == [("miss", k), ("insert", k)]
     assert m._policy.get(ghost) is not None and not core.in_ghost(k)
@@ -727,7 +648,7 @@ def test_adaptive_decides_at_the_tier_capacity_and_switches(preset):
     pol = m._policy
     clock = iter(range(10**6))
     pol.clock = lambda: next(clock) * 10.0  # each finished request 10 s after the last
-    log = serve(m, phased())
+    log = serve_requests(m, phased())
     check(m)
     decisions = pol.manager.decisions
     assert len(decisions) >= 3
@@ -747,19 +668,19 @@ def test_adaptive_switch_keeps_every_chunk_and_pin():
     pol = m._policy
     now = [0.0]
     pol.clock = lambda: now[0]
-    serve(m, trace(7, n=40))
+    serve_requests(m, trace(7, n=40))
     assert pol.manager.decisions == []  # none due yet
     keys = [key for key, _ in pol.entries.values()]
-    m.prepare_load(keys[:5], context(77, keys[:5]))
+    m.prepare_load(keys[:5], request_context(77, keys[:5]))
     before = set(pol.entries)
     rates = {name: float(name == "s3fifo") for name in pol.manager.config.candidates}
     pol.manager.replay_hook = lambda window, capacity: rates
     now[0] = 1000.0
-    serve(m, [[keys[10]]])
+    serve_requests(m, [[keys[10]]])
     assert pol.live_policy == "s3fifo" and pol.manager.decisions[-1].switched
     assert set(pol.entries) == before
     check(m)
-    m.complete_load(keys[:5], context(77, keys[:5]))
+    m.complete_load(keys[:5], request_context(77, keys[:5]))
     check(m)
 
 
@@ -799,7 +720,7 @@ def test_chain_lru_learns_which_roots_are_extended_from_the_tier(seed):
         m = manager(policy, 40)
         ticks = iter(range(10**6))
         m._policy.clock = lambda ticks=ticks: next(ticks) * 1.0  # each finished request 1 s after the last
-        hits[policy] = hit_chunks(serve(m, reqs))
+        hits[policy] = hit_chunks(serve_requests(m, reqs))
         check(m)
     core = m._policy.policy
     assert core.extension_rate(policy_key(okey("fixed-0"))) < core.threshold
