@@ -27,17 +27,19 @@ never offers it as a victim; ``lru`` is below.
 What each vLLM call does to the core policy ``P`` (outside ``lru``):
 
 - ``get``: a dict read, no event (vLLM's ``lookup`` is not an access).
-- ``insert(key, chunk[, req_context])`` (0.32 passes two arguments, 0.33 and 0.34 three): with a
-  request (0.33, 0.34) ``P.inserting_for(root)``, the request's own root, then ``P.insert(k,
-  pinned=chunk.ref_cnt != 0)``; the manager always inserts ``ref_cnt == -1``, i.e. pinned.
+- ``insert(key, chunk[, req_context])`` (0.32 passes two arguments, 0.33 and 0.34 three):
+  ``P.inserting_for(root)``, the request's own root (0.32: the root of the request that reported
+  the key's store miss), then ``P.insert(k, pinned=chunk.ref_cnt != 0)``; the manager always
+  inserts ``ref_cnt == -1``, i.e. pinned.
 - ``mark_non_evictable`` / ``mark_evictable`` (``ref_cnt`` leaves / reaches 0): ``P.pin`` /
   ``P.unpin``. By the core's pinning rule a released chunk re-enters at the newest position of its
   segment.
 - ``on_store_miss(keys)``: ``P.inserting_for(root)``, the request's root (below: the chunks the
   manager inserts next are the request's), then ``P.miss(k)`` for each key, last key first, before
   the manager evicts and inserts: the ghost hits of S3-FIFO and ARC are seen at the miss, as the
-  core protocol wants. (The manager reports a request's misses once: on 0.32, whose ``insert``
-  carries no request, a store retried after a refused offer is filed under the root set last.)
+  core protocol wants. The manager reports a request's misses once, so each missed key keeps its
+  request's root until it is inserted or the request finishes: on 0.32, whose ``insert`` carries
+  no request, a store retried after a refused offer is filed under its own request's root too.
 - ``touch(keys)`` (0.32, 0.33): ``P.hit(k)`` for each resident key, last key first (the head of a prefix ends
   newest).
 - ``on_request_access`` (0.33, 0.34): no event; a request's accesses are committed once, when it finishes.
@@ -174,6 +176,11 @@ class WakmanCachePolicy(CachePolicy):
         self.ranked = self.policy_name == "lru"
         self.entries: dict[int, tuple[OffloadKey, ChunkStatus]] = {}
         self._roots: dict[str, int] = {}  # request id -> the core key of its root (chain-lru's context)
+        # a key a request reported as a store miss -> (that request's id, its root), until the key is
+        # inserted or the request finishes: 0.32's insert names no request, so a store retried after
+        # a refused offer (whose miss vLLM reports once) is filed under its own request's root
+        self._miss_roots: dict[int, tuple[str, int]] = {}
+        self._misses: dict[str, list[int]] = {}  # request id -> the keys it reported as store misses
         self._t0: float | None = None  # clock() at the first logged request
         # when each key in the core's order last took its segment's newest position
         self._stamps: dict[int, int] = {}
@@ -330,11 +337,14 @@ class WakmanCachePolicy(CachePolicy):
         k = policy_key(key)
         if k in self.entries:  # two keys with one 64-bit hash: ~n^2 / 2^65 for n chunks
             raise RuntimeError(f"offload key {key!r} collides with a resident chunk's 64-bit key")
+        filed = self._miss_roots.pop(k, None)
         if req_context is not None:  # 0.33, 0.34: file it under its own request's root
             root = self._roots.get(req_context.req_id)
             if root is None:
                 root = self._roots[req_context.req_id] = k
             self.policy.inserting_for(root)
+        elif filed is not None:  # 0.32: the root of the request that reported the key's miss
+            self.policy.inserting_for(filed[1])
         self.entries[k] = (key, chunk)
         if not self.ranked:
             self.policy.insert(k, chunk.ref_cnt != 0)
@@ -394,6 +404,8 @@ class WakmanCachePolicy(CachePolicy):
     def clear(self) -> None:
         self.entries.clear()
         self._roots.clear()
+        self._miss_roots.clear()
+        self._misses.clear()
         self._stamps.clear()
         self.ranks.clear()
         self.held.clear()
@@ -423,8 +435,14 @@ class WakmanCachePolicy(CachePolicy):
         if root is not None:
             self.policy.inserting_for(root)
         miss = self.policy.miss
+        rid = req_context.req_id
+        filed = self._misses.setdefault(rid, []) if root is not None else None
         for key in reversed(keys):
-            miss(policy_key(key))
+            k = policy_key(key)
+            miss(k)
+            if filed is not None:
+                self._miss_roots[k] = (rid, root)
+                filed.append(k)
 
     def touch(self, keys: Iterable[OffloadKey], req_context: ReqContext) -> None:
         keys = list(keys)
@@ -464,6 +482,9 @@ class WakmanCachePolicy(CachePolicy):
     ) -> None:
         keys = order_request_keys(key_groups, req_context)
         self._roots.pop(req_context.req_id, None)
+        for k in self._misses.pop(req_context.req_id, ()):
+            if (filed := self._miss_roots.get(k)) is not None and filed[0] == req_context.req_id:
+                del self._miss_roots[k]
         if self.ranked:  # every key of the request re-ranked, tail first: the head ends newest
             ranks = req_context.get_state(_RequestRanks)
             if ranks is not None and (state := ranks.pop(self, None)) is not None:
