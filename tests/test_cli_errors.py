@@ -581,11 +581,29 @@ def test_sweep_without_matplotlib_writes_csv_and_json(trace, tmp_path, monkeypat
     assert sorted(p.name for p in out.iterdir()) == ["sweep.csv", "sweep.json"]
 
 
+def _before_wakman_ran(err: str, script: Path) -> bool:
+    """A KeyboardInterrupt traceback from the console script's import line whose frames are none of
+    wakman's files (the interpreter's or an editable install's import hooks): the interrupt came
+    before any of wakman's code ran."""
+    import wakman
+
+    package = str(Path(wakman.__file__).parent)
+    frames = [line.strip() for line in err.splitlines() if line.strip().startswith("File ")]
+    return (
+        err.rstrip().endswith("KeyboardInterrupt")
+        and frames[:1] == [f'File "{script}", line 3, in <module>']
+        and not any(package in frame for frame in frames)
+    )
+
+
 def test_ctrl_c_while_the_cli_starts_is_clean(tmp_path):
     """SIGINT while the entry point still starts (imports, typer reading the command's signature): no
     traceback, exit 130. The entry point runs with its start-up slowed by 3 s (the command line
     built late), so the signal lands there whatever this machine's import time; a plain start at a
-    few delays must not print a traceback either."""
+    few delays must not print a traceback either, once wakman's code runs. Before that, the console
+    script's own first line (``from wakman.cli import main``: the interpreter and an editable
+    install's import hooks at work, before any line of wakman) can only show Python's own
+    KeyboardInterrupt: on a loaded machine 0.05 s lands there (a clean-clone run saw it)."""
     slowed = (
         "import sys, time\n"
         "from wakman.cli import main as entry\n"  # the console script's function, as it imports it
@@ -620,7 +638,7 @@ def test_ctrl_c_while_the_cli_starts_is_clean(tmp_path):
         time.sleep(delay)
         proc.send_signal(signal.SIGINT)
         _, err = proc.communicate(timeout=60)
-        assert "Traceback" not in err, (delay, err)
+        assert "Traceback" not in err or _before_wakman_ran(err, script), (delay, err)
         # -SIGINT: the signal came before the interpreter set up its handler (nothing printed at all)
         assert proc.returncode in (0, 130, -signal.SIGINT), (delay, proc.returncode, err)
 
