@@ -14,6 +14,7 @@ from wakman.adaptive import simulate
 from wakman.cli.main import app
 from wakman.experiments import advise as adv
 from wakman.experiments.kv_memory import MODEL_CONFIGS, config_layout, kv_layout, model_layout
+from wakman.experiments.sweep import HINT_MODE
 from wakman.traces import write_trace
 from wakman.workload import build_config, generate_requests
 
@@ -183,9 +184,37 @@ def test_serve_mode_reports_ttft(trace_file):
         assert {"saturated", "prefill_utilization"} <= set(row)  # the simulator's one saturation rule
 
 
+def test_hint_mode_runs_beside_the_policies_and_is_never_the_best(trace_file, reqs):
+    """``--sessions`` adds chain-lru's hint mode (told each request's session id and each session's
+    end, ``--session-ends-after-s`` after its last request, 0 s by default) at every sweep size: the
+    library's run of it; it is never named the best policy, here where it hits most too."""
+    base = ["advise", str(trace_file), "--capacity-blocks", "1500", "--policies", "lru,chain-lru"]
+    base += ["--points", "2", "--jobs", "1", "--json", "--sessions"]
+    told = {}
+    for after in (None, 60.0):
+        result = CliRunner().invoke(app, base + ([] if after is None else ["--session-ends-after-s", "60"]))
+        assert result.exit_code == 0, result.output
+        out = json.loads(result.stdout)
+        ends = 0.0 if after is None else after
+        assert out["hint_mode"]["policy"] == HINT_MODE and out["hint_mode"]["session_ends_after_s"] == ends
+        rows = {r["policy"]: r for r in out["at_capacity"]["rows"]}
+        params = {"policy_params": {"sessions": True}, "session_ends_after_s": ends}
+        told[after] = simulate(reqs, "chain-lru", 1500, mode="cache", **params).hit_rate
+        assert rows[HINT_MODE]["hit_rate"] == told[after]
+        sizes = {r["capacity_blocks"] for r in out["sweep"] if r["policy"] == HINT_MODE}
+        assert sizes == set(out["sweep_capacities_blocks"])
+        assert out["at_capacity"]["best"] in ("lru", "chain-lru")
+        assert HINT_MODE in out["smallest_within_target"]
+    assert told[None] > max(rows["lru"]["hit_rate"], rows["chain-lru"]["hit_rate"])
+    assert told[None] != told[60.0]
+
+
 @pytest.mark.parametrize(
     ("args", "flag"),
     [
+        (["--session-ends-after-s", "5"], "--session-ends-after-s"),
+        (["--sessions", "--session-ends-after-s", "-1"], "--session-ends-after-s"),
+        (["--sessions"], "--sessions"),  # the bundled Mooncake trace has no session ids
         (["--target", "0"], "--target"),
         (["--target", "1.5"], "--target"),
         (["--capacity-blocks", "0"], "--capacity-blocks"),

@@ -25,6 +25,7 @@ from wakman.cli.common import (
     open_trace,
     parse_names,
     progress_bars,
+    require_session_ids,
     stdout_to_stderr,
 )
 from wakman.cli.simulate import DECODE, PREFILL, RUNNING, _serve_only, _server
@@ -32,7 +33,7 @@ from wakman.data import BUNDLED_MOONCAKE
 from wakman.experiments import advise as adv
 from wakman.experiments.kv_memory import KVLayout, config_layout, dtype_bytes, model_layout
 from wakman.experiments.plots import plot_advice
-from wakman.experiments.sweep import run_grid
+from wakman.experiments.sweep import HINT_MODE, HINT_OPTIONS, run_grid
 
 DEFAULT_POLICIES = "lru,fifo,s3fifo,sieve,arc,chain-lru,wakman,wakman-plus"
 # serve mode simulates every request's prefill and decode in time; past these the run takes too long
@@ -119,6 +120,18 @@ def advise(
     prefill_tps: float | None = PREFILL,
     decode_tps: float | None = DECODE,
     max_running: int | None = RUNNING,
+    sessions: bool = typer.Option(
+        False,
+        "--sessions",
+        help=f"Also run chain-lru's hint mode ({HINT_MODE}): told each request's session id and each "
+        "session's end (the trace must carry session ids). Never the best policy: clients must send both.",
+    ),
+    session_ends_after_s: float | None = typer.Option(
+        None,
+        "--session-ends-after-s",
+        help="With --sessions: tell each session's end this many seconds after its last request is done "
+        "(default 0; from the trace's hindsight: what clients that mark their last requests give).",
+    ),
 ) -> None:
     """Hit rate against cache size for every policy, the infinite-cache ceiling, the smallest cache
     within --target of it, and the best policy at your cache size."""
@@ -139,6 +152,15 @@ def advise(
         if capacity is not None and gpu_memory is not None:
             raise ValueError("--capacity-blocks and --gpu-memory: give one of them")
         names = parse_names(policy_names, "--policies", POLICY_NAMES)
+        check_numbers(("--session-ends-after-s", session_ends_after_s, ">=0"))
+        if session_ends_after_s is not None and not sessions:
+            raise ValueError("--session-ends-after-s needs --sessions (only hint mode hears ends)")
+        variants = {}
+        if sessions:
+            ends = (
+                HINT_OPTIONS["session_ends_after_s"] if session_ends_after_s is None else session_ends_after_s
+            )
+            variants[HINT_MODE] = ("chain-lru", {**HINT_OPTIONS, "session_ends_after_s": ends})
         check_plot(plot)
         layout = _layout(model, kv_bytes, model_config, kv_dtype)
         if gpu_memory is not None and layout is None:
@@ -146,6 +168,8 @@ def advise(
         progress = progress_bars(to=err_console, transient=True)
         with progress:
             requests = list(counted(open_trace(path, fmt, block_size), progress, f"reading {path.name}"))
+            if sessions:
+                require_session_ids(path, requests)
             curve = adv.lru_curve(requests)
             if gpu_memory is not None:
                 assert layout is not None
@@ -171,7 +195,7 @@ def advise(
                 err_console.print(f"[yellow]warning:[/yellow] {warnings[-1]}", highlight=False)
             sizes = adv.sweep_capacities(curve, points, [capacity] if capacity else [], band=target)
             # cache-mode LRU is the curve itself, exactly; serve mode simulates it like the others
-            simulated = [n for n in names if not (chosen == "cache" and n == "lru")]
+            simulated = [n for n in names if not (chosen == "cache" and n == "lru")] + list(variants)
             task = progress.add_task(f"{chosen} sweep", total=len(simulated) * len(sizes))
             server, _ = _server(prefill_tps, decode_tps, max_running, 0.0)
             rows = run_grid(
@@ -182,11 +206,22 @@ def advise(
                 server=server,
                 jobs=jobs,
                 on_done=lambda _row: progress.advance(task),
+                variants=variants,
             )
         del requests
         if "lru" in names and chosen == "cache":
             rows = [adv.curve_row(curve, c) for c in sizes] + rows
-        result = adv.build_report(path, curve, layout, chosen, target, names, sizes, rows, capacity, warnings)
+        result = adv.build_report(
+            path, curve, layout, chosen, target, names + list(variants), sizes, rows, capacity, warnings
+        )
+        if sessions:
+            result["hint_mode"] = {
+                "policy": HINT_MODE,
+                "runs": "chain-lru",
+                "session_ends_after_s": variants[HINT_MODE][1]["session_ends_after_s"],
+                "note": "told each request's session id and each session's end from the trace's hindsight; "
+                "never chosen as the best policy (it needs clients that send both)",
+            }
         result["wall_s"] = time.perf_counter() - started
         if plot is not None:
             result["plot"] = str(plot_advice(result, curve, layout, plot))
@@ -308,6 +343,15 @@ def _print(result: dict[str, Any]) -> None:
             cells += [f"{row[k]:.3f}" if k in row else "-" for k in ("ttft_s_p50", "ttft_s_p99")]
         t.add_row(*cells)
     console.print(t)
+    hint = result.get("hint_mode")
+    if hint is not None:
+        console.print(
+            f"{hint['policy']}: chain-lru told each request's session id and each session's end "
+            f"{hint['session_ends_after_s']:g} s after its last request is done, from the trace's hindsight "
+            "(in vLLM: WAKMAN_SESSIONS=1 and clients that mark their sessions' last requests); "
+            "not a candidate for the best policy",
+            highlight=False,
+        )
     if "best" in at:
         line = f"best at your size: [bold]{at['best']}[/bold] ({at['best_hit_rate']:.4f})"
         if "gain_points_vs_lru" in at:

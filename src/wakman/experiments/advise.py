@@ -20,9 +20,12 @@ import numpy as np
 
 from wakman import _core
 from wakman.experiments.kv_memory import KVLayout
+from wakman.experiments.sweep import HINT_MODE
 from wakman.traces.model import Request
 
 ORACLES = ("belady", "infinite")  # references, not policies a server can run
+# never the best policy: oracles, and hint mode, which needs clients that send session ids and ends
+NOT_CANDIDATES = (*ORACLES, HINT_MODE)
 METRIC = "vLLM prefix-cache hit rate: cached prompt tokens / prompt tokens (first-miss rule, <= prompt-1)"
 
 
@@ -128,10 +131,11 @@ def smallest_sampled(rows: list[dict], policy: str, threshold_rate: float) -> tu
 
 
 def best_at(rows: list[dict], capacity: int) -> dict | None:
-    """The online policy with the highest hit rate at ``capacity`` (first listed wins a tie)."""
+    """The online policy with the highest hit rate at ``capacity`` (first listed wins a tie; never an
+    oracle or hint mode)."""
     best = None
     for row in rows:
-        if row["capacity_blocks"] != capacity or row["policy"] in ORACLES:
+        if row["capacity_blocks"] != capacity or row["policy"] in NOT_CANDIDATES:
             continue
         if best is None or row["hit_rate"] > best["hit_rate"]:
             best = row

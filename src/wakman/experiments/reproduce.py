@@ -43,6 +43,7 @@ from wakman.experiments.regret import (
     regret_points,
     static_winner,
 )
+from wakman.experiments.sweep import HINT_MODE, HINT_OPTIONS
 from wakman.experiments.workload_map import AXES, MAP_POLICIES, cell
 from wakman.policies import make_policy
 from wakman.simulation import ServerModel
@@ -52,12 +53,7 @@ from wakman.traces.io import atomic_path
 from wakman.traces.kvcache_tester import DEFAULT_SEED as KVCACHE_TESTER_SEED
 from wakman.workload import ABLATIONS, MIXES, build_config, generate_requests
 
-# Hint mode (measured apart from the hash-only policies): chain-lru in session mode, told each
-# request's session id and each session's end as its last request is done (``end_session``; a client
-# that closes its sessions: vLLM's ``WAKMAN_SESSIONS=1``). The trace knows its ends after the fact,
-# so this is what a policy gets from clients that send them, not what the hashes alone give.
-HINT_MODE = "chain-lru+sessions"
-HINT_OPTIONS: dict[str, Any] = {"policy_params": {"sessions": True}, "session_ends_after_s": 0.0}
+# Hint mode (``HINT_MODE``, measured apart from the hash-only policies): ``experiments.sweep``.
 
 
 def _hinted(reqs: list, capacity: int, **options: Any) -> Any:

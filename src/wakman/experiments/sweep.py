@@ -1,11 +1,15 @@
-"""Run a grid of (policy, capacity) simulations on all cores, deterministically."""
+"""Run a grid of (policy, capacity) simulations on all cores, deterministically.
+
+A grid's policy is a name ``wakman.adaptive.simulate`` takes, or the label of a variant: a policy run
+with simulation options (``HINT_MODE``: chain-lru told each request's session id and each session's
+end), whose rows carry the label as their ``policy``."""
 
 from __future__ import annotations
 
 import multiprocessing as mp
 import os
 import signal
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from typing import Any
 
@@ -14,6 +18,16 @@ from wakman.simulation import ServerModel, VllmServer
 from wakman.traces.model import Request
 
 _REQUESTS: list[Request] = []  # set before forking: workers inherit it instead of unpickling it
+
+# chain-lru's hint mode: told each request's session id and each session's end as its last request is
+# done (``end_session``; a client that closes its sessions: vLLM's ``WAKMAN_SESSIONS=1``). A trace
+# knows its ends after the fact, so this is what a policy gets from clients that send them.
+HINT_MODE = "chain-lru+sessions"
+HINT_OPTIONS: dict[str, Any] = {"policy_params": {"sessions": True}, "session_ends_after_s": 0.0}
+
+# a variant: label -> (policy, options for ``simulate``)
+Variants = Mapping[str, tuple[str, Mapping[str, Any]]]
+Task = tuple[str, int, str, ServerModel | VllmServer, float, int, str, Mapping[str, Any]]
 
 
 class GridInterrupted(KeyboardInterrupt):
@@ -29,8 +43,8 @@ def _ignore_sigint() -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
-def _run(task: tuple[str, int, str, ServerModel | VllmServer, float, int]) -> dict[str, Any]:
-    policy, capacity, mode, server, warmup_s, warmup_requests = task
+def _run(task: Task) -> dict[str, Any]:
+    label, capacity, mode, server, warmup_s, warmup_requests, policy, options = task
     result = simulate(
         _REQUESTS,
         policy,
@@ -39,12 +53,13 @@ def _run(task: tuple[str, int, str, ServerModel | VllmServer, float, int]) -> di
         server=server,
         warmup_s=warmup_s,
         warmup_requests=warmup_requests,
+        **options,
     )
-    return result.as_flat_dict()
+    return {**result.as_flat_dict(), "policy": label}
 
 
 def _run_in_workers(
-    tasks: list[tuple[str, int, str, ServerModel | VllmServer, float, int]],
+    tasks: list[Task],
     jobs: int,
     results: dict[int, dict[str, Any]],
     on_done: Callable[[dict[str, Any]], None] | None,
@@ -80,15 +95,22 @@ def run_grid(
     warmup_requests: int = 0,
     jobs: int | None = None,
     on_done: Callable[[dict[str, Any]], None] | None = None,
+    variants: Variants | None = None,
 ) -> list[dict[str, Any]]:
-    """One flat result per (policy, capacity), in grid order whatever the number of jobs.
+    """One flat result per (policy, capacity), in grid order whatever the number of jobs. A policy
+    named in ``variants`` runs as its (policy, options); its rows carry the label.
 
     Ctrl-C (``KeyboardInterrupt``, also from ``on_done``) stops the workers and raises
     ``GridInterrupted`` with the runs finished so far.
     """
     global _REQUESTS
     server = server or ServerModel()
-    tasks = [(p, c, mode, server, warmup_s, warmup_requests) for p in policies for c in capacities]
+    variants = variants or {}
+    tasks: list[Task] = [
+        (p, c, mode, server, warmup_s, warmup_requests, *variants.get(p, (p, {})))
+        for p in policies
+        for c in capacities
+    ]
     jobs = max(1, min(jobs or os.cpu_count() or 1, len(tasks)))
     _REQUESTS = list(requests)
     results: dict[int, dict[str, Any]] = {}
