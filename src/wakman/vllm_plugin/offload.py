@@ -694,7 +694,8 @@ __all__ = [
     "WakmanSieve",
 ]
 
-_CLASS_OF = {
+# policy name -> the class vLLM's factory loads for it (``eviction_policy``)
+CLASS_OF = {
     cls.policy_name: cls.__name__
     for cls in (
         WakmanLRU,
@@ -713,14 +714,14 @@ def __getattr__(name: str):
     """vLLM's factory looks the ``eviction_policy`` class up here: name the valid ones on a miss."""
     if name.startswith("__"):
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    hint = _CLASS_OF.get(name.strip().lower())
+    hint = CLASS_OF.get(name.strip().lower())
     if hint is None:
         hint = next(
-            (c for c in (*_CLASS_OF.values(), "WakmanPolicy") if c.lower() == name.strip().lower()), None
+            (c for c in (*CLASS_OF.values(), "WakmanPolicy") if c.lower() == name.strip().lower()), None
         )
     raise AttributeError(
         f"{__name__} has no policy class {name!r}"
         + (f" (did you mean {hint!r}?)" if hint else "")
-        + f": eviction_policy is one of {', '.join((*_CLASS_OF.values(), 'WakmanPolicy'))}"
+        + f": eviction_policy is one of {', '.join((*CLASS_OF.values(), 'WakmanPolicy'))}"
         + f" (WakmanPolicy reads {ENV_VAR})"
     )

@@ -15,19 +15,11 @@ from collections.abc import Callable, Iterable, Sequence
 from vllm.v1.kv_offload.base import LookupResult, OffloadKey, ReqContext, make_offload_key
 from vllm.v1.kv_offload.cpu.manager import CPUOffloadingManager
 
-from wakman.traces.model import key_list
+from wakman.vllm_plugin import offload
+from wakman.vllm_plugin.pool_driver import hash_bytes
 
-MODULE = "wakman.vllm_plugin.offload"
-CLASSES = {
-    "lru": "WakmanLRU",
-    "fifo": "WakmanFIFO",
-    "s3fifo": "WakmanS3FIFO",
-    "sieve": "WakmanSieve",
-    "arc": "WakmanARC",
-    "chain-lru": "WakmanChainLRU",
-    "wakman": "WakmanAdaptive",
-    "wakman-plus": "WakmanPlus",
-}
+MODULE = offload.__name__
+CLASSES = offload.CLASS_OF  # policy name -> wakman's offload class
 
 # what serve_requests returns per request: (hit chunks, [per offer: (stored keys, evicted keys) or None])
 ServeLog = list[tuple[int, list[tuple[list, list] | None]]]
@@ -43,7 +35,7 @@ def make_manager(policy: str, chunks: int) -> CPUOffloadingManager:
 
 def offload_keys(keys: Iterable[int]) -> list[OffloadKey]:
     """Offload keys (group 0) for integer chunk keys (Python ints or a uint64 array)."""
-    return [make_offload_key((k & (2**256 - 1)).to_bytes(32, "big"), 0) for k in key_list(keys)]
+    return [make_offload_key(h, 0) for h in hash_bytes(keys)]
 
 
 def request_context(i: int, keys: Sequence[OffloadKey], tokens_per_chunk: int = 16) -> ReqContext:

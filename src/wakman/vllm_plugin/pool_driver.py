@@ -21,10 +21,15 @@ from wakman.traces.model import key_list
 from wakman.vllm_plugin import install
 
 
+def hash_bytes(keys: Iterable[int]) -> list[bytes]:
+    """32-byte block hashes for integer block keys (Python ints, or a uint64 array: converted,
+    since ``int.to_bytes`` needs Python ints); the offload driver keys its chunks the same way."""
+    return [(k & (2**256 - 1)).to_bytes(32, "big") for k in key_list(keys)]
+
+
 def vllm_keys(keys: Iterable[int]) -> list[bytes]:
-    """vLLM hash keys (group 0) for integer block keys (Python ints, or a uint64 array: converted,
-    since ``int.to_bytes`` needs Python ints)."""
-    return [make_block_hash_with_group_id((k & (2**256 - 1)).to_bytes(32, "big"), 0) for k in key_list(keys)]
+    """vLLM hash keys (group 0) for integer block keys."""
+    return [make_block_hash_with_group_id(h, 0) for h in hash_bytes(keys)]
 
 
 class Prompt(NamedTuple):
