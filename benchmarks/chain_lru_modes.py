@@ -9,6 +9,8 @@ what each of the duel's miniatures sees.
 
 Run: ``python benchmarks/chain_lru_modes.py --preset turns16-thirds --seed 2 --duration 1800``
 (reproduce's ablations run 1,800 s at 6,000 blocks; its mixes 3,600 s at 3,000, 6,000, 12,000).
+``--decode-tps`` sets serve mode's decode speed (tokens per second per request; the server model's
+default otherwise): how long a running request keeps its blocks pinned.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ import numpy as np
 
 from wakman.adaptive import simulate
 from wakman.policies import make_policy
+from wakman.simulation import ServerModel
 from wakman.workload import build_config, generate_requests
 
 
@@ -53,10 +56,15 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--duration", type=float, default=1800.0)
     parser.add_argument("--capacity", type=int, default=6000)
+    parser.add_argument("--decode-tps", type=float, default=ServerModel().decode_tokens_per_s)
     args = parser.parse_args()
+    server = ServerModel(decode_tokens_per_s=args.decode_tps)
     reqs = generate_requests(build_config(preset=args.preset, duration_s=args.duration), seed=args.seed)
     cap = args.capacity
-    print(f"{args.preset}, seed {args.seed}, {args.duration:g} s, {len(reqs):,} requests, {cap:,} blocks")
+    print(
+        f"{args.preset}, seed {args.seed}, {args.duration:g} s, {len(reqs):,} requests, {cap:,} blocks, "
+        f"serve mode decoding {args.decode_tps:g} tokens/s a request"
+    )
     for mode in ("serve", "cache"):
         rates = {}
         for label in ("lru", "s3fifo", "chain-lru", "recency", "filter"):
@@ -64,7 +72,8 @@ def main() -> None:
                 policy = make_policy("chain-lru", cap, mode=label)
             else:
                 policy = make_policy(label, cap)
-            rates[label] = simulate(reqs, policy, cap, mode=mode).hit_rate
+            options = {"server": server} if mode == "serve" else {}
+            rates[label] = simulate(reqs, policy, cap, mode=mode, **options).hit_rate
             if label == "chain-lru":
                 duel = policy
         best = max(rates["lru"], rates["s3fifo"])
