@@ -9,6 +9,7 @@ import json
 import tarfile
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from wakman.traces import TraceFormatError, detect_format, read_trace
@@ -203,3 +204,29 @@ def test_files_sharing_a_conversation_id_stay_separate_sessions(tmp_path):
         sessions.setdefault(r[1], set()).update(k >> 32 for k in r[5])
     # name order: setA/t.json (1), setB/t.json (2), setB/u.json (3); each session in its own namespace
     assert sessions == {"c#1": {1}, "c#1/x": {1}, "c#2": {2}, "c#2/x": {2}, "d": {3}}
+
+
+# --- a session's turns share one buffer ------------------------------------------------------------
+
+
+def test_turns_view_their_sessions_keys_and_a_later_turn_never_changes_an_earlier_one(tmp_path):
+    """Turns that extend the previous one, a compaction that keeps only a prefix, its extension and
+    a turn that outgrows its buffer: every request's keys, read after the whole trace, are its own
+    JSON ids; an extension shares the previous turn's memory; the keys are read-only."""
+    turns = [
+        list(range(1, 101)),
+        list(range(1, 121)),  # extends: written after the 100 keys already there
+        list(range(1, 131)),
+        [*range(1, 51), *range(500, 510)],  # compacted: keeps 50, then new ids
+        [*range(1, 51), *range(500, 521)],  # extends the compacted context
+        [*range(1, 51), *range(500, 521), *range(600, 801)],  # past the buffer's room
+        list(range(1, 41)),  # a prefix of everything before it
+    ]
+    data = conv("c", [req(10.0 * i, 64 * len(ids), ids) for i, ids in enumerate(turns)])
+    (tmp_path / "t.json").write_text(json.dumps(data))
+    requests = list(read_trace(tmp_path))  # all of them first: later turns have been written
+    assert [[int(k) for k in r.block_keys] for r in requests] == [[NS | i for i in ids] for ids in turns]
+    assert np.shares_memory(requests[0].block_keys, requests[1].block_keys)
+    assert not np.shares_memory(requests[2].block_keys, requests[3].block_keys)
+    with pytest.raises(ValueError, match="read-only"):
+        requests[1].block_keys[0] = 0
