@@ -348,3 +348,35 @@ def test_kv_cache_tester_bad_ids_after_a_shared_prefix(tmp_path):
     (tmp_path / "c.json").write_text(json.dumps({"id": "c", "block_size": 64, "requests": turns}))
     with pytest.raises(TraceFormatError, match=r"\[0, 2\*\*32\)"):
         list(read_trace(tmp_path / "c.json"))
+
+
+# a session's turns: each extends, cuts or replaces the previous one's keys (ids kept small so
+# that the turns of one session share prefixes often)
+_turn = st.tuples(st.integers(0, 3), st.integers(0, 40), st.lists(st.integers(0, 5), max_size=30))
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(_turn, max_size=25))
+def test_native_sessions_read_back_their_own_keys_after_the_whole_trace(tmp_path_factory, turns):
+    """Rows of four sessions, interleaved, each turn keeping some prefix of its session's previous
+    keys and adding its own: read all of them first (later turns write into shared buffers), each
+    request's keys are the ones written."""
+    latest: dict[int, list[int]] = {}
+    reqs = []
+    for i, (session, keep, new) in enumerate(turns):
+        keys = latest.get(session, [])[:keep] + new
+        latest[session] = keys
+        reqs.append(
+            Request(
+                arrival_s=float(i),
+                block_keys=keys,
+                prompt_tokens=16 * len(keys) + 1,
+                output_tokens=1,
+                block_size=16,
+                session_id=f"s{session}",
+            )
+        )
+    path = tmp_path_factory.mktemp("native") / "t.jsonl"
+    write_trace(reqs, path, "native")
+    back = list(read_trace(path))
+    assert [key_list(r.block_keys) for r in back] == [r.block_keys for r in reqs]

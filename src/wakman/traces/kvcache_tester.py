@@ -26,7 +26,7 @@ compactly: a request is stored as the number of leading keys it shares with its 
 request plus its other keys, as uint32 local ids (the archive's 94 M block accesses are 3.5 M such
 ids, about 14 MB). Decoding finds the prefix a request shares with its predecessor in the raw JSON
 text, so only its new ids are parsed. Every request's ``block_keys`` is a read-only
-``np.ndarray[uint64]``: a view of its session's chain buffer (``_Chain``), so a turn that extends the
+``np.ndarray[uint64]``: a view of its session's chain buffer (``model.KeyChain``), so a turn that extends the
 previous one adds only its new keys, and a caller holding the whole trace (``list(read(...))``)
 holds each session's keys about once instead of once per request (the archive's 94 M keys: 754 MB
 as full arrays, 124 MB in its sessions' buffers).
@@ -47,7 +47,14 @@ import msgspec
 import numpy as np
 
 from wakman.traces.io import GZIP_MAGIC
-from wakman.traces.model import MAX_ARRIVAL_S, Request, TraceFormatError, validate_request
+from wakman.traces.model import (
+    MAX_ARRIVAL_S,
+    KeyChain,
+    Request,
+    TraceFormatError,
+    read_only,
+    validate_request,
+)
 
 # The tar archives read (and detected as this format): the compressions tarfile's stream mode reads.
 ARCHIVE_SUFFIXES = (".tar", ".tar.gz", ".tgz", ".tar.xz", ".txz", ".tar.bz2", ".tbz2")
@@ -211,40 +218,6 @@ def _store(conv: Conversation, source: str) -> list[_Stored]:
     return stored
 
 
-def _read_only(keys: np.ndarray) -> np.ndarray:
-    keys.flags.writeable = False
-    return keys
-
-
-class _Chain:
-    """One session's keys so far, in a buffer that its requests' ``block_keys`` view.
-
-    Invariant: ``buffer[:filled]`` is the session's latest request's keys, and no view handed out
-    covers anything past ``filled`` in ``buffer``, so a request that extends the latest one (it
-    shares all ``filled`` keys) writes its new keys there without changing any earlier view. A
-    request that keeps only a prefix (a compacted or edited context), or outgrows the buffer, starts
-    a new one of twice its keys (the prefix copied); the views already handed out keep the old one
-    alive. So appending costs O(new keys) amortised, and each buffer is at most twice its longest
-    view."""
-
-    __slots__ = ("buffer", "filled")
-
-    def __init__(self) -> None:
-        self.buffer = np.empty(0, dtype=np.uint64)
-        self.filled = 0
-
-    def extend(self, shared: int, tail: np.ndarray) -> np.ndarray:
-        """The keys ``latest[:shared] + tail`` as a read-only view (``shared <= filled``)."""
-        end = shared + len(tail)
-        if shared != self.filled or end > len(self.buffer):
-            buffer = np.empty(max(2 * end, 64), dtype=np.uint64)
-            buffer[:shared] = self.buffer[:shared]
-            self.buffer = buffer
-        self.buffer[shared:end] = tail
-        self.filled = end
-        return _read_only(self.buffer[:end])
-
-
 def read(path: str | Path, rate: float = DEFAULT_RATE, seed: int = DEFAULT_SEED) -> Iterator[Request]:
     """All conversations on one timeline, in arrival order."""
     if rate <= 0:
@@ -285,7 +258,7 @@ def read(path: str | Path, rate: float = DEFAULT_RATE, seed: int = DEFAULT_SEED)
             session_ids.setdefault((c, req.session), names[c] + req.session)
     del named
     timeline.sort(key=lambda x: x[:3])
-    chains: dict[tuple[int, str], _Chain] = {}  # each open session's keys so far
+    chains: dict[tuple[int, str], KeyChain] = {}  # each open session's keys so far
     previous_arrival = 0.0
     for arrival, c, _, req in timeline:
         session = (c, req.session)
@@ -294,11 +267,11 @@ def read(path: str | Path, rate: float = DEFAULT_RATE, seed: int = DEFAULT_SEED)
         if remaining[session]:
             chain = chains.get(session)
             if chain is None:
-                chain = chains[session] = _Chain()
+                chain = chains[session] = KeyChain()
             keys = chain.extend(req.shared, tail)
         else:
             chain = chains.pop(session, None)
-            keys = chain.extend(req.shared, tail) if chain is not None else _read_only(tail)
+            keys = chain.extend(req.shared, tail) if chain is not None else read_only(tail)
         out = Request(
             arrival_s=arrival,
             block_keys=keys,

@@ -11,7 +11,9 @@ chained after ``block_keys``; traces that do not know them leave them empty.
 
 Keys are uint64 values, held as C-contiguous ``np.ndarray[uint64]`` (8 bytes a key, rather than a
 Python int in a list): every reader and the workload generator give ``block_keys`` / ``output_keys``
-as such arrays (an empty array when there are none), and the core reads them in place. ``key_array()``
+as such arrays (an empty array when there are none), and the core reads them in place; the
+kv-cache-tester and native readers give each session's requests read-only views of one buffer
+(``KeyChain``). ``key_array()``
 makes one from any sequence of ints (a trace id outside [0, 2**64) is an error, never wrapped);
 ``key_list()`` gives plain ints back where Python ints are truly needed (JSON writers, vLLM hashes).
 Code handling requests uses ``len()`` rather than truth tests, and ``np.concatenate`` rather than
@@ -112,6 +114,49 @@ def joined_keys(runs: Iterable[Sequence[int]]) -> np.ndarray:
     """The key sequences of ``runs`` one after another, as one uint64 array (empty when none)."""
     arrays = [key_array(keys, "block_keys") for keys in runs]
     return np.concatenate(arrays) if arrays else no_keys()
+
+
+def read_only(keys: np.ndarray) -> np.ndarray:
+    """``keys``, no longer writable (in place)."""
+    keys.flags.writeable = False
+    return keys
+
+
+class KeyChain:
+    """One session's keys so far, in a buffer that its requests' ``block_keys`` view: a reader that
+    holds a whole trace holds each session's keys about once instead of once per request.
+
+    Invariant: ``buffer[:filled]`` is the session's latest request's keys, and no view handed out
+    covers anything past ``filled`` in ``buffer``, so a request that extends the latest one (it
+    shares all ``filled`` keys) writes its new keys there without changing any earlier view. A
+    request that keeps only a prefix (a compacted or edited context), or outgrows the buffer, starts
+    a new one of twice its keys (the prefix copied); the views already handed out keep the old one
+    alive. So appending costs O(new keys) amortised, and each buffer is at most twice its longest
+    view. Views are read-only."""
+
+    __slots__ = ("buffer", "filled")
+
+    def __init__(self) -> None:
+        self.buffer = np.empty(0, dtype=np.uint64)
+        self.filled = 0
+
+    def extend(self, shared: int, tail: np.ndarray) -> np.ndarray:
+        """The keys ``latest[:shared] + tail`` as a read-only view (``shared <= filled``)."""
+        end = shared + len(tail)
+        if shared != self.filled or end > len(self.buffer):
+            buffer = np.empty(max(2 * end, 64), dtype=np.uint64)
+            buffer[:shared] = self.buffer[:shared]
+            self.buffer = buffer
+        self.buffer[shared:end] = tail
+        self.filled = end
+        return read_only(self.buffer[:end])
+
+    def follow(self, keys: np.ndarray) -> np.ndarray:
+        """``keys`` (equal content) as a view of this chain, sharing its common prefix with the latest."""
+        n = min(self.filled, len(keys))
+        differ = np.flatnonzero(self.buffer[:n] != keys[:n])
+        shared = int(differ[0]) if len(differ) else n
+        return self.extend(shared, keys[shared:])
 
 
 def key_list(keys: Sequence[int]) -> list[int]:

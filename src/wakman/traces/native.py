@@ -4,7 +4,10 @@
     {"arrival_s": 0.0, "block_keys": [1, 2], "prompt_tokens": 1000, "output_tokens": 20, "block_size": 512}
 
 Fields and units are those of ``wakman.traces.model.Request``; keys are read into uint64 arrays (a
-key outside [0, 2**64) is an error) and written as JSON ints.
+key outside [0, 2**64) is an error) and written as JSON ints. The ``block_keys`` of a request with a
+``session_id`` are a read-only view of its session's ``KeyChain``, sharing the prefix it has in
+common with the session's previous request, so a reader holding a multi-turn trace holds each
+session's context about once.
 """
 
 from __future__ import annotations
@@ -15,7 +18,7 @@ from pathlib import Path
 import msgspec
 
 from wakman.traces.io import JSON_ENCODER, atomic_output, iter_lines, read_rows
-from wakman.traces.model import Request, TraceFormatError, key_array, key_list
+from wakman.traces.model import KeyChain, Request, TraceFormatError, key_array, key_list
 
 FORMAT_NAME = "wakman-trace"
 VERSION = 1
@@ -56,13 +59,20 @@ def read(path: str | Path) -> Iterator[Request]:
             "version",
             f"expected {FORMAT_NAME} version {VERSION}, got {header.format} {header.version}",
         )
-    yield from read_rows(path, _row, _to_request, lines)
+    chains: dict[str, KeyChain] = {}
+    yield from read_rows(path, _row, lambda row: _to_request(row, chains), lines)
 
 
-def _to_request(row: NativeRow) -> Request:
+def _to_request(row: NativeRow, chains: dict[str, KeyChain]) -> Request:
+    keys = key_array(row.block_keys, "block_keys")
+    if row.session_id is not None:
+        chain = chains.get(row.session_id)
+        if chain is None:
+            chain = chains[row.session_id] = KeyChain()
+        keys = chain.follow(keys)
     return Request(
         arrival_s=row.arrival_s,
-        block_keys=key_array(row.block_keys, "block_keys"),
+        block_keys=keys,
         prompt_tokens=row.prompt_tokens,
         output_tokens=row.output_tokens,
         block_size=row.block_size,
