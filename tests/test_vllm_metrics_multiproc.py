@@ -33,10 +33,7 @@ for decisions in (3, 5, 9):  # the engines publish new states; the mirror copies
         state["replay_seconds_total"] = 0.5 * decisions
         state["session_ends"] = 2 * decisions
         Path(path).write_text(json.dumps(state))
-    mirror.refresh(force=True)
-for path, state in states.items():  # within the interval: not re-read
-    Path(path).write_text(json.dumps({**state, "decisions": 100}))
-mirror.refresh()
+    mirror.refresh()
 """
 
 

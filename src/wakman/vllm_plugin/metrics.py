@@ -188,8 +188,8 @@ class MultiprocessMirror:
     """The published engine states as prometheus_client metrics in the multiprocess files.
 
     One writer per server (``shared_mirror``, in API server rank 0), so summed counters stay exact.
-    ``refresh`` is cheap to call often: it reads the states at most once per ``min_interval_s``.
-    ``start`` copies them every ``min_interval_s`` from a daemon thread, so the figures follow the
+    ``refresh`` copies the states once; ``start`` copies them every ``min_interval_s`` from a
+    daemon thread, the only caller in a server, so the figures follow the
     engines with no traffic too (vLLM calls its stat loggers' ``record`` per engine step only, and
     their ``log`` never under ``--disable-log-stats``). A copy that fails is logged once (logger
     ``wakman``) and tried again at the next."""
@@ -217,17 +217,12 @@ class MultiprocessMirror:
             )
         }
         self._copied: dict[tuple[str, str], float] = {}
-        self._next = 0.0
         self._lock = threading.Lock()
         self._thread: threading.Thread | None = None
         self._failed = False
 
-    def refresh(self, force: bool = False) -> None:
-        now = time.monotonic()
-        if not force and now < self._next:
-            return
+    def refresh(self) -> None:
         with self._lock:
-            self._next = now + self.min_interval_s
             for state in read_states():
                 engine = str(state.engine)
                 for name in state.candidates:
@@ -242,10 +237,10 @@ class MultiprocessMirror:
                         counter.labels(engine).inc(delta)
                         self._copied[(key, engine)] = value
 
-    def safe_refresh(self, force: bool = False) -> None:
-        """``refresh`` that never raises (it runs in vLLM's output handler and in the thread)."""
+    def safe_refresh(self) -> None:
+        """``refresh`` that never raises (it runs in the daemon thread)."""
         try:
-            self.refresh(force=force)
+            self.refresh()
         except Exception as exc:
             if not self._failed:
                 log.warning("wakman: could not copy the engines' states into /metrics: %s", exc)
@@ -257,13 +252,13 @@ class MultiprocessMirror:
             if self._thread is not None:
                 return
             self._thread = threading.Thread(target=self._run, name="wakman-metrics", daemon=True)
-        self.safe_refresh(force=True)
+        self.safe_refresh()
         self._thread.start()
 
     def _run(self) -> None:
         while True:
             time.sleep(self.min_interval_s)
-            self.safe_refresh(force=True)
+            self.safe_refresh()
 
 
 _mirror: MultiprocessMirror | None = None
