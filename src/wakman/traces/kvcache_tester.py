@@ -29,7 +29,7 @@ text, so only its new ids are parsed. Every request's ``block_keys`` is a read-o
 ``np.ndarray[uint64]``: a view of its session's chain buffer (``model.KeyChain``), so a turn that extends the
 previous one adds only its new keys, and a caller holding the whole trace (``list(read(...))``)
 holds each session's keys about once instead of once per request (the archive's 94 M keys: 754 MB
-as full arrays, 124 MB in its sessions' buffers).
+as full arrays, 162 MB in its sessions' buffers).
 """
 
 from __future__ import annotations

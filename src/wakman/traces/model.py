@@ -128,11 +128,12 @@ class KeyChain:
 
     Invariant: ``buffer[:filled]`` is the session's latest request's keys, and no view handed out
     covers anything past ``filled`` in ``buffer``, so a request that extends the latest one (it
-    shares all ``filled`` keys) writes its new keys there without changing any earlier view. A
-    request that keeps only a prefix (a compacted or edited context), or outgrows the buffer, starts
-    a new one of twice its keys (the prefix copied); the views already handed out keep the old one
-    alive. So appending costs O(new keys) amortised, and each buffer is at most twice its longest
-    view. Views are read-only."""
+    shares all ``filled`` keys) writes its new keys there without changing any earlier view. One
+    that extends it past the buffer's end starts a buffer of at least twice the old one's size (so
+    a growing session's appends cost O(new keys) amortised); one that keeps only a prefix (a
+    compacted or edited context) or nothing starts a buffer of exactly its keys (so a session
+    whose requests share nothing holds what full arrays would). The prefix is copied into a new
+    buffer; the views already handed out keep the old one alive. Views are read-only."""
 
     __slots__ = ("buffer", "filled")
 
@@ -143,8 +144,9 @@ class KeyChain:
     def extend(self, shared: int, tail: np.ndarray) -> np.ndarray:
         """The keys ``latest[:shared] + tail`` as a read-only view (``shared <= filled``)."""
         end = shared + len(tail)
-        if shared != self.filled or end > len(self.buffer):
-            buffer = np.empty(max(2 * end, 64), dtype=np.uint64)
+        extends = shared == self.filled and shared > 0
+        if not extends or end > len(self.buffer):
+            buffer = np.empty(max(end, 2 * len(self.buffer)) if extends else end, dtype=np.uint64)
             buffer[:shared] = self.buffer[:shared]
             self.buffer = buffer
         self.buffer[shared:end] = tail
