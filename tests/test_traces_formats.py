@@ -149,6 +149,8 @@ def test_aiperf_chats_are_read_as_aiperf_replays_them(tmp_path, fmt):
     assert detect_format(path) == fmt
     reqs = list(read_trace(path))
     assert [r.prompt_tokens for r in reqs] == [1024, 900, 600, 1636, 1040, 1700]
+    # read after s2's next turn, which keeps only its full block [1] and views the same session's keys
+    assert [key_list(r.block_keys)[:2] for r in reqs[:3]] == [[1, 2], [1, 7], [30, 31]]
     stats = compute_stats(reqs, lru_curve=False)
     assert stats.prompt_tokens == 6900
     assert stats.infinite_token_hit_ratio == pytest.approx((512 + 1024 + 512 + 1536) / 6900)
