@@ -47,14 +47,7 @@ import msgspec
 import numpy as np
 
 from wakman.traces.io import GZIP_MAGIC
-from wakman.traces.model import (
-    MAX_ARRIVAL_S,
-    KeyChain,
-    Request,
-    TraceFormatError,
-    read_only,
-    validate_request,
-)
+from wakman.traces.model import MAX_ARRIVAL_S, KeyChain, Request, TraceFormatError, validate_request
 
 # The tar archives read (and detected as this format): the compressions tarfile's stream mode reads.
 ARCHIVE_SUFFIXES = (".tar", ".tar.gz", ".tgz", ".tar.xz", ".txz", ".tar.bz2", ".tbz2")
@@ -263,15 +256,13 @@ def read(path: str | Path, rate: float = DEFAULT_RATE, seed: int = DEFAULT_SEED)
     for arrival, c, _, req in timeline:
         session = (c, req.session)
         tail = req.tail.astype(np.uint64) | np.uint64((c + 1) << 32)  # conversation c + 1's namespace
+        chain = chains.get(session)
+        if chain is None:
+            chain = chains[session] = KeyChain()
+        keys = chain.extend(req.shared, tail)
         remaining[session] -= 1
-        if remaining[session]:
-            chain = chains.get(session)
-            if chain is None:
-                chain = chains[session] = KeyChain()
-            keys = chain.extend(req.shared, tail)
-        else:
-            chain = chains.pop(session, None)
-            keys = chain.extend(req.shared, tail) if chain is not None else read_only(tail)
+        if not remaining[session]:  # the session's last request: its chain lives on in the views
+            del chains[session]
         out = Request(
             arrival_s=arrival,
             block_keys=keys,

@@ -49,8 +49,13 @@ def hit_limit(num_keys: int, prompt_tokens: int, block_size: int) -> int:
     return min(num_keys, (prompt_tokens - 1) // block_size)
 
 
-_NO_KEYS = np.zeros(0, dtype=np.uint64)
-_NO_KEYS.flags.writeable = False
+def read_only(keys: np.ndarray) -> np.ndarray:
+    """``keys``, no longer writable (in place)."""
+    keys.flags.writeable = False
+    return keys
+
+
+_NO_KEYS = read_only(np.zeros(0, dtype=np.uint64))
 
 
 def no_keys() -> np.ndarray:
@@ -114,12 +119,6 @@ def joined_keys(runs: Iterable[Sequence[int]]) -> np.ndarray:
     """The key sequences of ``runs`` one after another, as one uint64 array (empty when none)."""
     arrays = [key_array(keys, "block_keys") for keys in runs]
     return np.concatenate(arrays) if arrays else no_keys()
-
-
-def read_only(keys: np.ndarray) -> np.ndarray:
-    """``keys``, no longer writable (in place)."""
-    keys.flags.writeable = False
-    return keys
 
 
 class KeyChain:
