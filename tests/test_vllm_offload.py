@@ -62,11 +62,13 @@ def check(m: CPUOffloadingManager) -> None:
     pol = m._policy
     assert isinstance(pol, offload.WakmanCachePolicy)
     core = pol.policy
-    assert len(core) == len(pol.entries)
+    assert len(core) == len(pol.chunks) == len(pol.key_of)
+    assert pol.get == pol.chunks.get  # the manager's lookups read the dict
     assert pol.ranked or not (pol.held or pol.in_place or pol.ranks or pol.front)
     assert pol.held <= pol.ranks.keys() and not (pol.in_place | pol.front.keys()) & pol.ranks.keys()
     unpinned = 0
-    for k, (key, chunk) in pol.entries.items():
+    for k, key in pol.key_of.items():
+        chunk = pol.chunks[key]
         assert k == policy_key(key) and k in core
         assert (k in pol.held) == (k in pol.ranks and chunk.ref_cnt == 0)
         assert k not in pol.in_place or chunk.ref_cnt > 0
@@ -74,7 +76,7 @@ def check(m: CPUOffloadingManager) -> None:
         assert core.is_pinned(k) != in_order
         unpinned += in_order
     assert core.num_evictable == unpinned
-    assert m._num_evictable_cache_chunks == sum(chunk.ref_cnt == 0 for _, chunk in pol.entries.values())
+    assert m._num_evictable_cache_chunks == sum(chunk.ref_cnt == 0 for chunk in pol.chunks.values())
 
 
 # ---------------------------------------------------------------------------------- LRU is vLLM's
@@ -186,7 +188,7 @@ def test_lru_makes_vllms_lru_decisions(seed, chunks, batch, offer_all):
     assert got == want
     check(ours)
     resident = {k for reqs_keys in reqs for k in reqs_keys if theirs._policy.get(k) is not None}
-    assert {key for key, _ in ours._policy.entries.values()} == resident
+    assert set(ours._policy.chunks) == resident
 
 
 def test_lru_with_transfers_in_flight_makes_vllms_decisions():
@@ -365,7 +367,8 @@ def fill(policy: str, chunks: int, requests: int) -> CPUOffloadingManager:
 def state(m: CPUOffloadingManager) -> tuple:
     core = m._policy.policy
     return (
-        dict(m._policy.entries),
+        dict(m._policy.chunks),
+        dict(m._policy.key_of),
         core.eviction_order(),
         sorted(core.pinned_keys()),
         core.num_evictable,
@@ -376,7 +379,7 @@ def state(m: CPUOffloadingManager) -> tuple:
 def test_evict_is_atomic_and_skips_protected_and_in_use(policy):
     m = fill(policy, 30, 10)  # 30 chunks resident, all ready
     pol = m._policy
-    keys = [key for key, _ in pol.entries.values()]
+    keys = list(pol.chunks)
     loading, protected = keys[:5], set(keys[5:15])
     m.prepare_load(loading, request_context(99, loading))  # ref_cnt 1: in use
     check(m)
@@ -389,14 +392,14 @@ def test_evict_is_atomic_and_skips_protected_and_in_use(policy):
     taken = {key for key, _ in victims}
     assert not taken & protected and not taken & set(loading)
     assert all(chunk.ref_cnt == 0 for _, chunk in victims)
-    assert {key for key, _ in pol.entries.values()} == set(loading) | protected
+    assert set(pol.chunks) == set(loading) | protected
     assert pol.evict(1, protected) is None and pol.evict(0, protected) == []
 
 
 def test_a_failed_store_changes_nothing():
     m = fill("s3fifo", 12, 4)
     pol = m._policy
-    keys = [key for key, _ in pol.entries.values()]
+    keys = list(pol.chunks)
     m.prepare_load(keys, request_context(50, keys))  # every chunk in use
     before = state(m)
     new = [okey(f"n{j}") for j in range(3)]
@@ -486,7 +489,7 @@ def test_in_use_chunks_are_never_evicted(policy, chunks, ops):
             keys = [okey(f"d{doc % 7}-{j}") for j in range(length)] + [okey(f"u{i}")]
             ctx = request_context(i, keys)
             hits = look_up_and_load(m, keys, ctx)
-            in_use = {key for key, chunk in pol.entries.values() if chunk.ref_cnt != 0}
+            in_use = {key for key, chunk in pol.chunks.items() if chunk.ref_cnt != 0}
             out = m.prepare_store(keys, ctx)
             if out is not None:
                 assert not set(out.evicted_keys) & (in_use | set(keys))
@@ -501,7 +504,7 @@ def test_in_use_chunks_are_never_evicted(policy, chunks, ops):
                 m.on_request_finished(ctx)
         check(m)
     m.reset_cache()
-    assert len(pol.policy) == 0 and not pol.entries
+    assert len(pol.policy) == 0 and not pol.chunks
 
 
 # ---------------------------------------------------------------------------------- hooks, clear
@@ -514,7 +517,7 @@ def test_clear_forgets_ghosts():
         assert core.ghost_size > 0
         m.reset_cache()
         core = m._policy.policy
-        assert len(core) == 0 and core.ghost_size == 0 and not m._policy.entries
+        assert len(core) == 0 and core.ghost_size == 0 and not m._policy.chunks
 
 
 def test_store_misses_reach_the_ghosts():
@@ -672,15 +675,15 @@ def test_adaptive_switch_keeps_every_chunk_and_pin():
     pol.clock = lambda: now[0]
     serve_requests(m, trace(7, n=40))
     assert pol.manager.decisions == []  # none due yet
-    keys = [key for key, _ in pol.entries.values()]
+    keys = list(pol.chunks)
     m.prepare_load(keys[:5], request_context(77, keys[:5]))
-    before = set(pol.entries)
+    before = set(pol.chunks)
     rates = {name: float(name == "s3fifo") for name in pol.manager.config.candidates}
     pol.manager.replay_hook = lambda window, capacity: rates
     now[0] = 1000.0
     serve_requests(m, [[keys[10]]])
     assert pol.live_policy == "s3fifo" and pol.manager.decisions[-1].switched
-    assert set(pol.entries) == before
+    assert set(pol.chunks) == before
     check(m)
     m.complete_load(keys[:5], request_context(77, keys[:5]))
     check(m)

@@ -20,7 +20,9 @@ the changed methods, also where the tier is built through vLLM's Python API.
 
 State: the core policy (capacity = the tier's chunks) holds one 64-bit key per resident chunk,
 ``policy_key(offload_key)`` (the GPU pool's rule: an ``OffloadKey`` is a ``BlockHash`` and a group
-id); a dict maps that key to ``(OffloadKey, ChunkStatus)``. Outside ``lru`` a chunk is pinned in
+id); ``chunks`` maps each resident ``OffloadKey`` to its ``ChunkStatus`` (``get`` is that dict's own
+``get``, as in vLLM's policies: the manager's lookups run no wakman code) and ``key_of`` maps the
+core key back to the ``OffloadKey``. Outside ``lru`` a chunk is pinned in
 the core iff its ``ref_cnt != 0`` (-1: its store is in flight; > 0: loads read it), so the core
 never offers it as a victim; ``lru`` is below.
 
@@ -152,7 +154,8 @@ def checked_vllm() -> str:
 class WakmanCachePolicy(CachePolicy):
     """A vLLM offload ``CachePolicy`` whose eviction order is a wakman core policy.
 
-    Invariants: a key is resident iff its chunk is in ``entries``; ``evict`` returns only chunks
+    Invariants: a key is resident iff it is in ``chunks``, iff its core key is in ``key_of`` (and
+    in the core); ``evict`` returns only chunks
     with ``ref_cnt == 0`` outside ``protected``, exactly ``n`` of them, or None with no change.
     Outside ``lru`` the core pins exactly the chunks with ``ref_cnt != 0``. Under ``lru``
     (``ranked``) vLLM's LRU order of the evictable chunks is: the ``front`` (chunks an eviction had
@@ -174,7 +177,9 @@ class WakmanCachePolicy(CachePolicy):
         self.clock: Callable[[], float] = time.monotonic  # seconds; tests replace it
         # lru keeps vLLM's LRU ranks for the chunks above the core's order (module docstring)
         self.ranked = self.policy_name == "lru"
-        self.entries: dict[int, tuple[OffloadKey, ChunkStatus]] = {}
+        self.chunks: dict[OffloadKey, ChunkStatus] = {}
+        self.key_of: dict[int, OffloadKey] = {}  # core key -> its resident OffloadKey
+        self.get = self.chunks.get  # vLLM's lookups read the dict directly (no Python frame)
         self._roots: dict[str, int] = {}  # request id -> the core key of its root (chain-lru's context)
         # a key a request reported as a store miss -> (that request's id, its root), until the key is
         # inserted or the request finishes: 0.32's insert names no request, so a store retried after
@@ -220,13 +225,12 @@ class WakmanCachePolicy(CachePolicy):
 
     # ------------------------------------------------------------------ lookups
     def _resident(self, key: OffloadKey) -> int | None:
-        k = policy_key(key)
-        entry = self.entries.get(k)
-        return k if entry is not None and entry[0] == key else None
+        """The core key of a resident chunk's key, else None."""
+        return policy_key(key) if key in self.chunks else None
 
     def get(self, key: OffloadKey) -> ChunkStatus | None:
-        entry = self.entries.get(policy_key(key))
-        return entry[1] if entry is not None and entry[0] == key else None
+        """The chunk's status if resident (each instance shadows this with ``chunks.get``)."""
+        return self.chunks.get(key)
 
     # ------------------------------------------------------------------ the core's order
     def _stamp(self, k: int) -> None:
@@ -262,7 +266,7 @@ class WakmanCachePolicy(CachePolicy):
         heapq.heappush(heap, (rank, key, k))
         if len(heap) > 2 * live + 64:  # drop the stale entries
             keep = self.held if heap is self._held_heap else self.ranks.keys() - self.held
-            heap[:] = [(self.ranks[k], self.entries[k][0], k) for k in keep]
+            heap[:] = [(self.ranks[k], self.key_of[k], k) for k in keep]
             heapq.heapify(heap)
 
     def _set_rank(self, k: int, key: OffloadKey, rank: Rank) -> None:
@@ -279,7 +283,7 @@ class WakmanCachePolicy(CachePolicy):
             else:
                 self.policy.pin(k)
             self.in_place.discard(k)
-            if self.entries[k][1].ref_cnt == 0:
+            if self.chunks[key].ref_cnt == 0:
                 self.held.add(k)
                 self._push(self._held_heap, rank, key, k, len(self.held))
                 return
@@ -335,7 +339,7 @@ class WakmanCachePolicy(CachePolicy):
     # ------------------------------------------------------------------ chunk life
     def insert(self, key: OffloadKey, chunk: ChunkStatus, req_context: ReqContext | None = None) -> None:
         k = policy_key(key)
-        if k in self.entries:  # two keys with one 64-bit hash: ~n^2 / 2^65 for n chunks
+        if k in self.key_of:  # two keys with one 64-bit hash: ~n^2 / 2^65 for n chunks
             raise RuntimeError(f"offload key {key!r} collides with a resident chunk's 64-bit key")
         filed = self._miss_roots.pop(k, None)
         if req_context is not None:  # 0.33, 0.34: file it under its own request's root
@@ -345,7 +349,8 @@ class WakmanCachePolicy(CachePolicy):
             self.policy.inserting_for(root)
         elif filed is not None:  # 0.32: the root of the request that reported the key's miss
             self.policy.inserting_for(filed[1])
-        self.entries[k] = (key, chunk)
+        self.chunks[key] = chunk
+        self.key_of[k] = key
         if not self.ranked:
             self.policy.insert(k, chunk.ref_cnt != 0)
             if chunk.ref_cnt == 0:
@@ -367,9 +372,9 @@ class WakmanCachePolicy(CachePolicy):
             self._flush()
 
     def remove(self, key: OffloadKey) -> None:
-        k = self._resident(key)
-        if k is not None:
-            del self.entries[k]
+        if self.chunks.pop(key, None) is not None:
+            k = policy_key(key)
+            del self.key_of[k]
             self._forget(k)
             self.policy.remove(k)
 
@@ -402,7 +407,8 @@ class WakmanCachePolicy(CachePolicy):
             self.in_place.add(k)
 
     def clear(self) -> None:
-        self.entries.clear()
+        self.chunks.clear()
+        self.key_of.clear()
         self._roots.clear()
         self._miss_roots.clear()
         self._misses.clear()
@@ -520,7 +526,8 @@ class WakmanCachePolicy(CachePolicy):
             return None
         out = []
         for k in victims:
-            out.append(self.entries.pop(k))
+            key = self.key_of.pop(k)
+            out.append((key, self.chunks.pop(key)))
             self._forget(k)
         assert all(chunk.ref_cnt == 0 for _, chunk in out)
         return out
@@ -530,12 +537,12 @@ class WakmanCachePolicy(CachePolicy):
         the protected chunks go back oldest first (keeping their relative order: exactly where the
         core's order is the order its keys last took their segment's newest position, as in lru,
         fifo, arc and chain-lru), to their segments' newest positions."""
-        policy, entries = self.policy, self.entries
+        policy, chunks = self.policy, self.chunks
         aside = []
         for key in protected:
-            k = self._resident(key)
-            if k is not None and entries[k][1].ref_cnt == 0:
-                aside.append(k)
+            chunk = chunks.get(key)
+            if chunk is not None and chunk.ref_cnt == 0:
+                aside.append(policy_key(key))
         if policy.num_evictable - len(aside) < n:
             return None
         for k in aside:
@@ -551,9 +558,10 @@ class WakmanCachePolicy(CachePolicy):
         """lru: vLLM's LRU order is the front, the core's order, then the held chunks by rank. A
         chunk the core offers that must stay (protected, or in use in place) moves to the front,
         where it keeps its rank (vLLM's LRU skips it and keeps its rank)."""
-        policy, entries, held, front, in_place = (
+        policy, chunks, key_of, held, front, in_place = (
             self.policy,
-            self.entries,
+            self.chunks,
+            self.key_of,
             self.held,
             self.front,
             self.in_place,
@@ -566,10 +574,10 @@ class WakmanCachePolicy(CachePolicy):
                 continue
             if k in held:
                 in_held += 1
-            elif k not in front and entries[k][1].ref_cnt == 0:
+            elif k not in front and chunks[key].ref_cnt == 0:
                 staying += 1
         staying += sum(1 for k in in_place if k not in front)
-        from_front = [k for k in front if k not in in_place and entries[k][0] not in protected]
+        from_front = [k for k in front if k not in in_place and key_of[k] not in protected]
         from_core = policy.num_evictable - staying
         if len(from_front) + from_core + len(held) - in_held < n:
             return None
@@ -579,7 +587,7 @@ class WakmanCachePolicy(CachePolicy):
             policy.remove(k)
         while len(victims) < n and from_core:
             for k in policy.evict_many(min(n - len(victims), from_core)):
-                if k in in_place or entries[k][0] in protected:
+                if k in in_place or key_of[k] in protected:
                     policy.insert(k, True)  # LRU: no ghost, no other state
                     front[k] = None
                 else:
