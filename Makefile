@@ -87,6 +87,7 @@ bench: $(VENV)/.test-ready $(VENV)/.core-built $(LANE_READY)
 	$(BIN)/python benchmarks/bench_generate.py
 	$(BIN)/python benchmarks/bench_simulate.py
 	$(BIN)/python benchmarks/bench_reproduce.py
+	$(BIN)/python benchmarks/bench_switch.py
 	$(BIN)/python benchmarks/bench_vllm_pool.py
 	for v in $(LANES); do PYTHONPATH=.vllm-$$v/site VLLM_TARGET_DEVICE=cpu $(BIN)/python benchmarks/bench_vllm_pool.py || exit 1; done
 	$(BIN)/python benchmarks/vllm_fidelity.py

@@ -216,16 +216,16 @@ NB_MODULE(_core, m) {
       .def(
           "__init__",
           [](ChainLRU* self, int64_t capacity, double window_s, double threshold, double ghost_ratio,
-             bool sessions, const std::string& mode, double small_ratio) {
+             bool sessions, const std::string& mode, double small_ratio, int64_t switch_walk) {
             ChainLRU::Mode m = mode == "adaptive"  ? ChainLRU::Mode::kAdaptive
                                : mode == "recency" ? ChainLRU::Mode::kRecency
                                : mode == "filter"  ? ChainLRU::Mode::kFilter
                                                    : throw std::invalid_argument(
                                                          "chain-lru: mode must be adaptive, recency or filter, not " + mode);
-            new (self) ChainLRU(capacity, window_s, threshold, ghost_ratio, sessions, m, small_ratio);
+            new (self) ChainLRU(capacity, window_s, threshold, ghost_ratio, sessions, m, small_ratio, switch_walk);
           },
           "capacity"_a, "window_s"_a = 120.0, "threshold"_a = 0.2, "ghost_ratio"_a = 1.0, "sessions"_a = false,
-          "mode"_a = "adaptive", "small_ratio"_a = 0.1)
+          "mode"_a = "adaptive", "small_ratio"_a = 0.1, "switch_walk"_a = ChainLRU::kSwitchWalk)
       .def_prop_ro("mode", &ChainLRU::mode, "The mode the cache runs now: recency or filter.")
       .def_prop_ro("adaptive", &ChainLRU::adaptive, "Whether the duel of two miniatures chooses the mode.")
       .def_prop_ro("sample_every", &ChainLRU::sample_every, "The duel samples one block key in this many.")
@@ -233,6 +233,7 @@ NB_MODULE(_core, m) {
       .def_prop_ro("requests_heard", &ChainLRU::requests_heard, "Requests heard through on_request.")
       .def_prop_ro("requests_filtered", &ChainLRU::requests_filtered, "Of them, those heard in the filter mode.")
       .def_ro("small_ratio", &ChainLRU::small_ratio_)
+      .def_ro("switch_walk", &ChainLRU::switch_walk_, "M's blocks the switch walk examines a request.")
       .def_ro("sessions", &ChainLRU::sessions_)
       .def_prop_ro("sessions_followed", &ChainLRU::sessions_followed)
       .def_prop_ro("demoted", &ChainLRU::demoted,

@@ -59,7 +59,10 @@ class NodeArena {
   std::vector<int32_t> free_;
 };
 
-// A list from tail (oldest) to head (newest) threaded through a NodeArena.
+// A list from tail (oldest) to head (newest) threaded through a NodeArena. It keeps one optional walk
+// point (a node on the list, or -1): a walk over the list that spans many calls (chain-lru's switch
+// walk) reads it, and unlinking the node it points at moves it to that node's newer neighbour (-1
+// at the head), so the walk survives every change to the list in between.
 class List {
  public:
   int32_t head() const { return head_; }
@@ -89,6 +92,7 @@ class List {
 
   void unlink(NodeArena& a, int32_t i) {
     Node& n = a[i];
+    if (i == walk_) walk_ = n.newer;
     if (n.older >= 0) a[n.older].newer = n.newer;
     else tail_ = n.newer;
     if (n.newer >= 0) a[n.newer].older = n.older;
@@ -110,9 +114,20 @@ class List {
   }
 
   void clear() {
-    head_ = tail_ = -1;
+    head_ = tail_ = walk_ = -1;
     size_ = 0;
   }
+
+  // The walk point: start_walk puts it at the tail (-1 on an empty list); step_walk returns the node
+  // it points at (precondition: >= 0) and moves it to the next newer node; end_walk drops it.
+  int32_t walk_point() const { return walk_; }
+  void start_walk() { walk_ = tail_; }
+  int32_t step_walk(const NodeArena& a) {
+    const int32_t i = walk_;
+    walk_ = a[i].newer;
+    return i;
+  }
+  void end_walk() { walk_ = -1; }
 
   // Keys from tail to head, until `out` holds `limit` keys.
   void append_keys(const NodeArena& a, std::vector<Key>& out, size_t limit) const {
@@ -120,7 +135,7 @@ class List {
   }
 
  private:
-  int32_t head_ = -1, tail_ = -1;
+  int32_t head_ = -1, tail_ = -1, walk_ = -1;
   size_t size_ = 0;
 };
 

@@ -33,9 +33,12 @@ class Model:
         sessions: bool = False,
         mode: str = "adaptive",
         small_ratio: float = 0.1,
+        switch_walk: int = 65536,
     ) -> None:
         self.capacity, self.window_s, self.threshold, self.sessions = capacity, window_s, threshold, sessions
-        self.filter, self.small_ratio = mode == "filter", small_ratio
+        self.filter, self.small_ratio, self.switch_walk = mode == "filter", small_ratio, switch_walk
+        self.walk: int | None = None  # the switch walk's point: the block of M it examines next
+        self.walk_left = 0  # blocks it may still examine
         self.minis: list[Model] = []
         if mode == "adaptive":
             self.every = 2
@@ -95,6 +98,8 @@ class Model:
                 self.tally(self.open.pop(k)[1], True)
         if not full and not outputs:
             self.context_rare = False
+            if self.minis and self.walk_left:
+                self.walk_main()
             return
         root = keys[0] if full else outputs[0]
         self.stats.setdefault(root, [0.0, 0.0])
@@ -104,12 +109,46 @@ class Model:
         self.context_rare = self.rate(root) < self.threshold
         if self.minis:
             self.duel(keys[:full], outputs)
+            if self.walk_left:
+                self.walk_main()
+
+    def from_walk_point(self, n: int) -> list[int]:
+        """M's first ``n`` blocks from the switch walk's point towards M's newest (the point is
+        mostly near M's oldest: found in O(its depth))."""
+        out: list[int] = []
+        for k in self.main:
+            if out or k == self.walk:
+                out.append(k)
+                if len(out) == n:
+                    break
+        return out
+
+    def leave_main(self, k: int) -> None:
+        """Take ``k`` out of M; the switch walk's point, if at ``k``, passes to the next newer block."""
+        if k == self.walk:
+            self.walk = [*self.from_walk_point(2), None][1]
+        del self.main[k]
+
+    def walk_main(self) -> None:
+        """The switch walk's share of one request: up to ``switch_walk`` of M's blocks from the point
+        towards M's newest; an unhit one joins P's newest end."""
+        n = min(self.switch_walk, self.walk_left)
+        # only the walk changes M in this call, behind its point
+        order = self.from_walk_point(n + 1) if self.walk is not None else []
+        for k in order[:n]:
+            self.walk_left -= 1
+            if not self.hit[k]:
+                del self.main[k]
+                self.prob[k] = None
+        self.walk = order[n] if len(order) > n and self.walk_left else None
+        if self.walk is None:
+            self.walk_left = 0
 
     def demote(self, k: int) -> None:
         """A resident block to P's oldest end: of blocks demoted in prefix order, the deepest ends
         oldest, evicted first."""
         if k in self.prob or k in self.main:
-            (self.prob if k in self.prob else self.main).pop(k)
+            self.prob.pop(k) if k in self.prob else self.leave_main(k)
             self.prob[k] = None
             self.prob.move_to_end(k, last=False)
 
@@ -149,10 +188,9 @@ class Model:
         now = int(self.filter)
         if self.duel_hits[1 - now] - self.duel_hits[now] > 0.01 * self.blocks:
             self.filter, self.switches = not self.filter, self.switches + 1
-            if self.filter:  # M's blocks never hit since their insert join P, in M's order
-                for k in [k for k in self.main if not self.hit[k]]:
-                    del self.main[k]
-                    self.prob[k] = None
+            # to the filter mode: the switch walk starts at M's oldest; back to recency: it ends
+            self.walk = next(iter(self.main), None) if self.filter else None
+            self.walk_left = len(self.main) if self.filter else 0
 
     def prefix(self, keys: list[int]) -> int:
         hits = 0
@@ -164,7 +202,7 @@ class Model:
         if key in self.prob or key in self.main:
             if key in self.main and (self.filter or self.rare[key]):
                 self.count[key] = min(self.count[key] + 1, 3)
-            (self.prob if key in self.prob else self.main).pop(key)
+            self.prob.pop(key) if key in self.prob else self.leave_main(key)
             self.main[key] = None
             self.hit[key] = True
             return True
@@ -189,7 +227,8 @@ class Model:
             self.ghost[key] = None
             return key
         while True:
-            key, _ = self.main.popitem(last=False)
+            key = next(iter(self.main))
+            self.leave_main(key)
             if self.count[key]:
                 self.count[key] -= 1
                 self.main[key] = None
@@ -251,25 +290,29 @@ def _check_against_model(policy, model: Model, reqs) -> None:
     window=st.sampled_from([5.0, 30.0, 120.0]),
     mode=st.sampled_from(["adaptive", "recency", "filter"]),
     small_ratio=st.sampled_from([0.1, 0.5]),
+    switch_walk=st.sampled_from([1, 2, 65536]),
 )
-def test_chain_lru_follows_its_stated_semantics(reqs, capacity, window, mode, small_ratio):
-    policy = make_policy(
-        "chain-lru", capacity, window_s=window, threshold=0.4, mode=mode, small_ratio=small_ratio
-    )
-    model = Model(capacity, window, threshold=0.4, mode=mode, small_ratio=small_ratio)
+def test_chain_lru_follows_its_stated_semantics(reqs, capacity, window, mode, small_ratio, switch_walk):
+    params = dict(threshold=0.4, mode=mode, small_ratio=small_ratio, switch_walk=switch_walk)
+    policy = make_policy("chain-lru", capacity, window_s=window, **params)
+    model = Model(capacity, window, **params)
     _check_against_model(policy, model, reqs)
 
 
-def test_the_sampled_duel_follows_its_stated_semantics():
+@pytest.mark.parametrize(("switch_walk", "n"), [(65536, 3000), (300, 800)])
+def test_the_sampled_duel_follows_its_stated_semantics(switch_walk, n):
     """At 16,384 blocks the duel samples one block in 8 (miniatures of 2,048 blocks): the policy
-    switches modes when the model does, and holds the model's blocks in its order."""
+    switches modes when the model does, and holds the model's blocks in its order. With a switch
+    walk of 300 blocks a request, the switch to the filter mode (at request 537, M full) is walked
+    over about 55 requests."""
     rng = random.Random(5)
     reqs = [
         (rng.randrange(40), rng.random() < 0.6, rng.randrange(5, 80), rng.expovariate(1 / 4.0))
         for _ in range(3000)
-    ]
-    policy, model = make_policy("chain-lru", 16384, threshold=0.4), Model(16384, threshold=0.4)
-    assert policy.sample_every == model.every == 8
+    ][:n]
+    policy = make_policy("chain-lru", 16384, threshold=0.4, switch_walk=switch_walk)
+    model = Model(16384, threshold=0.4, switch_walk=switch_walk)
+    assert policy.sample_every == model.every == 8 and policy.switch_walk == switch_walk
     _check_against_model(policy, model, reqs)
     assert policy.mode_switches == model.switches > 0
 

@@ -165,22 +165,27 @@ class ChainLRU final : public Policy {
   static constexpr int64_t kMiniBlocks = 2048, kMinSampleEvery = 2, kMaxSampleEvery = 64;
   static constexpr double kHorizon = 8.0;  // the duel's counts halve every kHorizon * mini capacity blocks
   static constexpr double kMargin = 0.01;   // switch when the other mode's prefix hits lead by this share
+  // The switch walk's default budget: M's blocks examined a request (a bigger M is walked over
+  // several requests, so no one request waits on a pass over a million-block cache).
+  static constexpr int64_t kSwitchWalk = 65536;
 
   ChainLRU(int64_t capacity, double window_s, double threshold, double ghost_ratio, bool sessions = false,
-           Mode mode = Mode::kAdaptive, double small_ratio = 0.1)
+           Mode mode = Mode::kAdaptive, double small_ratio = 0.1, int64_t switch_walk = kSwitchWalk)
       : Policy(capacity),
         window_s_(window_s),
         threshold_(threshold),
         ghost_ratio_(ghost_ratio),
         small_ratio_(small_ratio),
+        switch_walk_(switch_walk),
         sessions_(sessions),
         stats_(window_s),
         adaptive_(mode == Mode::kAdaptive),
         filter_(mode == Mode::kFilter) {
     if (!(window_s > 0) || !(threshold >= 0 && threshold <= 1) || !(ghost_ratio >= 0) ||
-        !(small_ratio >= 0 && small_ratio <= 1))
+        !(small_ratio >= 0 && small_ratio <= 1) || switch_walk < 1)
       throw std::invalid_argument(
-          "chain-lru: need window_s > 0, 0 <= threshold <= 1, ghost_ratio >= 0, 0 <= small_ratio <= 1");
+          "chain-lru: need window_s > 0, 0 <= threshold <= 1, ghost_ratio >= 0, 0 <= small_ratio <= 1, "
+          "switch_walk >= 1");
     ghost_capacity_ = static_cast<int64_t>(static_cast<double>(capacity) * ghost_ratio);
     if (adaptive_) {
       sample_every_ = kMinSampleEvery;
@@ -253,7 +258,10 @@ class ChainLRU final : public Policy {
     has_session_ = false;
     int32_t root = stats_.observe(keys, full, outputs, n_out, now_s);
     rarely_extended_ = root >= 0 && stats_.extension_rate(root) < threshold_;
-    if (adaptive_) duel(keys, full, outputs, n_out);
+    if (adaptive_) {
+      duel(keys, full, outputs, n_out);
+      if (walk_left_ > 0) walk_main();
+    }
   }
   bool learns_from_requests() const override { return true; }
   void in_session(Key session) override {
@@ -421,6 +429,7 @@ class ChainLRU final : public Policy {
       filter_ = false;
       duel_blocks_ = duel_hits_[0] = duel_hits_[1] = 0.0;
       switches_ = requests_heard_ = requests_filtered_ = 0;
+      walk_left_ = 0;
     }
   }
   // evict()'s order if nothing else happened: its rules run on a dry run of P and M (M's second
@@ -457,6 +466,7 @@ class ChainLRU final : public Policy {
   WAKMAN_DRIVEN(ChainLRU)
 
   double window_s_, threshold_, ghost_ratio_, small_ratio_;
+  int64_t switch_walk_;  // M's blocks the switch walk examines a request
   bool sessions_;
   int64_t ghost_capacity_ = 0;
 
@@ -495,22 +505,35 @@ class ChainLRU final : public Policy {
     if (duel_hits_[1 - now] - duel_hits_[now] > kMargin * duel_blocks_) {
       filter_ = !filter_;
       ++switches_;
-      if (filter_) unhit_to_probation();
+      if (filter_) {  // the switch walk starts at M's oldest block (walk_main)
+        main_.start_walk();
+        walk_left_ = main_.size();
+      } else {  // a walk still under way ends
+        main_.end_walk();
+        walk_left_ = 0;
+      }
     }
   }
-  // At a switch to the filter mode: M's unpinned blocks that were never hit since their insert go
-  // to P's newest end, M's oldest first (so P evicts them in M's order, after P's own blocks), as
-  // if they had been inserted in the filter mode; recency mode had put them in M. O(M) a switch.
-  void unhit_to_probation() {
-    for (int32_t i = main_.tail(); i >= 0;) {
+  // The switch walk, from the switch to the filter mode on, switch_walk_ blocks a request: M's
+  // unpinned blocks that were never hit since their insert go to P's newest end, M's oldest first (so
+  // P evicts them in M's order, after P's own blocks), as if they had been inserted in the filter
+  // mode; recency mode had put them in M. Its point is main_'s walk point (a block that leaves M
+  // while the walk points at it passes the point to the next newer block); it ends past M's newest
+  // block, after as many blocks as M held at the switch, or at a switch back to recency.
+  void walk_main() {
+    for (int64_t budget = switch_walk_; budget > 0 && walk_left_ > 0 && main_.walk_point() >= 0; --budget) {
+      --walk_left_;
+      const int32_t i = main_.step_walk(s_.nodes);
       Node& n = s_.nodes[i];
-      const int32_t newer = n.newer;
       if (!(n.freq & kHit)) {
         main_.unlink(s_.nodes, i);
         n.where = kProbation;
         probation_.push_head(s_.nodes, i);
       }
-      i = newer;
+    }
+    if (walk_left_ == 0 || main_.walk_point() < 0) {
+      walk_left_ = 0;
+      main_.end_walk();
     }
   }
 
@@ -603,6 +626,7 @@ class ChainLRU final : public Policy {
   std::vector<Key> sampled_;            // one request's sampled blocks (scratch)
   double duel_blocks_ = 0.0, duel_hits_[2] = {0.0, 0.0};
   int64_t switches_ = 0, requests_heard_ = 0, requests_filtered_ = 0;
+  size_t walk_left_ = 0;  // blocks the switch walk may still examine (0: no walk under way)
   bool has_session_ = false;      // in_session came before this on_request
   Key session_ = 0;
   // A followed session: its last request's keys (full prompt blocks, then outputs), its session key,

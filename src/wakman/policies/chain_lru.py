@@ -43,11 +43,19 @@ Semantics (C = capacity in blocks; times in seconds, from the request stream):
   P (a key from G still goes to M); a hit in M counts for every block, rare or not; evict takes P's
   oldest unpinned key only while P's blocks, its pinned ones included (as S3-FIFO counts its small
   queue), are at least ``small_ratio * C``, or M has no unpinned key; else M's oldest as above.
-  A switch to the recency mode moves no block. A switch to the filter mode moves M's unpinned
-  blocks that have not been hit since their insert to P's newest end, M's oldest first (P then
-  evicts its own blocks first, then those in M's order), as if the filter mode had inserted them:
-  the recency mode put every new block in M, and left there they would hold M while the filter mode
-  evicts every new block from P's ``small_ratio * C`` (one pass over M a switch).
+  A switch to the recency mode moves no block. A switch to the filter mode starts the *switch
+  walk*, which moves M's unpinned blocks that have not been hit since their insert to P's newest
+  end, M's oldest first (P then evicts its own blocks first, then those in M's order), as if the
+  filter mode had inserted them: the recency mode put every new block in M, and left there they
+  would hold M while the filter mode evicts every new block from P's ``small_ratio * C``. The walk
+  examines ``switch_walk`` of M's blocks at the end of the switching ``on_request`` and as many at
+  the end of each ``on_request`` after, from M's oldest block towards its newest, until it has
+  examined as many as M held at the switch or passed M's newest block; a block that leaves M while
+  the walk points at it (hit, pinned, evicted, removed, demoted) passes the point to the next newer
+  block of M; a switch back to the recency mode ends it. Where M holds at most ``switch_walk``
+  blocks (every cache of at most 65,536 blocks by default) the walk is one pass inside the
+  switching request; a larger M is walked over several requests, so that no request waits on a
+  pass over a million-block cache (in vLLM: inside ``add_request``).
 
 Modes (``mode=``): ``"recency"`` and ``"filter"`` run one mode; ``"adaptive"`` (the default) starts in
 recency and lets a duel choose. The duel runs in ``on_request``, after the statistics: it samples
@@ -111,7 +119,8 @@ each store; docs/vllm.md).
 
 Parameters: ``window_s=120`` (seconds an end waits to be extended), ``threshold=0.2``,
 ``ghost_ratio=1.0``, ``sessions=False``, ``mode="adaptive"``, ``small_ratio=0.1`` (P's share of C in
-the filter mode, S3-FIFO's small queue).
+the filter mode, S3-FIFO's small queue), ``switch_walk=65536`` (M's blocks the switch walk examines
+a request).
 
 Memory: per resident block one node (24 bytes) and its index entry (16 bytes, the table at most
 half full: 32-64 bytes), the same per ghost key (at most ``ghost_ratio * C``); per open end 24 bytes
