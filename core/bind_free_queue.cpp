@@ -254,6 +254,7 @@ struct PyFreeQueue {
       blocks.push_back(nb::borrow(b));
     });
     queue = FreeQueue(blocks.size(), null_block, &as_policy(policy));
+    queue.policy().reserve();  // a serving pool: no table grows while it serves
     each_block(free_blocks, [&](PyObject* b) { queue.start_free(block_id(b)); });
   }
 
@@ -612,6 +613,7 @@ void bind_free_queue(nb::module_& m) {
           "switch",
           [](PyFreeQueue& q, nb::object policy) {
             Policy& next = as_policy(policy);
+            next.reserve();
             handover(q.queue.policy(), next);
             q.queue.set_policy(&next);
             q.policy_obj = policy;

@@ -147,6 +147,9 @@ NB_MODULE(_core, m) {
           },
           "keys"_a, "Take over unpinned keys, oldest (first victim) first.")
       .def("reset", &Policy::reset, "Forget everything: resident keys, pins, ghosts, adaptive state.")
+      .def("reserve", &Policy::reserve,
+           "Allocate now the tables for every key the policy can hold at once (resident and ghosts), so "
+           "no later call waits on a table's growth; reset() keeps the room. Changes no decision.")
       .def(
           "on_request",
           [](Policy& p, nb::handle keys, size_t full, nb::handle outputs, double now_s) {

@@ -12,6 +12,7 @@
 // for_each's order is the table's (callers that hand keys on sort them first: policy.hpp's handover).
 #pragma once
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <vector>
@@ -129,6 +130,11 @@ class KeyMap {
 
   size_t size() const { return size_; }
   size_t bytes() const { return table_.size() * sizeof(Entry); }
+
+  // Room for `keys` keys: no insert grows the table until it holds more (a rehash now, if need be).
+  void reserve(size_t keys) {
+    if (keys * spread_for(keys) > table_.size()) rehash(std::max(keys, size_));
+  }
 
  private:
   struct Entry {

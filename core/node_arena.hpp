@@ -41,7 +41,10 @@ class NodeArena {
     nodes_.clear();
     free_.clear();
   }
-  void reserve(size_t n) { nodes_.reserve(n); }
+  void reserve(size_t n) {  // room for n nodes, and as many free slots
+    nodes_.reserve(n);
+    free_.reserve(n);
+  }
   // Starts loading node i into the CPU's cache (a hint; changes nothing).
   void prefetch(int32_t i) const {
 #if defined(__GNUC__) || defined(__clang__)
@@ -215,6 +218,11 @@ struct Store {
   void clear() {
     index.clear();
     nodes.clear();
+  }
+  // Room for `keys` keys (index entries and nodes) without growing; clear() keeps it.
+  void reserve(size_t keys) {
+    index.reserve(keys);
+    nodes.reserve(keys);
   }
   size_t bytes() const { return index.bytes() + nodes.bytes(); }
   void pinned_keys(std::vector<Key>& out) const {

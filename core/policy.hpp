@@ -95,6 +95,11 @@ class Policy {
   // A hint from a driver that `key` comes up soon (kPrefetchAhead keys ahead): start loading its
   // index entry. Changes nothing a call can observe.
   virtual void prefetch(Key /*key*/) const {}
+  // Allocates now the tables for every key the policy can hold at once (its capacity's resident
+  // keys and its ghosts), so that no later call stalls on a table's growth (a serving host calls it
+  // once: vLLM's free queue and offload tier; a simulation grows its tables as keys come). reset()
+  // keeps the room. Changes nothing a call can observe but memory_bytes.
+  virtual void reserve() {}
 
   virtual void miss(Key key) = 0;
   virtual Key evict() = 0;
@@ -183,7 +188,11 @@ inline void handover(const Policy& src, Policy& dst) {
   src.pinned_keys(pinned);
   std::sort(pinned.begin(), pinned.end());
   dst.reset();
-  for (Key k : order) dst.adopt(k);
+  constexpr size_t kAhead = 8;  // dst's index entries start loading this many keys ahead
+  for (size_t i = 0; i < order.size(); ++i) {
+    if (i + kAhead < order.size()) dst.prefetch(order[i + kAhead]);
+    dst.adopt(order[i]);
+  }
   for (Key k : pinned) dst.insert(k, true);
 }
 

@@ -539,3 +539,37 @@ def test_evict_key_keeps_each_policys_ghost(pinned):
             policy.pin(2)
         policy.evict_key(2)
         assert 2 not in policy and policy.eviction_order() == [0, 1, 3]
+
+
+# The policies whose memory_bytes is their key store alone (chain-lru's also holds its statistics).
+STORE_ONLY = ["lru", "fifo", "sieve", "s3fifo", "s3fifo-v0", "arc"]
+
+
+@pytest.mark.parametrize("name", [*STORE_ONLY, "chain-lru"])
+def test_reserve_changes_no_decision_and_no_table_grows_after_it(name):
+    """A policy reserved before a trace makes the same hits and holds the same order as one that
+    grows its tables as keys come; after reserve() its tables do not grow, through a trace that
+    fills the cache and its ghosts several times over, and a reset keeps the room."""
+    from wakman.drivers import replay_request
+
+    rng = random.Random(11)
+    capacity = 300
+    grown, reserved = make_policy(name, capacity), make_policy(name, capacity)
+    empty = grown.memory_bytes
+    reserved.reserve()
+    room = reserved.memory_bytes
+    assert room > empty  # the room is there before any key
+    for _ in range(2):  # and again after a reset
+        fresh = 0
+        for i in range(600):
+            hot = [1_000_000 + rng.randrange(40) * 10 + j for j in range(rng.randrange(1, 6))]
+            keys = hot + list(range(fresh, fresh + rng.randrange(1, 12)))
+            fresh += len(keys)
+            got = [replay_request(p, keys, len(keys) * 16, 16, (), float(i)) for p in (grown, reserved)]
+            assert got[0] == got[1]
+        assert grown.eviction_order() == reserved.eviction_order()
+        if name in STORE_ONLY:
+            assert reserved.memory_bytes == room, "a table grew after reserve()"
+            assert grown.memory_bytes > 50 * empty  # without reserve() the trace grew the tables
+        reserved.reset()
+        grown.reset()

@@ -14,6 +14,7 @@ class ARC final : public Policy {
 
   explicit ARC(int64_t capacity) : Policy(capacity) {}
   const char* name() const override { return "arc"; }
+  void reserve() override { s_.reserve(2 * static_cast<size_t>(capacity_)); }  // T1, T2, B1, B2 <= 2c
 
   size_t size() const override { return t1_.size() + t2_.size() + t1_pinned_ + t2_pinned_; }
   size_t num_pinned() const override { return t1_pinned_ + t2_pinned_; }

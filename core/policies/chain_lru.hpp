@@ -198,6 +198,11 @@ class ChainLRU final : public Policy {
     }
   }
   const char* name() const override { return "chain-lru"; }
+  void reserve() override {
+    s_.reserve(static_cast<size_t>(capacity_ + ghost_capacity_));
+    if (adaptive_)
+      for (auto& mini : minis_) mini->reserve();
+  }
 
   size_t size() const override { return probation_.size() + main_.size() + pinned_; }
   size_t num_pinned() const override { return pinned_; }

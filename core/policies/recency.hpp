@@ -20,6 +20,9 @@ class Recency final : public StoredPolicy {
     }
   }
   const char* name() const override { return kMoveOnHit ? "lru" : kEvicts ? "fifo" : "infinite"; }
+  void reserve() override {
+    if (kEvicts) s_.reserve(static_cast<size_t>(capacity_));  // the ceiling has no bound to reserve
+  }
 
   void hit_node(int32_t i) {
     if (kMoveOnHit && !s_.nodes[i].pinned) order_.move_to_head(s_.nodes, i);

@@ -29,6 +29,7 @@ class S3FIFO final : public Policy {
     ghost_capacity_ = static_cast<int64_t>(static_cast<double>(capacity) * ghost_ratio);
   }
   const char* name() const override { return warmup_to_main_ ? "s3fifo" : "s3fifo-v0"; }
+  void reserve() override { s_.reserve(static_cast<size_t>(capacity_ + ghost_capacity_)); }
 
   size_t size() const override { return small_.size() + main_.size() + small_pinned_ + main_pinned_; }
   size_t num_pinned() const override { return small_pinned_ + main_pinned_; }

@@ -10,6 +10,7 @@ class Sieve final : public StoredPolicy {
  public:
   explicit Sieve(int64_t capacity) : StoredPolicy(capacity) {}
   const char* name() const override { return "sieve"; }
+  void reserve() override { s_.reserve(static_cast<size_t>(capacity_)); }
 
   void hit_node(int32_t i) { s_.nodes[i].freq = 1; }
 

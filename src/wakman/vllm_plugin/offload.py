@@ -216,6 +216,7 @@ class WakmanCachePolicy(CachePolicy):
             self.policy: EvictionPolicy = self.manager.initial_policy()
         else:
             self.policy = make_policy(self.policy_name, capacity)
+        self.policy.reserve()  # no table grows while the tier serves
         self._hit_moves = self.policy.name in _HIT_MOVES
 
     @property
@@ -634,7 +635,9 @@ class WakmanCachePolicy(CachePolicy):
         replay = manager.replay_hook or manager.replay
         switch_to = manager.close_decision(pending, *timed_replay(replay, pending))
         if switch_to is not None:
-            self.policy = handover(self.policy, manager.make_policy(switch_to, self.policy.capacity))
+            new = manager.make_policy(switch_to, self.policy.capacity)
+            new.reserve()
+            self.policy = handover(self.policy, new)
             self._hit_moves = self.policy.name in _HIT_MOVES
             self._stamps.clear()
             for k in self.policy.eviction_order():  # O(chunks), once per switch
