@@ -19,6 +19,7 @@ import vllm  # noqa: E402
 from vllm.v1.kv_offload.base import LookupResult, ReqContext, make_offload_key  # noqa: E402
 from vllm.v1.kv_offload.cpu.manager import CPUOffloadingManager  # noqa: E402
 
+from wakman.policies import make_policy  # noqa: E402
 from wakman.vllm_plugin import offload  # noqa: E402
 from wakman.vllm_plugin.free_queue import policy_key  # noqa: E402
 from wakman.vllm_plugin.offload_driver import (  # noqa: E402
@@ -373,6 +374,17 @@ def state(m: CPUOffloadingManager) -> tuple:
         sorted(core.pinned_keys()),
         core.num_evictable,
     )
+
+
+@pytest.mark.parametrize("policy", [*STATIC, "wakman-plus"])
+def test_the_tier_reserves_its_policys_tables(policy):
+    """The core policy behind the tier has the tables for every chunk and ghost it can hold from
+    the start (``reserve()``): no index grows while the tier serves."""
+    core = manager(policy, 400)._policy.policy
+    room = make_policy(core.name, 400)
+    empty = room.memory_bytes
+    room.reserve()
+    assert core.memory_bytes >= room.memory_bytes > empty
 
 
 @pytest.mark.parametrize("policy", STATIC)

@@ -167,6 +167,20 @@ def test_switch_keeps_every_block():
         assert {b.block_id for b in pool.free_block_queue.get_all_free_blocks()} == before
 
 
+@pytest.mark.parametrize("name", ["lru", "s3fifo", "arc", "chain-lru"])
+def test_the_queue_reserves_each_policys_tables(name):
+    """The policy the queue takes at its install and at a switch has its tables for every key it can
+    hold already allocated (``reserve()``): no index grows while vLLM serves."""
+    capacity = 500
+    room = make_policy(name, capacity)
+    room.reserve()
+    pool = make_pool(capacity, name)
+    assert pool.free_block_queue.policy.memory_bytes >= room.memory_bytes
+    switched_to = make_policy(name, capacity)
+    pool.free_block_queue.switch(switched_to)
+    assert switched_to.memory_bytes >= room.memory_bytes > make_policy(name, capacity).memory_bytes
+
+
 def _loaded_pool(policy: str, capacity: int = 300):
     """A pool after traffic with shared prefixes: cached free blocks in the policy's order."""
     pool = make_pool(capacity, policy)
