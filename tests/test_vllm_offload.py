@@ -32,6 +32,7 @@ from wakman.vllm_plugin.offload_driver import (  # noqa: E402
     serve_requests,
 )
 from wakman.vllm_plugin.offload_driver import make_manager as manager  # noqa: E402
+from wakman.vllm_plugin.offload_lru import VllmLruOrder  # noqa: E402
 
 STATIC = ("lru", "fifo", "s3fifo", "sieve", "arc", "chain-lru")
 
@@ -65,15 +66,17 @@ def check(m: CPUOffloadingManager) -> None:
     core = pol.policy
     assert len(core) == len(pol.chunks) == len(pol.key_of)
     assert pol.get == pol.chunks.get  # the manager's lookups read the dict
-    assert pol.ranked or not (pol.held or pol.in_place or pol.ranks or pol.front)
-    assert pol.held <= pol.ranks.keys() and not (pol.in_place | pol.front.keys()) & pol.ranks.keys()
+    assert (pol.lru is not None) == (pol.policy_name == "lru")
+    lru = pol.lru or VllmLruOrder(core, pol.chunks, pol.key_of)  # outside lru: nothing ranked
+    assert lru.policy is core and lru.chunks is pol.chunks and lru.key_of is pol.key_of
+    assert lru.held <= lru.ranks.keys() and not (lru.in_place | lru.front.keys()) & lru.ranks.keys()
     unpinned = 0
     for k, key in pol.key_of.items():
         chunk = pol.chunks[key]
         assert k == policy_key(key) and k in core
-        assert (k in pol.held) == (k in pol.ranks and chunk.ref_cnt == 0)
-        assert k not in pol.in_place or chunk.ref_cnt > 0
-        in_order = k not in pol.front and (chunk.ref_cnt == 0 or k in pol.in_place) and k not in pol.ranks
+        assert (k in lru.held) == (k in lru.ranks and chunk.ref_cnt == 0)
+        assert k not in lru.in_place or chunk.ref_cnt > 0
+        in_order = k not in lru.front and (chunk.ref_cnt == 0 or k in lru.in_place) and k not in lru.ranks
         assert core.is_pinned(k) != in_order
         unpinned += in_order
     assert core.num_evictable == unpinned

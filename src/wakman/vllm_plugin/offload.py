@@ -65,24 +65,9 @@ What each vLLM call does to the core policy ``P`` (outside ``lru``):
 - ``remove``: ``P.remove(k)`` (O(1), no ghost); ``clear``: ``P.reset()`` (ghosts, adaptive state and,
   for the adaptive classes, the request log and shadows too).
 
-``lru`` is vLLM's ``lru.py``, decision for decision, on the core's LRU. vLLM ranks a chunk at its
-insert, at a request's access (0.33, 0.34: ``(request rank, -position)``, the request's rank given
-at its first access, so a request's chunks rank together, tail first) and at a request's finish
-(every key of the request, tail first: the head ends newest), and keeps the rank while the chunk is
-in use; it evicts the lowest rank. The core's LRU orders by release instead, so ``lru`` keeps
-vLLM's rank (``ranks``) for every chunk ranked above what the core holds: such a chunk stays pinned
-in the core (``held`` when it is evictable) and goes to the core's newest end, in rank order, once no
-later rank can fall below it (every request that started before has finished; no in-use chunk ranks
-below it). A chunk whose load begins keeps its place in the core's order (``in_place``) until vLLM
-would re-rank it. ``evict`` takes the ``front`` first (chunks an earlier eviction had to skip,
-which keep their place below the core's order), then the core's order (a chunk it must skip moves
-to the front), then the held chunks by rank. Request by request in the connector's order, the
-held chunks reach the core when the request's last store completes; with requests in flight
-together they wait in a heap (O(log n) per event) until the oldest request finishes. The decisions
-equal vLLM's in any order of the manager's calls in which a request offers nothing after its
-finish (the connector's order); ``tests/test_vllm_offload.py`` checks them call by call on 0.32,
-0.33 and 0.34: request by request (the last store completing after the finish, stores in batches,
-loads before stores), with transfers overlapping the next request, and on random interleavings.
+``lru`` is vLLM's ``lru.py``, decision for decision, on the core's LRU: ``offload_lru.py`` keeps
+vLLM's ranks for the chunks above the core's order (``VllmLruOrder``), and every event under ``lru``
+goes to it.
 
 ``WakmanAdaptive`` / ``WakmanPlus`` log, at each ``on_request_finished``, the request's keys (as the
 tier saw them: the chunks it loaded or offered, in prefix order) and the time; every
@@ -96,12 +81,9 @@ core's (a released chunk becomes newest), not vLLM's ranks.
 from __future__ import annotations
 
 import functools
-import heapq
 import logging
-import math
 import os
 import time
-from collections import OrderedDict
 from collections.abc import Callable, Iterable, Sequence
 
 from wakman.adaptive.config import ADAPTIVE_PRESETS
@@ -109,6 +91,7 @@ from wakman.adaptive.manager import AdaptiveManager, timed_replay
 from wakman.policies import EvictionPolicy, handover, make_policy
 from wakman.vllm_plugin.compat import check_offload_vllm_version, offload_import_failed
 from wakman.vllm_plugin.free_queue import policy_key
+from wakman.vllm_plugin.offload_lru import VllmLruOrder
 
 try:
     from vllm.v1.kv_offload.base import OffloadKey, ReqContext
@@ -127,23 +110,6 @@ _HIT_STORED = frozenset({"lru", "fifo"})
 # Policies whose hit moves an unpinned key to its segment's newest position.
 _HIT_MOVES = frozenset({"lru", "arc", "chain-lru"})
 
-Rank = tuple[float, float]  # vLLM's LRU rank: (request rank, -position) or (fresh rank, 0)
-_TOP: Rank = (math.inf, 0)
-
-
-class _RequestRank:
-    """A request's rank in one policy (vLLM's ``lru.py`` keeps the same on the request's context)."""
-
-    __slots__ = ("generation", "rank")
-
-    def __init__(self, generation: int, rank: int) -> None:
-        self.generation, self.rank = generation, rank
-
-
-class _RequestRanks(dict):
-    """Kept on a request's context: its rank in each wakman policy that ranked it (a context may
-    reach several tiers)."""
-
 
 @functools.cache
 def checked_vllm() -> str:
@@ -155,14 +121,9 @@ class WakmanCachePolicy(CachePolicy):
     """A vLLM offload ``CachePolicy`` whose eviction order is a wakman core policy.
 
     Invariants: a key is resident iff it is in ``chunks``, iff its core key is in ``key_of`` (and
-    in the core); ``evict`` returns only chunks
-    with ``ref_cnt == 0`` outside ``protected``, exactly ``n`` of them, or None with no change.
-    Outside ``lru`` the core pins exactly the chunks with ``ref_cnt != 0``. Under ``lru``
-    (``ranked``) vLLM's LRU order of the evictable chunks is: the ``front`` (chunks an eviction had
-    to skip, pinned in the core, oldest first), the core's order, then the ``held`` chunks
-    (``ref_cnt == 0``, pinned in the core) by their rank in ``ranks``. ``ranks`` also holds the
-    busy chunks (in use, pinned in the core, ranked); an in-use chunk without a rank is
-    ``in_place``: in the core's order or the front, unpinned in the core if in its order."""
+    in the core); ``evict`` returns only chunks with ``ref_cnt == 0`` outside ``protected``, exactly
+    ``n`` of them, or None with no change. Outside ``lru`` the core pins exactly the chunks with
+    ``ref_cnt != 0``; under ``lru`` the order is ``lru``'s (``VllmLruOrder``: vLLM's ranks)."""
 
     policy_name: str = "lru"
 
@@ -175,8 +136,6 @@ class WakmanCachePolicy(CachePolicy):
                 f"wakman offload policy {self.policy_name!r}: choose one of {', '.join(STATIC + ADAPTIVE)}"
             )
         self.clock: Callable[[], float] = time.monotonic  # seconds; tests replace it
-        # lru keeps vLLM's LRU ranks for the chunks above the core's order (module docstring)
-        self.ranked = self.policy_name == "lru"
         self.chunks: dict[OffloadKey, ChunkStatus] = {}
         self.key_of: dict[int, OffloadKey] = {}  # core key -> its resident OffloadKey
         self.get = self.chunks.get  # vLLM's lookups read the dict directly (no Python frame)
@@ -190,16 +149,6 @@ class WakmanCachePolicy(CachePolicy):
         # when each key in the core's order last took its segment's newest position
         self._stamps: dict[int, int] = {}
         self._tick = 0
-        # ranked (lru) state
-        self.ranks: dict[int, Rank] = {}  # held and busy chunks -> vLLM's LRU rank
-        self.held: set[int] = set()
-        self.in_place: set[int] = set()
-        self.front: OrderedDict[int, None] = OrderedDict()  # below the core's order, oldest first
-        self._held_heap: list[tuple[Rank, OffloadKey, int]] = []  # lazy: stale entries skipped
-        self._busy_heap: list[tuple[Rank, OffloadKey, int]] = []
-        self._open: OrderedDict[_RequestRank, None] = OrderedDict()  # ranked, unfinished requests
-        self._next_rank = 0
-        self._generation = 0
         self._start()
         log.info(
             "wakman: %s chooses what vLLM's CPU offload tier keeps (%d chunks, %s)",
@@ -218,6 +167,8 @@ class WakmanCachePolicy(CachePolicy):
             self.policy = make_policy(self.policy_name, capacity)
         self.policy.reserve()  # no table grows while the tier serves
         self._hit_moves = self.policy.name in _HIT_MOVES
+        # lru: vLLM's ranks for the chunks above the core's order (offload_lru.py)
+        self.lru = VllmLruOrder(self.policy, self.chunks, self.key_of) if self.policy_name == "lru" else None
 
     @property
     def live_policy(self) -> str:
@@ -235,7 +186,7 @@ class WakmanCachePolicy(CachePolicy):
 
     # ------------------------------------------------------------------ the core's order
     def _stamp(self, k: int) -> None:
-        if self.ranked:  # lru orders by ranks, not stamps
+        if self.lru is not None:  # lru orders by ranks, not stamps
             return
         self._tick += 1
         self._stamps[k] = self._tick
@@ -248,94 +199,6 @@ class WakmanCachePolicy(CachePolicy):
         self.policy.hit(k)
         if self._hit_moves:
             self._stamp(k)
-
-    # ------------------------------------------------------------------ vLLM's LRU ranks (lru)
-    def _request_rank(self, req_context: ReqContext) -> int:
-        """The request's rank, given at its first access or insert (vLLM's ``_get_request_rank``)."""
-        ranks = req_context.get_state(_RequestRanks)
-        if ranks is None:
-            ranks = _RequestRanks()
-            req_context.set_state(ranks)
-        state = ranks.get(self)
-        if state is None or state.generation != self._generation:
-            self._next_rank += 1
-            state = ranks[self] = _RequestRank(self._generation, self._next_rank)
-            self._open[state] = None
-        return state.rank
-
-    def _push(self, heap: list, rank: Rank, key: OffloadKey, k: int, live: int) -> None:
-        heapq.heappush(heap, (rank, key, k))
-        if len(heap) > 2 * live + 64:  # drop the stale entries
-            keep = self.held if heap is self._held_heap else self.ranks.keys() - self.held
-            heap[:] = [(self.ranks[k], self.key_of[k], k) for k in keep]
-            heapq.heapify(heap)
-
-    def _set_rank(self, k: int, key: OffloadKey, rank: Rank) -> None:
-        """Give a resident chunk vLLM's LRU rank ``rank``: a chunk in the core's order (or the
-        front) leaves it, pinned in the core, held or busy."""
-        ranked = k in self.ranks
-        self.ranks[k] = rank
-        if k in self.held:
-            self._push(self._held_heap, rank, key, k, len(self.held))
-            return
-        if not ranked:
-            if k in self.front:
-                del self.front[k]
-            else:
-                self.policy.pin(k)
-            self.in_place.discard(k)
-            if self.chunks[key].ref_cnt == 0:
-                self.held.add(k)
-                self._push(self._held_heap, rank, key, k, len(self.held))
-                return
-        self._push(self._busy_heap, rank, key, k, len(self.ranks) - len(self.held))
-
-    def _rank_fresh(self, keys: Iterable[OffloadKey]) -> None:
-        """New ranks in this order, each above every other (vLLM's ``_update_recency``)."""
-        direct = not self.held and self._bound() == _TOP  # ranks go straight to the core's end
-        for key in keys:
-            k = self._resident(key)
-            if k is None:
-                continue
-            self._next_rank += 1
-            if direct:
-                if k not in self.ranks and k not in self.in_place and k not in self.front:
-                    self._hit(k)
-                    continue
-                direct = False  # held or busy from here: the next ones lie above it
-            self._set_rank(k, key, (self._next_rank, 0))
-        self._flush()
-
-    def _bound(self) -> Rank:
-        """No rank below this one can be given later: unfinished requests' ranks, in-use chunks'."""
-        bound = _TOP
-        while self._open:
-            state = next(iter(self._open))
-            if state.generation == self._generation:
-                bound = (state.rank, -math.inf)
-                break
-            del self._open[state]
-        heap = self._busy_heap
-        while heap:
-            rank, _, k = heap[0]
-            if self.ranks.get(k) == rank and k not in self.held:
-                return min(bound, rank)
-            heapq.heappop(heap)
-        return bound
-
-    def _flush(self) -> None:
-        """Move the held chunks ranked below every later rank to the core's newest end, in rank
-        order: from there the core's order is vLLM's LRU order."""
-        heap = self._held_heap
-        if not heap:
-            return
-        bound = self._bound()
-        while heap and heap[0][0] < bound:
-            rank, _, k = heapq.heappop(heap)
-            if k in self.held and self.ranks[k] == rank:
-                self.held.discard(k)
-                del self.ranks[k]
-                self._unpin(k)
 
     # ------------------------------------------------------------------ chunk life
     def insert(self, key: OffloadKey, chunk: ChunkStatus, req_context: ReqContext | None = None) -> None:
@@ -352,25 +215,12 @@ class WakmanCachePolicy(CachePolicy):
             self.policy.inserting_for(filed[1])
         self.chunks[key] = chunk
         self.key_of[k] = key
-        if not self.ranked:
-            self.policy.insert(k, chunk.ref_cnt != 0)
-            if chunk.ref_cnt == 0:
-                self._stamp(k)
+        if self.lru is not None:
+            self.lru.inserted(k, key, chunk, req_context)
             return
-        position = None if req_context is None else req_context.get_offload_key_position(key)
-        if position is None:
-            self._next_rank += 1
-            rank: Rank = (self._next_rank, 0)
-        else:
-            rank = (self._request_rank(req_context), -position)
-        self.policy.insert(k, True)
-        self.ranks[k] = rank
-        if chunk.ref_cnt != 0:
-            self._push(self._busy_heap, rank, key, k, len(self.ranks) - len(self.held))
-        else:
-            self.held.add(k)
-            self._push(self._held_heap, rank, key, k, len(self.held))
-            self._flush()
+        self.policy.insert(k, chunk.ref_cnt != 0)
+        if chunk.ref_cnt == 0:
+            self._stamp(k)
 
     def remove(self, key: OffloadKey) -> None:
         if self.chunks.pop(key, None) is not None:
@@ -381,31 +231,22 @@ class WakmanCachePolicy(CachePolicy):
 
     def _forget(self, k: int) -> None:
         self._stamps.pop(k, None)
-        if self.ranks.pop(k, None) is not None:
-            self.held.discard(k)
-        self.in_place.discard(k)
-        self.front.pop(k, None)
+        if self.lru is not None:
+            self.lru.forget(k)
 
     def mark_evictable(self, key: OffloadKey) -> None:
         k = policy_key(key)
-        if k in self.in_place:  # its load ended: vLLM's LRU kept its rank, it kept its place
-            self.in_place.discard(k)  # (in the core's order or the front)
-        elif k in self.ranks:  # ranked above the core: held until the ranks below are settled
-            self.held.add(k)
-            self._push(self._held_heap, self.ranks[k], key, k, len(self.held))
-            self._flush()
+        if self.lru is not None:
+            self.lru.evictable(k, key)
         else:
             self._unpin(k)
 
     def mark_non_evictable(self, key: OffloadKey) -> None:
         k = policy_key(key)
-        if not self.ranked:
+        if self.lru is not None:
+            self.lru.non_evictable(k, key)
+        else:
             self.policy.pin(k)
-        elif k in self.held:  # it keeps its rank while in use
-            self.held.discard(k)
-            self._push(self._busy_heap, self.ranks[k], key, k, len(self.ranks) - len(self.held))
-        else:  # it keeps its place (in the core's order or the front) while in use
-            self.in_place.add(k)
 
     def clear(self) -> None:
         self.chunks.clear()
@@ -414,19 +255,12 @@ class WakmanCachePolicy(CachePolicy):
         self._miss_roots.clear()
         self._misses.clear()
         self._stamps.clear()
-        self.ranks.clear()
-        self.held.clear()
-        self.in_place.clear()
-        self.front.clear()
-        self._held_heap.clear()
-        self._busy_heap.clear()
-        self._open.clear()
-        self._next_rank = 0
-        self._generation += 1
         self.policy.reset()
         if self.manager is not None:
             self._t0 = None
             self._start()
+        elif self.lru is not None:
+            self.lru.clear()
 
     # ------------------------------------------------------------------ accesses
     def _root(self, keys: list[OffloadKey], req_context: ReqContext) -> int | None:
@@ -454,8 +288,8 @@ class WakmanCachePolicy(CachePolicy):
     def touch(self, keys: Iterable[OffloadKey], req_context: ReqContext) -> None:
         keys = list(keys)
         self._root(keys, req_context)
-        if self.ranked:
-            self._rank_fresh(reversed(keys))
+        if self.lru is not None:
+            self.lru.rank_fresh(reversed(keys))
             return
         for key in reversed(keys):
             k = self._resident(key)
@@ -465,20 +299,8 @@ class WakmanCachePolicy(CachePolicy):
     def on_request_access(self, keys: Iterable[OffloadKey], req_context: ReqContext) -> None:
         keys = list(keys)
         self._root(keys, req_context)
-        if not self.ranked:
-            return
-        # vLLM's LRU: the request's chunks rank together, (request rank, -position): tail first
-        request_rank = self._request_rank(req_context)
-        for key in keys:
-            position = req_context.get_offload_key_position(key)
-            k = None if position is None else self._resident(key)
-            if k is None:
-                continue
-            rank = (request_rank, -position)
-            old = self.ranks.get(k)
-            if old is None or old < rank:
-                self._set_rank(k, key, rank)
-        self._flush()
+        if self.lru is not None:
+            self.lru.accessed(keys, req_context)
 
     def on_request_finished(
         self,
@@ -492,11 +314,8 @@ class WakmanCachePolicy(CachePolicy):
         for k in self._misses.pop(req_context.req_id, ()):
             if (filed := self._miss_roots.get(k)) is not None and filed[0] == req_context.req_id:
                 del self._miss_roots[k]
-        if self.ranked:  # every key of the request re-ranked, tail first: the head ends newest
-            ranks = req_context.get_state(_RequestRanks)
-            if ranks is not None and (state := ranks.pop(self, None)) is not None:
-                self._open.pop(state, None)
-            self._rank_fresh(reversed(keys))
+        if self.lru is not None:  # every key of the request re-ranked, tail first: the head ends newest
+            self.lru.finished(keys, req_context)
         else:
             hit_stored = self.policy.name in _HIT_STORED
             for key in reversed(keys):
@@ -522,7 +341,7 @@ class WakmanCachePolicy(CachePolicy):
         O(n + |protected|), plus the in-use chunks lru leaves in place; never a pass over the tier."""
         if n <= 0:
             return []
-        victims = self._evict_ranked(n, protected) if self.ranked else self._evict_core(n, protected)
+        victims = self._evict_core(n, protected) if self.lru is None else self.lru.evict(n, protected)
         if victims is None:
             return None
         out = []
@@ -554,67 +373,6 @@ class WakmanCachePolicy(CachePolicy):
             aside.sort(key=lambda k: self._stamps.get(k, 0))
             for k in aside:
                 self._unpin(k)
-
-    def _evict_ranked(self, n: int, protected: set[OffloadKey]) -> list[int] | None:
-        """lru: vLLM's LRU order is the front, the core's order, then the held chunks by rank. A
-        chunk the core offers that must stay (protected, or in use in place) moves to the front,
-        where it keeps its rank (vLLM's LRU skips it and keeps its rank)."""
-        policy, chunks, key_of, held, front, in_place = (
-            self.policy,
-            self.chunks,
-            self.key_of,
-            self.held,
-            self.front,
-            self.in_place,
-        )
-        staying = 0  # chunks in the core's order the core must not give
-        in_held = 0
-        for key in protected:
-            k = self._resident(key)
-            if k is None or k in in_place:
-                continue
-            if k in held:
-                in_held += 1
-            elif k not in front and chunks[key].ref_cnt == 0:
-                staying += 1
-        staying += sum(1 for k in in_place if k not in front)
-        from_front = [k for k in front if k not in in_place and key_of[k] not in protected]
-        from_core = policy.num_evictable - staying
-        if len(from_front) + from_core + len(held) - in_held < n:
-            return None
-        victims = from_front[:n]
-        for k in victims:
-            del front[k]
-            policy.remove(k)
-        while len(victims) < n and from_core:
-            for k in policy.evict_many(min(n - len(victims), from_core)):
-                if k in in_place or key_of[k] in protected:
-                    policy.insert(k, True)  # LRU: no ghost, no other state
-                    front[k] = None
-                else:
-                    victims.append(k)
-                    from_core -= 1
-        if len(victims) < n:
-            victims += self._evict_held(n - len(victims), protected)
-        return victims
-
-    def _evict_held(self, n: int, protected: set[OffloadKey]) -> list[int]:
-        """The ``n`` lowest-ranked held chunks outside ``protected`` (enough exist), as vLLM's LRU."""
-        heap, out, deferred = self._held_heap, [], []
-        while len(out) < n:
-            entry = heapq.heappop(heap)
-            rank, key, k = entry
-            if k not in self.held or self.ranks[k] != rank:
-                continue
-            if key in protected:
-                deferred.append(entry)
-                continue
-            self.held.discard(k)
-            self.policy.remove(k)
-            out.append(k)
-        for entry in deferred:
-            heapq.heappush(heap, entry)
-        return out
 
     # ------------------------------------------------------------------ the adaptive manager
     def _log_and_decide(self, keys: list[int]) -> None:

@@ -1,0 +1,323 @@
+"""vLLM's ``lru.py`` order for the offload tier's ``lru``, decision for decision, on the core's LRU.
+
+vLLM ranks a chunk at its insert, at a request's access (0.33, 0.34: ``(request rank,
+-position)``, the request's rank given at its first access, so a request's chunks rank together,
+tail first) and at a request's finish (every key of the request, tail first: the head ends newest),
+and keeps the rank while the chunk is in use; it evicts the lowest rank. The core's LRU orders by
+release instead, so ``VllmLruOrder`` keeps vLLM's rank (``ranks``) for every chunk ranked above
+what the core holds: such a chunk stays pinned in the core (``held`` when it is evictable) and goes
+to the core's newest end, in rank order, once no later rank can fall below it (every request that
+started before has finished; no in-use chunk ranks below it). A chunk whose load begins keeps its
+place in the core's order (``in_place``) until vLLM would re-rank it. ``evict`` takes the ``front``
+first (chunks an earlier eviction had to skip, which keep their place below the core's order),
+then the core's order (a chunk it must skip moves to the front), then the held chunks by rank.
+Request by request in the connector's order, the held chunks reach the core when the request's
+last store completes; with requests in flight together they wait in a heap (O(log n) per event)
+until the oldest request finishes. The decisions equal vLLM's in any order of the manager's calls
+in which a request offers nothing after its finish (the connector's order);
+``tests/test_vllm_offload.py`` checks them call by call on 0.32, 0.33 and 0.34.
+
+The tier's policy (``offload.WakmanCachePolicy``) owns the chunk maps and calls this class for
+every event under ``lru``; this class owns the rank state and pins and releases the core's keys.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from collections import OrderedDict
+from collections.abc import Iterable
+
+from wakman.policies import EvictionPolicy
+from wakman.vllm_plugin.free_queue import policy_key
+
+try:
+    from vllm.v1.kv_offload.base import OffloadKey, ReqContext
+    from vllm.v1.kv_offload.cpu.policies.base import ChunkStatus
+except ImportError as exc:  # a vLLM whose offload modules moved: the version check's message
+    from wakman.vllm_plugin.compat import offload_import_failed
+
+    raise offload_import_failed(exc) from exc
+
+Rank = tuple[float, float]  # vLLM's LRU rank: (request rank, -position) or (fresh rank, 0)
+_TOP: Rank = (math.inf, 0)
+
+
+class _RequestRank:
+    """A request's rank in one policy (vLLM's ``lru.py`` keeps the same on the request's context)."""
+
+    __slots__ = ("generation", "rank")
+
+    def __init__(self, generation: int, rank: int) -> None:
+        self.generation, self.rank = generation, rank
+
+
+class _RequestRanks(dict):
+    """Kept on a request's context: its rank in each wakman order that ranked it (a context may
+    reach several tiers)."""
+
+
+class VllmLruOrder:
+    """vLLM's LRU order of the tier's evictable chunks: the ``front`` (chunks an eviction had to
+    skip, pinned in the core, oldest first), the core's order, then the ``held`` chunks
+    (``ref_cnt == 0``, pinned in the core) by their rank in ``ranks``.
+
+    Invariants: ``held`` is a subset of ``ranks``; ``ranks`` also holds the busy chunks (in use,
+    pinned in the core, ranked); an in-use chunk without a rank is ``in_place``: in the core's
+    order or the front, unpinned in the core if in its order. ``chunks`` and ``key_of`` are the
+    tier's maps (read here, written by the tier only)."""
+
+    def __init__(
+        self,
+        policy: EvictionPolicy,
+        chunks: dict[OffloadKey, ChunkStatus],
+        key_of: dict[int, OffloadKey],
+    ) -> None:
+        self.policy = policy  # the core's LRU
+        self.chunks, self.key_of = chunks, key_of
+        self.ranks: dict[int, Rank] = {}  # held and busy chunks -> vLLM's LRU rank
+        self.held: set[int] = set()
+        self.in_place: set[int] = set()
+        self.front: OrderedDict[int, None] = OrderedDict()  # below the core's order, oldest first
+        self._held_heap: list[tuple[Rank, OffloadKey, int]] = []  # lazy: stale entries skipped
+        self._busy_heap: list[tuple[Rank, OffloadKey, int]] = []
+        self._open: OrderedDict[_RequestRank, None] = OrderedDict()  # ranked, unfinished requests
+        self._next_rank = 0
+        self._generation = 0
+
+    def clear(self) -> None:
+        """Forget every rank (the tier and its core were cleared); requests ranked before get new
+        ranks."""
+        self.ranks.clear()
+        self.held.clear()
+        self.in_place.clear()
+        self.front.clear()
+        self._held_heap.clear()
+        self._busy_heap.clear()
+        self._open.clear()
+        self._next_rank = 0
+        self._generation += 1
+
+    def _resident(self, key: OffloadKey) -> int | None:
+        return policy_key(key) if key in self.chunks else None
+
+    # ------------------------------------------------------------------ ranks
+    def request_rank(self, req_context: ReqContext) -> int:
+        """The request's rank, given at its first access or insert (vLLM's ``_get_request_rank``)."""
+        ranks = req_context.get_state(_RequestRanks)
+        if ranks is None:
+            ranks = _RequestRanks()
+            req_context.set_state(ranks)
+        state = ranks.get(self)
+        if state is None or state.generation != self._generation:
+            self._next_rank += 1
+            state = ranks[self] = _RequestRank(self._generation, self._next_rank)
+            self._open[state] = None
+        return state.rank
+
+    def _push(self, heap: list, rank: Rank, key: OffloadKey, k: int, live: int) -> None:
+        heapq.heappush(heap, (rank, key, k))
+        if len(heap) > 2 * live + 64:  # drop the stale entries
+            keep = self.held if heap is self._held_heap else self.ranks.keys() - self.held
+            heap[:] = [(self.ranks[k], self.key_of[k], k) for k in keep]
+            heapq.heapify(heap)
+
+    def _push_held(self, k: int, key: OffloadKey) -> None:
+        self.held.add(k)
+        self._push(self._held_heap, self.ranks[k], key, k, len(self.held))
+
+    def _push_busy(self, k: int, key: OffloadKey) -> None:
+        self._push(self._busy_heap, self.ranks[k], key, k, len(self.ranks) - len(self.held))
+
+    def _set_rank(self, k: int, key: OffloadKey, rank: Rank) -> None:
+        """Give a resident chunk vLLM's LRU rank ``rank``: a chunk in the core's order (or the
+        front) leaves it, pinned in the core, held or busy."""
+        ranked = k in self.ranks
+        self.ranks[k] = rank
+        if k in self.held:
+            self._push_held(k, key)
+            return
+        if not ranked:
+            if k in self.front:
+                del self.front[k]
+            else:
+                self.policy.pin(k)
+            self.in_place.discard(k)
+            if self.chunks[key].ref_cnt == 0:
+                self._push_held(k, key)
+                return
+        self._push_busy(k, key)
+
+    def rank_fresh(self, keys: Iterable[OffloadKey]) -> None:
+        """New ranks in this order, each above every other (vLLM's ``_update_recency``)."""
+        direct = not self.held and self._bound() == _TOP  # ranks go straight to the core's end
+        for key in keys:
+            k = self._resident(key)
+            if k is None:
+                continue
+            self._next_rank += 1
+            if direct:
+                if k not in self.ranks and k not in self.in_place and k not in self.front:
+                    self.policy.hit(k)
+                    continue
+                direct = False  # held or busy from here: the next ones lie above it
+            self._set_rank(k, key, (self._next_rank, 0))
+        self._flush()
+
+    def _bound(self) -> Rank:
+        """No rank below this one can be given later: unfinished requests' ranks, in-use chunks'."""
+        bound = _TOP
+        while self._open:
+            state = next(iter(self._open))
+            if state.generation == self._generation:
+                bound = (state.rank, -math.inf)
+                break
+            del self._open[state]
+        heap = self._busy_heap
+        while heap:
+            rank, _, k = heap[0]
+            if self.ranks.get(k) == rank and k not in self.held:
+                return min(bound, rank)
+            heapq.heappop(heap)
+        return bound
+
+    def _flush(self) -> None:
+        """Move the held chunks ranked below every later rank to the core's newest end, in rank
+        order: from there the core's order is vLLM's LRU order."""
+        heap = self._held_heap
+        if not heap:
+            return
+        bound = self._bound()
+        while heap and heap[0][0] < bound:
+            rank, _, k = heapq.heappop(heap)
+            if k in self.held and self.ranks[k] == rank:
+                self.held.discard(k)
+                del self.ranks[k]
+                self.policy.unpin(k)
+
+    # ------------------------------------------------------------------ the tier's events
+    def inserted(self, k: int, key: OffloadKey, chunk: ChunkStatus, req_context: ReqContext | None) -> None:
+        """A new chunk (already in the tier's maps): ranked at once, pinned in the core."""
+        position = None if req_context is None else req_context.get_offload_key_position(key)
+        if position is None:
+            self._next_rank += 1
+            rank: Rank = (self._next_rank, 0)
+        else:
+            rank = (self.request_rank(req_context), -position)
+        self.policy.insert(k, True)
+        self.ranks[k] = rank
+        if chunk.ref_cnt != 0:
+            self._push_busy(k, key)
+        else:
+            self._push_held(k, key)
+            self._flush()
+
+    def forget(self, k: int) -> None:
+        """The chunk left the tier (removed or evicted)."""
+        if self.ranks.pop(k, None) is not None:
+            self.held.discard(k)
+        self.in_place.discard(k)
+        self.front.pop(k, None)
+
+    def evictable(self, k: int, key: OffloadKey) -> None:
+        """``ref_cnt`` reached 0."""
+        if k in self.in_place:  # its load ended: vLLM's LRU kept its rank, it kept its place
+            self.in_place.discard(k)  # (in the core's order or the front)
+        elif k in self.ranks:  # ranked above the core: held until the ranks below are settled
+            self._push_held(k, key)
+            self._flush()
+        else:
+            self.policy.unpin(k)
+
+    def non_evictable(self, k: int, key: OffloadKey) -> None:
+        """``ref_cnt`` left 0."""
+        if k in self.held:  # it keeps its rank while in use
+            self.held.discard(k)
+            self._push_busy(k, key)
+        else:  # it keeps its place (in the core's order or the front) while in use
+            self.in_place.add(k)
+
+    def accessed(self, keys: Iterable[OffloadKey], req_context: ReqContext) -> None:
+        """vLLM's ``on_request_access``: the request's chunks rank together,
+        ``(request rank, -position)``: tail first."""
+        request_rank = self.request_rank(req_context)
+        for key in keys:
+            position = req_context.get_offload_key_position(key)
+            k = None if position is None else self._resident(key)
+            if k is None:
+                continue
+            rank = (request_rank, -position)
+            old = self.ranks.get(k)
+            if old is None or old < rank:
+                self._set_rank(k, key, rank)
+        self._flush()
+
+    def finished(self, keys: list[OffloadKey], req_context: ReqContext) -> None:
+        """Every key of the request re-ranked, tail first: the head ends newest."""
+        ranks = req_context.get_state(_RequestRanks)
+        if ranks is not None and (state := ranks.pop(self, None)) is not None:
+            self._open.pop(state, None)
+        self.rank_fresh(reversed(keys))
+
+    # ------------------------------------------------------------------ eviction
+    def evict(self, n: int, protected: set[OffloadKey]) -> list[int] | None:
+        """The first ``n`` chunks of vLLM's LRU order outside ``protected`` and not in use, or None
+        with no change where fewer exist. A chunk the core offers that must stay (protected, or in
+        use in place) moves to the front, where it keeps its rank (vLLM's LRU skips it and keeps
+        its rank)."""
+        policy, chunks, key_of, held, front, in_place = (
+            self.policy,
+            self.chunks,
+            self.key_of,
+            self.held,
+            self.front,
+            self.in_place,
+        )
+        staying = 0  # chunks in the core's order the core must not give
+        in_held = 0
+        for key in protected:
+            k = self._resident(key)
+            if k is None or k in in_place:
+                continue
+            if k in held:
+                in_held += 1
+            elif k not in front and chunks[key].ref_cnt == 0:
+                staying += 1
+        staying += sum(1 for k in in_place if k not in front)
+        from_front = [k for k in front if k not in in_place and key_of[k] not in protected]
+        from_core = policy.num_evictable - staying
+        if len(from_front) + from_core + len(held) - in_held < n:
+            return None
+        victims = from_front[:n]
+        for k in victims:
+            del front[k]
+            policy.remove(k)
+        while len(victims) < n and from_core:
+            for k in policy.evict_many(min(n - len(victims), from_core)):
+                if k in in_place or key_of[k] in protected:
+                    policy.insert(k, True)  # LRU: no ghost, no other state
+                    front[k] = None
+                else:
+                    victims.append(k)
+                    from_core -= 1
+        if len(victims) < n:
+            victims += self._evict_held(n - len(victims), protected)
+        return victims
+
+    def _evict_held(self, n: int, protected: set[OffloadKey]) -> list[int]:
+        """The ``n`` lowest-ranked held chunks outside ``protected`` (enough exist), as vLLM's LRU."""
+        heap, out, deferred = self._held_heap, [], []
+        while len(out) < n:
+            entry = heapq.heappop(heap)
+            rank, key, k = entry
+            if k not in self.held or self.ranks[k] != rank:
+                continue
+            if key in protected:
+                deferred.append(entry)
+                continue
+            self.held.discard(k)
+            self.policy.remove(k)
+            out.append(k)
+        for entry in deferred:
+            heapq.heappush(heap, entry)
+        return out
