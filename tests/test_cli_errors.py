@@ -313,6 +313,33 @@ def test_unwritable_output_is_refused_before_the_work(trace, tmp_path, monkeypat
     assert plain.read_text() == "x"
 
 
+@pytest.mark.parametrize("what", ["a-trace", "another-markdown", "a-foreign-results-json"])
+def test_reproduce_docs_replaces_only_an_earlier_report(trace, tmp_path, monkeypatch, what):
+    """--docs names the report (.md, new or an earlier report) and writes results.json beside it:
+    a trace, a markdown file of the user's, or a results.json of another tool is refused before the
+    work, and left as it was."""
+    monkeypatch.setattr("wakman.experiments.reproduce.run", work_started)
+    folder = tmp_path / "docs"
+    folder.mkdir()
+    if what == "a-trace":
+        target = folder / "mine.jsonl"
+        target.write_bytes(trace.read_bytes())
+        needle = "ending in .md"
+    elif what == "another-markdown":
+        target = folder / "notes.md"
+        target.write_text("# my notes\n")
+        needle = "not a `wakman reproduce` report"
+    else:
+        target = folder / "results.md"
+        (folder / "results.json").write_text('{"rows": []}')
+        needle = "not an earlier run's results.json"
+    before = {p.name: p.read_bytes() for p in folder.iterdir()}
+    result = invoke("reproduce", "--quick", "--out", tmp_path / "r", "--docs", target)
+    clean_error(result, "--docs", needle)
+    assert {p.name: p.read_bytes() for p in folder.iterdir()} == before
+    assert not (tmp_path / "r").exists()
+
+
 @pytest.mark.skipif(os.geteuid() == 0, reason="root writes in read-only folders")
 def test_read_only_folder_is_refused(trace, tmp_path):
     folder = tmp_path / "ro"

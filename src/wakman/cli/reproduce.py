@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import time
 from pathlib import Path
 
@@ -22,6 +23,43 @@ from wakman.cli.common import (
 )
 
 
+def check_docs(docs: Path | None) -> None:
+    """Before the work: ``--docs`` names a markdown file that is new or an earlier report, and the
+    ``results.json`` beside it is new or an earlier run's, so the run replaces nothing else (the
+    figures beside it, ``figure1.png`` ..., are replaced too: the help says so)."""
+    if docs is None:
+        return
+    from wakman.experiments.report import TITLE
+
+    if docs.suffix.lower() != ".md":
+        raise ValueError(f"--docs {docs}: the report is markdown: give a path ending in .md")
+    check_output(docs, "--docs")
+    if docs.is_file() and _first_line(docs) != TITLE:
+        raise ValueError(
+            f"--docs {docs}: exists and is not a `wakman reproduce` report (its first line is not "
+            f"{TITLE!r}); nothing was replaced: remove it or give another path"
+        )
+    beside = docs.parent / "results.json"
+    if beside.exists():
+        try:
+            earlier = json.loads(beside.read_bytes())
+        except (OSError, ValueError):
+            earlier = None
+        if not (isinstance(earlier, dict) and {"plan", "mixes", "summary"} <= earlier.keys()):
+            raise ValueError(
+                f"--docs {docs}: {beside} exists and is not an earlier run's results.json; nothing "
+                "was replaced: remove it or give a report path in another folder"
+            )
+
+
+def _first_line(path: Path) -> str:
+    try:
+        with open(path, encoding="utf-8", errors="replace") as f:
+            return f.readline().rstrip("\n")
+    except OSError:
+        return ""
+
+
 def reproduce(
     quick: bool = typer.Option(False, "--quick", help="Shorter traces and one capacity (about a minute)."),
     out: Path = typer.Option(Path("results"), "--out", help="Folder for results.json, tables and figures."),
@@ -35,7 +73,8 @@ def reproduce(
     docs: Path | None = typer.Option(
         None,
         "--docs",
-        help="Also write the markdown report here, with its figures and results.json beside it.",
+        help="Also write the markdown report here (a new .md file or an earlier report), with its "
+        "figures (figure1.png ...) and results.json beside it.",
     ),
     shared: Path | None = typer.Option(
         None,
@@ -63,7 +102,7 @@ def reproduce(
         if shared is not None and not (shared / "traces").is_dir():
             raise ValueError(f"--shared {shared}: no traces/ folder in it")
         check_output_dir(out, "--out")
-        check_output(docs, "--docs")
+        check_docs(docs)
     plan = Plan.quick(shared, seed=seed) if quick else Plan(shared=shared, seed=seed)
     # the command line the report quotes: the seed where it is not the default
     command = "wakman reproduce" + (" --quick" if quick else "") + (f" --seed {seed}" if seed else "")

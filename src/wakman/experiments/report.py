@@ -15,6 +15,7 @@ from wakman.experiments.workload_map import AXES
 from wakman.traces.io import atomic_path
 
 TYPES = ("single_turn", "multi_turn", "agentic")
+TITLE = "# Reproduction of the WAKMan results"  # the report's first line
 
 
 def table1_rows(payload: dict[str, Any]) -> list[dict[str, Any]]:
@@ -92,7 +93,7 @@ def render_markdown(
         ],
     )
     sections = [
-        "# Reproduction of the WAKMan results",
+        TITLE,
         _header(payload, command),
         "## How the capacity was chosen",
         _capacity_note(payload),
