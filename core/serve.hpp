@@ -66,9 +66,7 @@ class ServeLoop : LoopState {
         else on_finish(e.index);
       } else {
         advance(next_arrival);
-        hooks_.on_arrival(next_arrival, i);
-        announce(i, next_arrival, true);
-        waiting_.push_back(static_cast<uint32_t>(i));
+        arrive(static_cast<uint32_t>(i), next_arrival);
         ++i;
         try_admit();
         if (i == n) out_.backlog_at_last_arrival = static_cast<int64_t>(waiting_.size());
@@ -106,17 +104,25 @@ class ServeLoop : LoopState {
     events_.push(Event{t, ++seq_, kind, index, runs_[index].version});
   }
 
+  // A request the server accepts waits at the tail; one whose prompt and outputs exceed the pool
+  // (vLLM: max_model_len) is rejected at once, as the step loop does: it never waits, never counts
+  // in the backlog and never reaches the hooks or the policy's request hint.
+  void arrive(uint32_t index, double now) {
+    const ServeRequest& r = reqs_[index];
+    if (r.prompt_tokens + std::max<int64_t>(r.output_tokens, 1) > pool_.capacity() * r.block_size) {
+      ++out_.rejected;
+      request_done(index, now);  // done, if refused: its session's end can come
+      tell_due_ends(now);
+      return;
+    }
+    hooks_.on_arrival(now, index);
+    announce(index, now, true);
+    waiting_.push_back(index);
+  }
+
   void try_admit() {
     while (!waiting_.empty() && static_cast<int64_t>(running_.size()) < server_.max_running) {
       uint32_t index = waiting_.front();
-      const ServeRequest& r = reqs_[index];
-      if (r.prompt_tokens + std::max<int64_t>(r.output_tokens, 1) > pool_.capacity() * r.block_size) {
-        ++out_.rejected;  // vLLM's max_model_len (the cache's tokens) refuses it, as the step loop does
-        waiting_.pop_front();
-        request_done(index, out_.now);  // done, if refused: its session's end can come
-        tell_due_ends(out_.now);
-        continue;
-      }
       if (!admit(index)) return;
       waiting_.pop_front();
     }

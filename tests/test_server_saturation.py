@@ -139,6 +139,46 @@ def test_both_loops_refuse_what_max_model_len_refuses():
         assert (result.rejected, result.measured_requests) == (1, 1), server
 
 
+class _Arrivals:
+    """A controller that records the arrivals it hears and changes nothing."""
+
+    def __init__(self) -> None:
+        self.heard: list[float] = []
+
+    def on_arrival(self, now: float, request: Request) -> None:
+        self.heard.append(now)
+
+    def on_time(self, now: float, pool) -> None:
+        pass
+
+    def report(self) -> dict:
+        return {}
+
+
+def test_both_loops_reject_at_arrival():
+    """A request larger than the pool is refused on arrival by both loops: it never waits, so the
+    backlog at the last arrival counts only requests that can run, and the controller (the adaptive
+    manager's estimator) never hears of it. Ten oversized requests arrive behind one that holds the
+    only running slot for 100 s, then one that fits: one request waits at the last arrival."""
+    from wakman.simulation import VllmServer
+
+    big = [
+        Request(arrival_s=1.0 + i, block_keys=[100 + i], prompt_tokens=16, output_tokens=5000, block_size=16)
+        for i in range(10)
+    ]
+    first = Request(arrival_s=0.0, block_keys=[1], prompt_tokens=16, output_tokens=4000, block_size=16)
+    last = Request(arrival_s=20.0, block_keys=[2], prompt_tokens=16, output_tokens=1, block_size=16)
+    for server in (
+        ServerModel(decode_tokens_per_s=40.0, max_running=1),
+        VllmServer(max_num_seqs=1, step_s=0.025),
+    ):
+        heard = _Arrivals()
+        result = simulate([first, *big, last], "lru", 260, server=server, controller=heard)
+        assert (result.rejected, result.measured_requests) == (10, 2), server
+        assert result.saturation.backlog_at_last_arrival == 1, server
+        assert heard.heard == pytest.approx([0.0, 20.0], abs=0.05), server  # (the step loop: at its step)
+
+
 def test_the_interval_series_counts_first_admissions():
     """Preemptions re-admit requests: the intervals' prompt tokens still sum to the run's (each
     request once), and no interval hits more tokens than it was asked."""

@@ -9,7 +9,8 @@ when none is free, preempt the most recently admitted request, as vLLM does, and
 unlike vLLM, which keeps its sampled outputs, it restarts from its prompt, and preempted before its
 prefill ended it gives the lane back what is undone and gets its first token after its next
 admission's prefill) -> finish: release blocks deepest first. A request whose prompt + output
-tokens exceed the pool's is rejected (vLLM's max_model_len; the step loop's rule). Times come from
+tokens exceed the pool's is rejected at its arrival (vLLM's max_model_len; the step loop's rule): it
+never waits, and neither the controller nor the policy hears of it. Times come from
 the ``ServerModel``'s formulas. Hit figures count first admissions of requests arriving after the
 warm-up; re-admissions after preemption are counted apart (as vLLM's PrefixCacheStats does), and
 the per-interval series counts first admissions only. Each event integrates the free

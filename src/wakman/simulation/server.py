@@ -127,12 +127,20 @@ class Saturation:
         return self.prefill_utilization > 1.0 or self.queue_growth > QUEUE_GROWTH_LIMIT
 
     def describe(self) -> str:
-        """One line for a warning: the measures and which one broke the rule."""
+        """One line for a warning: the measures, and what to raise for the one that broke the rule
+        (a prefill lane busier than the traffic's span, or a queue that grows while it is not)."""
+        if self.prefill_utilization > 1.0:
+            remedy = "raise --prefill-tps, or lower the load"
+        else:  # the lane keeps up: requests wait for a running slot or for free cache blocks
+            remedy = (
+                "the prefill lane keeps up, so requests wait for running slots or free cache blocks: "
+                "raise --max-running / --max-num-seqs, --decode-tps or the cache's size, or lower the load"
+            )
         return (
             f"the modelled server is saturated: prefill utilization {self.prefill_utilization:.2f}, "
             f"time to first token growing {self.queue_growth:.3f} s per s of traffic, "
             f"{self.backlog_at_last_arrival:,} requests waiting at the last arrival; hit rates are "
-            "those of an overloaded queue (raise --prefill-tps / --max-running, or lower the load)"
+            f"those of an overloaded queue ({remedy})"
         )
 
 
