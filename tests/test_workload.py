@@ -297,6 +297,43 @@ def test_bad_overrides_are_refused():
         build_config(overrides={"agentic.turns.median": "-2"})
 
 
+@pytest.mark.parametrize(
+    "key, value",
+    [
+        ("single_turn.zipf_q", "-1"),  # rank 1's weight 1 / 0
+        ("single_turn.zipf_q", "-1.5"),  # rank 1's weight negative
+        ("single_turn.zipf_s", "nan"),
+        ("multi_turn.system_zipf_s", "-0.5"),
+        ("agentic.system_zipf_q", "inf"),
+        ("agentic.system_zipf_s", "1e6"),  # (1 + q) ** s overflows: every weight 0
+    ],
+)
+def test_a_catalog_law_without_finite_positive_weights_is_refused(key, value):
+    """Every rank's weight 1 / (k + q) ** s must be positive and finite (a NaN or infinite weight
+    would make numpy's draws meaningless, silently): the configuration names the keys."""
+    try:
+        cfg = build_config(overrides={key: value})
+    except ValueError as exc:
+        assert key.rsplit(".", 1)[0] in str(exc) and "zipf" in str(exc)
+        return
+    # accepted: then the law's weights must be usable, as the generator computes them
+    st, mt, ag = cfg.single_turn, cfg.multi_turn, cfg.agentic
+    for n, s_, q in (
+        (st.catalog_size, st.zipf_s, st.zipf_q),
+        (mt.system_catalog_size, mt.system_zipf_s, mt.system_zipf_q),
+        (ag.system_catalog_size, ag.system_zipf_s, ag.system_zipf_q),
+    ):
+        with np.errstate(divide="raise", invalid="raise"):
+            p = zipf_mandelbrot(n, s_, q)
+        assert np.all(np.isfinite(p)) and np.all(p >= 0) and p.sum() == pytest.approx(1.0)
+
+
+def test_a_vocabulary_past_int32_token_ids_is_refused():
+    with pytest.raises(ValueError, match="vocab_size"):
+        build_config(overrides={"vocab_size": str(2**31 + 1)})
+    assert build_config(overrides={"vocab_size": str(2**31)}).vocab_size == 2**31
+
+
 def test_every_preset_builds_a_valid_configuration():
     for name in PRESETS:
         build_config(preset=name)

@@ -6,6 +6,7 @@ user's copy), applies dotted ``key=value`` overrides, validates, and returns ``W
 
 from __future__ import annotations
 
+import math
 import tomllib
 from functools import cache
 from importlib.resources import files
@@ -22,6 +23,8 @@ PROFILES = ("single-turn", "multi-turn", "agentic")
 MIX_TOLERANCE = 1e-6  # how far the mix's fractions may sum from 1
 MAX_REQUESTS = 2**32 - 1  # rate times span: the simulator numbers requests with 32 bits
 MAX_CATALOG = 10**7  # catalog prompts of a profile (one probability each)
+MAX_VOCAB = 2**31  # token ids are int32
+SECTIONS = ("single_turn", "multi_turn", "agentic")
 
 
 class LogNormal(msgspec.Struct, forbid_unknown_fields=True):
@@ -110,8 +113,11 @@ class WorkloadConfig(msgspec.Struct, forbid_unknown_fields=True):
                 f"mix needs three fractions >= 0 summing to 1 (within {MIX_TOLERANCE:g}), "
                 f"got {self.mix} (sum {sum(self.mix):.6g})"
             )
-        if self.block_size < 1 or self.vocab_size < 2:
-            raise ValueError("block_size must be >= 1 and vocab_size >= 2")
+        if self.block_size < 1 or not 2 <= self.vocab_size <= MAX_VOCAB:
+            raise ValueError(
+                f"block_size must be >= 1 and vocab_size in [2, {MAX_VOCAB:,}] (int32 token ids); got "
+                f"{self.block_size}, {self.vocab_size}"
+            )
         if self.hash not in ("fast", "sha256"):
             raise ValueError(f"hash must be 'fast' or 'sha256', got {self.hash!r}")
         for name, size in (
@@ -121,17 +127,38 @@ class WorkloadConfig(msgspec.Struct, forbid_unknown_fields=True):
         ):
             if not 1 <= size <= MAX_CATALOG:
                 raise ValueError(f"{name} must be in [1, {MAX_CATALOG:,}], got {size}")
-        for section in (self.single_turn, self.multi_turn, self.agentic):
+        for prefix, (s, q) in (
+            ("single_turn.", (self.single_turn.zipf_s, self.single_turn.zipf_q)),
+            ("multi_turn.system_", (self.multi_turn.system_zipf_s, self.multi_turn.system_zipf_q)),
+            ("agentic.system_", (self.agentic.system_zipf_s, self.agentic.system_zipf_q)),
+        ):
+            _check_zipf(prefix, s, q)
+        for section_name in SECTIONS:
+            section = getattr(self, section_name)
             for name in section.__struct_fields__:
                 value = getattr(section, name)
                 if isinstance(value, LogNormal):
-                    value.check(f"{type(section).__name__}.{name}")
+                    value.check(f"{section_name}.{name}")
         if not 0 <= self.agentic.long_call_probability <= 1:
             raise ValueError("agentic.long_call_probability must lie in [0, 1]")
         return self
 
     def to_toml_dict(self) -> dict[str, Any]:
         return msgspec.to_builtins(self)
+
+
+def _check_zipf(prefix: str, s: float, q: float) -> None:
+    """A catalog's Zipf-Mandelbrot law, rank k's weight 1 / (k + q) ** s for k >= 1, needs every
+    weight positive and finite: s >= 0 and q > -1, both finite, and 1 / (1 + q) ** s finite."""
+    try:
+        top = 1.0 / (1.0 + q) ** s if q > -1 else math.inf
+    except (OverflowError, ZeroDivisionError):
+        top = math.inf
+    if not (math.isfinite(s) and s >= 0 and math.isfinite(q) and q > -1 and 0 < top < math.inf):
+        raise ValueError(
+            f"{prefix}zipf_s and {prefix}zipf_q: rank k's weight is 1 / (k + q) ** s, so s must be >= 0 "
+            f"and q > -1 (finite, with 1 / (1 + q) ** s positive and finite); got s = {s:g}, q = {q:g}"
+        )
 
 
 @cache
