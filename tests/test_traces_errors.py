@@ -77,7 +77,8 @@ HUGE_ROWS = {  # format -> (its first row, {field: an absurd value}), each error
         {"arrival_s": 1e300, "prompt_tokens": 2**63 - 1, "output_tokens": 2**40, "block_size": 2**40},
     ),
 }
-FIELDS = {"delay": "timestamp", "arrival_s": "timestamp", "prompt_tokens": "input_length"}
+# the field an error names, where it is not the row's own: an AIPerf turn's arrival is its timestamp
+FIELDS = {"delay": "timestamp"}
 
 
 @pytest.mark.parametrize(
@@ -91,16 +92,70 @@ def test_absurd_lengths_and_times_name_the_line(tmp_path, fmt, field):
     path.write_text(rows(*header, first, {**later, field: bad[field]}))
     with pytest.raises(TraceFormatError) as info:
         list(read_trace(path, fmt))
-    reported = FIELDS.get(field, field).replace("output_tokens", "output_length")
-    assert (info.value.line, info.value.field) == (len(header) + 2, reported)
+    assert (info.value.line, info.value.field) == (len(header) + 2, FIELDS.get(field, field))
 
 
 @pytest.mark.parametrize(
     ("request_", "field"),
-    [({"t": 1e300}, "timestamp"), ({"in": 2**63 - 1}, "input_length"), ({"out": 2**40}, "output_length")],
+    [({"t": 1e300}, "requests[1].t"), ({"in": 2**63 - 1}, "in"), ({"out": 2**40}, "out")],
 )
 def test_absurd_kvcache_tester_requests_name_the_file(tmp_path, request_, field):
+    """Each error names the format's own field (kv-cache-tester's ``t``, ``in``, ``out``)."""
     folder = _kvcache_conversation(tmp_path, **request_)
+    with pytest.raises(TraceFormatError) as info:
+        list(read_trace(folder, "kv-cache-tester"))
+    assert (info.value.path, info.value.field) == (str(folder / "c.json"), field)
+
+
+NATIVE_FIRST = {"arrival_s": 5, "block_keys": [1], "prompt_tokens": 100, "output_tokens": 5, "block_size": 64}
+
+
+@pytest.mark.parametrize(
+    ("bad", "field"),
+    [
+        ({"arrival_s": 3}, "arrival_s"),  # decreases
+        ({"arrival_s": -1}, "arrival_s"),
+        ({"prompt_tokens": 0, "block_keys": []}, "prompt_tokens"),
+        ({"output_tokens": -1}, "output_tokens"),
+        ({"block_keys": [1, 2, 3]}, "block_keys"),  # 3 blocks of 64 for 100 tokens
+        ({"block_size": 0}, "block_size"),
+    ],
+)
+def test_native_errors_name_the_native_fields(tmp_path, bad, field):
+    """A native row's error names its own field, not the Mooncake name of the same quantity."""
+    path = tmp_path / "t.jsonl"
+    path.write_text(rows({"format": "wakman-trace", "version": 1}, NATIVE_FIRST, {**NATIVE_FIRST, **bad}))
+    with pytest.raises(TraceFormatError) as info:
+        list(read_trace(path, "native"))
+    assert (info.value.line, info.value.field) == (3, field)
+
+
+@pytest.mark.parametrize(
+    ("requests", "field"),
+    [
+        ([{"t": 5}, {"t": 2}], "requests[1].t"),  # decreasing in its list
+        ([{"t": -1}], "requests[0].t"),
+        ([{"t": 0}, {"t": 1, "hash_ids": None}], "requests[1].hash_ids"),  # missing
+        (
+            [{"t": 0}, {"t": 1, "type": "subagent", "requests": [{"t": 4}, {"t": 3}]}],
+            "requests[1].requests[1].t",
+        ),
+    ],
+)
+def test_kvcache_tester_times_in_order_and_ids_present(tmp_path, requests, field):
+    """A conversation's list (and each sub-agent's) is in time order, from its start: a decreasing
+    or negative ``t`` is refused, not sorted; a request without ``hash_ids`` is refused, not read as
+    a prompt with no blocks. (None of the published archive's 49,397 entries breaks either.)"""
+    folder = tmp_path / "conversations"
+    folder.mkdir()
+    base = {"type": "n", "in": 100, "out": 5, "hash_ids": [1]}
+    items = []
+    for r in requests:
+        item = {**base, **r}
+        if item["type"] == "subagent":
+            item = {"t": item["t"], "type": "subagent", "requests": [{**base, **x} for x in item["requests"]]}
+        items.append({k: v for k, v in item.items() if v is not None})
+    (folder / "c.json").write_text(json.dumps({"id": "c", "block_size": 64, "requests": items}))
     with pytest.raises(TraceFormatError) as info:
         list(read_trace(folder, "kv-cache-tester"))
     assert (info.value.path, info.value.field) == (str(folder / "c.json"), field)

@@ -14,7 +14,7 @@ from typing import IO
 
 import msgspec
 
-from wakman.traces.model import KeyRangeError, Request, TraceFormatError, validate_request
+from wakman.traces.model import MOONCAKE_FIELDS, KeyRangeError, Request, TraceFormatError, validate_request
 
 GZIP_MAGIC = b"\x1f\x8b"
 
@@ -79,16 +79,18 @@ def read_rows(
     decoder: msgspec.json.Decoder,
     to_request: Callable[[object], Request],
     lines: Iterator[tuple[int, bytes]] | None = None,
+    fields: dict[str, str] = MOONCAKE_FIELDS,
 ) -> Iterator[Request]:
     """Decode, convert and check every row by the reader rules (file order is arrival order); a key
-    ``to_request`` cannot hold (``KeyRangeError``) is reported with the file and line."""
+    ``to_request`` cannot hold (``KeyRangeError``) is reported with the file and line; errors name
+    the fields as the format does (``fields``, ``validate_request``'s)."""
     previous = 0.0
     for number, row in decode_rows(path, decoder, lines):
         try:
             req = to_request(row)
         except KeyRangeError as exc:
             raise TraceFormatError(path, number, exc.field, exc.message) from None
-        validate_request(req, path, number, previous)
+        validate_request(req, path, number, previous, fields)
         previous = req.arrival_s
         yield req
 

@@ -5,7 +5,9 @@ the conversation's start), ``type`` (``n``, ``s``, or ``subagent`` holding neste
 ``t`` counts from the sub-agent's start; a sub-agent may itself start sub-agents, at any depth, as
 upstream's ``flatten_requests`` allows), ``in``/``out`` tokens and ``hash_ids`` of full 64-token
 blocks. Every request other than a sub-agent entry needs ``in`` >= 1 (upstream never writes less; a
-missing or non-positive ``in`` is refused, naming the file and e.g. ``requests[3].in``). Input: one
+missing or non-positive ``in`` is refused, naming the file and e.g. ``requests[3].in``) and its
+``hash_ids`` (``[]`` for a prompt under one block); each list's ``t`` is non-negative and
+non-decreasing (a decreasing one is refused, naming e.g. ``requests[1].requests[2].t``, not sorted). Input: one
 conversation (``.json`` or ``.json.gz``), a folder holding them (searched recursively), or a tar
 archive of them (``.tar``, ``.tar.gz``/``.tgz``, ``.tar.xz``/``.txz``, ``.tar.bz2``/``.tbz2``: the
 names ``ARCHIVE_SUFFIXES`` lists, which format detection uses too), read directly. Gzip is recognised
@@ -56,13 +58,21 @@ CONVERSATION_SUFFIXES = (".json", ".json.gz")
 
 DEFAULT_RATE = 1 / 60.0  # conversations per second: one new Claude Code session a minute
 DEFAULT_SEED = 0
-_NO_IDS = msgspec.Raw(b"[]")
+_MISSING = msgspec.Raw(b"")  # a request without hash_ids (JSON never decodes to an empty Raw)
+# the format's names for a request's fields (errors from validate_request)
+_FIELDS = {
+    "arrival_s": "t",
+    "block_keys": "hash_ids",
+    "prompt_tokens": "in",
+    "output_tokens": "out",
+    "block_size": "block_size",
+}
 
 
 class TesterRequest(msgspec.Struct, kw_only=True):
     t: float
     type: str
-    hash_ids: msgspec.Raw = _NO_IDS  # a JSON list of ints, decoded by _Ids
+    hash_ids: msgspec.Raw = _MISSING  # a JSON list of ints, decoded by _Ids
     requests: list[TesterRequest] = []
     agent_id: str | None = None
     model: str | None = None
@@ -176,7 +186,15 @@ def _flatten(conv: Conversation, source: str) -> list[tuple[float, str, str, Tes
 
     def add(items: list[TesterRequest], offset: float, session: str, label: str, where: str) -> None:
         ids = _Ids(source)
+        previous_t = 0.0
         for i, item in enumerate(items):
+            if not 0 <= item.t <= MAX_ARRIVAL_S:
+                message = f"must be a time in [0, {MAX_ARRIVAL_S:g}] s from its list's start, got {item.t} s"
+                raise TraceFormatError(source, 0, f"{where}[{i}].t", message)
+            if item.t < previous_t:
+                message = f"decreases ({item.t:g} s after {previous_t:g} s): a list is in time order"
+                raise TraceFormatError(source, 0, f"{where}[{i}].t", message)
+            previous_t = item.t
             if item.type == "subagent":
                 inner = f"{session}/{item.agent_id or 'subagent'}"
                 add(item.requests, offset + item.t, inner, "claude-code-subagent", f"{where}[{i}].requests")
@@ -185,6 +203,9 @@ def _flatten(conv: Conversation, source: str) -> list[tuple[float, str, str, Tes
                 got = "missing" if item.in_ is None else f"got {item.in_}"
                 message = f"a request's prompt length must be >= 1 token ({got})"
                 raise TraceFormatError(source, 0, f"{where}[{i}].in", message)
+            if item.hash_ids is _MISSING:
+                message = "missing: a request lists its blocks' ids ([] for a prompt under one block)"
+                raise TraceFormatError(source, 0, f"{where}[{i}].hash_ids", message)
             out.append((offset + item.t, session, label, item, ids.decode(bytes(item.hash_ids))))
 
     add(conv.requests, 0.0, "", "claude-code", "requests")
@@ -272,7 +293,7 @@ def read(path: str | Path, rate: float = DEFAULT_RATE, seed: int = DEFAULT_SEED)
             session_id=session_ids[session],
             label=req.label,
         )
-        validate_request(out, sources[c], 0, previous_arrival)
+        validate_request(out, sources[c], 0, previous_arrival, _FIELDS)
         previous_arrival = arrival
         yield out
 

@@ -206,40 +206,59 @@ MAX_TOKENS = 2**31
 MAX_BLOCK_SIZE = 2**20
 
 
-def validate_request(req: Request, path: object, line: int, previous_arrival_s: float) -> None:
+# A format's name for each ``Request`` field, for its readers' errors.
+MOONCAKE_FIELDS = {
+    "arrival_s": "timestamp",
+    "block_keys": "hash_ids",
+    "prompt_tokens": "input_length",
+    "output_tokens": "output_length",
+    "block_size": "block_size",
+}
+REQUEST_FIELDS = {name: name for name in MOONCAKE_FIELDS}  # wakman's native rows
+
+
+def validate_request(
+    req: Request,
+    path: object,
+    line: int,
+    previous_arrival_s: float,
+    fields: dict[str, str] = MOONCAKE_FIELDS,
+) -> None:
     """Rules every reader applies: non-negative and non-decreasing arrival times up to
     ``MAX_ARRIVAL_S`` (file order is arrival order); at least one prompt token; non-negative output;
     positive block size; lengths and block size at most ``MAX_TOKENS`` and ``MAX_BLOCK_SIZE``; no more
-    keys than the prompt has (possibly partial) blocks."""
+    keys than the prompt has (possibly partial) blocks. An error names the field as the format
+    does (``fields``: the ``Request`` field's name in it)."""
     if not 0 <= req.arrival_s <= MAX_ARRIVAL_S:
         raise TraceFormatError(
             path,
             line,
-            "timestamp",
+            fields["arrival_s"],
             f"must be a time in [0, {MAX_ARRIVAL_S:g}] s (ten years) from the trace's start, got "
-            f"{req.arrival_s} (clock times must be made relative to the first request)",
+            f"{req.arrival_s} s (clock times must be made relative to the first request)",
         )
     if req.arrival_s < previous_arrival_s:
         raise TraceFormatError(
             path,
             line,
-            "timestamp",
+            fields["arrival_s"],
             f"decreases ({req.arrival_s:.6f} s after {previous_arrival_s:.6f} s); "
             "rows must be in arrival order",
         )
     for field, value, least, most in (
         ("block_size", req.block_size, 1, MAX_BLOCK_SIZE),
-        ("input_length", req.prompt_tokens, 1, MAX_TOKENS),
-        ("output_length", req.output_tokens, 0, MAX_TOKENS),
+        ("prompt_tokens", req.prompt_tokens, 1, MAX_TOKENS),
+        ("output_tokens", req.output_tokens, 0, MAX_TOKENS),
     ):
         if not least <= value <= most:
-            raise TraceFormatError(path, line, field, f"must be in [{least}, {most:,}] tokens, got {value}")
+            message = f"must be in [{least}, {most:,}] tokens, got {value}"
+            raise TraceFormatError(path, line, fields[field], message)
     most = -(-req.prompt_tokens // req.block_size)
     if len(req.block_keys) > most:
         raise TraceFormatError(
             path,
             line,
-            "hash_ids",
+            fields["block_keys"],
             f"{len(req.block_keys)} blocks for {req.prompt_tokens} tokens of {req.block_size} per block "
             f"(at most {most}); is the block size right?",
         )

@@ -18,7 +18,7 @@ from pathlib import Path
 import msgspec
 
 from wakman.traces.io import JSON_ENCODER, atomic_output, iter_lines, read_rows
-from wakman.traces.model import KeyChain, Request, TraceFormatError, key_array, key_list
+from wakman.traces.model import REQUEST_FIELDS, KeyChain, Request, TraceFormatError, key_array, key_list
 
 FORMAT_NAME = "wakman-trace"
 VERSION = 1
@@ -60,7 +60,7 @@ def read(path: str | Path) -> Iterator[Request]:
             f"expected {FORMAT_NAME} version {VERSION}, got {header.format} {header.version}",
         )
     chains: dict[str, KeyChain] = {}
-    yield from read_rows(path, _row, lambda row: _to_request(row, chains), lines)
+    yield from read_rows(path, _row, lambda row: _to_request(row, chains), lines, REQUEST_FIELDS)
 
 
 def _to_request(row: NativeRow, chains: dict[str, KeyChain]) -> Request:
