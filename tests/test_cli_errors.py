@@ -527,6 +527,28 @@ def test_convert_to_mooncake_refuses_to_lose_the_block_size(trace, tmp_path):
     assert json.loads(back.output)["requests"] == before["requests"]
 
 
+def test_convert_says_what_the_output_format_cannot_carry(trace, tmp_path):
+    """The generated trace has output keys, labels and session ids: mooncake rows carry none of
+    them and aiperf-sessions rows no labels, so convert names each, with the requests that had it
+    (counted here from the trace itself); native keeps everything and says nothing."""
+    from wakman.traces import read_trace
+
+    reqs = list(read_trace(trace))
+    with_outputs = sum(len(r.output_keys) > 0 for r in reqs)
+    with_labels = sum(r.label is not None for r in reqs)
+    with_sessions = sum(r.session_id is not None for r in reqs)
+    assert with_outputs and with_labels and with_sessions
+    result = invoke("convert", trace, tmp_path / "m.jsonl", "--to", "mooncake", "--block-size", "32")
+    assert result.exit_code == 0, result.output
+    for what, n in (("output keys", with_outputs), ("labels", with_labels), ("session ids", with_sessions)):
+        assert f"no {what} ({n:,} requests)" in result.output, result.output
+    result = invoke("convert", trace, tmp_path / "a.jsonl", "--to", "aiperf-sessions", "--block-size", "32")
+    assert result.exit_code == 0, result.output
+    assert f"no labels ({with_labels:,} requests)" in result.output and "session ids" not in result.output
+    result = invoke("convert", trace, tmp_path / "n.jsonl", "--to", "native")
+    assert result.exit_code == 0 and "notice" not in result.output, result.output
+
+
 # 9. generate's --set and --mix
 
 

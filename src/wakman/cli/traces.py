@@ -89,6 +89,34 @@ def _block_size_kept(requests: Iterator[Request], to_fmt: str, confirmed: int | 
         yield req
 
 
+# What each output format cannot carry (``Request`` field -> what the notice calls it); native keeps all.
+_DROPPED = {
+    "mooncake": {"output_keys": "output keys", "label": "labels", "session_id": "session ids"},
+    "aiperf-sessions": {"label": "labels"},
+}
+
+
+class _Dropped:
+    """Counts, as ``requests`` pass, the requests whose fields ``to_fmt`` cannot carry."""
+
+    def __init__(self, to_fmt: str) -> None:
+        self.fields = _DROPPED.get(to_fmt, {})
+        self.counts = dict.fromkeys(self.fields, 0)
+
+    def watch(self, requests: Iterator[Request]) -> Iterator[Request]:
+        for req in requests:
+            for field in self.fields:
+                value = getattr(req, field)
+                self.counts[field] += value is not None and (field != "output_keys" or len(value) > 0)
+            yield req
+
+    def notice(self, to_fmt: str) -> str | None:
+        lost = [f"{self.fields[f]} ({n:,} requests)" for f, n in self.counts.items() if n]
+        if not lost:
+            return None
+        return f"{to_fmt} rows carry no {', no '.join(lost)}: dropped (--to native keeps them)"
+
+
 def convert(
     source: Path = typer.Argument(..., help="Input trace."),
     target: Path = typer.Argument(..., help="Output trace (.gz compresses)."),
@@ -119,5 +147,9 @@ def convert(
             requests = open_trace(source, name, block_size if reads_it else None, rate, seed)
             if to_fmt in FORMATS_WITHOUT_BLOCK_SIZE:
                 requests = _block_size_kept(requests, to_fmt, block_size)
+            dropped = _Dropped(to_fmt)
+            requests = dropped.watch(requests)
             count = write_trace(counted(requests, progress, "requests converted"), target, to_fmt)
-    console.print(f"wrote {count:,} requests to {target} ({to_fmt})")
+    if (notice := dropped.notice(to_fmt)) is not None:
+        err_console.print(f"[yellow]notice:[/yellow] {notice}", highlight=False)
+    console.print(f"wrote {count:,} request{'' if count == 1 else 's'} to {target} ({to_fmt})")
