@@ -595,6 +595,49 @@ def test_simulate_shows_progress_on_a_terminal_and_keeps_json_clean(trace, monke
     json.loads(result.stdout)
 
 
+@pytest.mark.parametrize(
+    "args",
+    [
+        ("stats", "{trace}", "--format", "bogus"),
+        ("shadow", "{trace}", "--format", "bogus", "--capacities", "10"),
+        ("simulate", "{trace}", "--format", "bogus", "--capacity-blocks", "10", "--policy", "lru"),
+        ("sweep", "{trace}", "--format", "bogus", "--capacities", "10", "--out", "{tmp}/s"),
+        ("advise", "{trace}", "--format", "bogus", "--capacity-blocks", "10"),
+        ("convert", "{trace}", "{tmp}/c.jsonl", "--from", "bogus", "--to", "native"),
+    ],
+    ids=lambda a: a[0],
+)
+def test_an_unknown_format_names_its_flag(trace, tmp_path, args):
+    flag = "--from" if "--from" in args else "--format"
+    result = invoke(*[a.format(trace=trace, tmp=tmp_path) for a in args])
+    clean_error(result, f"{flag} 'bogus'", "kv-cache-tester")
+    assert not any(tmp_path.iterdir())
+
+
+def test_a_closed_stdout_ends_the_run_quietly(trace):
+    """`wakman stats TRACE --json | head -c 1`: the reader leaves, the write fails with EPIPE; the
+    run ends with click's exit code 1 and nothing on stderr (it printed 'error: Broken pipe', 2)."""
+    proc = subprocess.Popen(
+        [*WAKMAN, "stats", str(trace), "--json"], stdout=subprocess.PIPE, stderr=subprocess.PIPE
+    )
+    assert proc.stdout is not None and proc.stderr is not None
+    proc.stdout.close()  # before the command writes: its start alone takes longer
+    err = proc.stderr.read().decode()
+    assert proc.wait(timeout=120) == 1, err
+    assert err == "", err
+
+
+def test_sweep_keeps_its_progress_off_stdout(trace, tmp_path):
+    """Progress goes to stderr: stdout (piped) holds the table and the files written, nothing else."""
+    out = subprocess.run(
+        [*WAKMAN, "sweep", str(trace), "--capacities", "50", "--policies", "lru", "--jobs", "1",
+         "--out", str(tmp_path / "s")],
+        capture_output=True, text=True, timeout=300, check=True,
+    )  # fmt: skip
+    assert out.stdout.lstrip().startswith("hit rate by cache size"), out.stdout
+    assert "reading" not in out.stdout and "sweeping" not in out.stdout
+
+
 def test_simulate_per_request_gives_each_requests_hits(trace):
     result = invoke("simulate", trace, "--policy", "lru", "--capacity-blocks", 50, "--json", "--per-request")
     assert result.exit_code == 0, result.output

@@ -42,7 +42,7 @@ if TYPE_CHECKING:
     from wakman.adaptive.config import AdaptiveConfig
 
 from wakman.experiments.plots import FORMATS as PLOT_FORMATS
-from wakman.traces import TraceFormatError, detect_format, read_trace
+from wakman.traces import FORMATS, TraceFormatError, detect_format, read_trace
 from wakman.traces.io import atomic_output, atomic_path, atomic_paths
 from wakman.traces.model import MAX_BLOCK_SIZE, Request
 
@@ -231,6 +231,12 @@ def interrupted(what: str = "nothing was written") -> NoReturn:
     sys.exit(130)
 
 
+def check_format(fmt: str | None, flag: str) -> None:
+    """``fmt`` (None: detect it) is a trace format, else a ``ValueError`` naming ``flag``."""
+    if fmt is not None and fmt not in FORMATS:
+        raise ValueError(f"{flag} {fmt!r}: unknown trace format; choose from {', '.join(FORMATS)}")
+
+
 def open_trace(
     path: Path,
     fmt: str | None,
@@ -243,6 +249,7 @@ def open_trace(
     check_numbers(
         ("--block-size", block_size, ">=1", MAX_BLOCK_SIZE), ("--rate", rate, ">0"), ("--seed", seed, ">=0")
     )
+    check_format(fmt, "--format")
     name = fmt or detect_format(path)
     options: dict[str, object] = {}
     if block_size is not None:
@@ -357,7 +364,8 @@ def _sigterm_handler(owner: int) -> Callable[[int, object], None]:
 
 @contextmanager
 def cli_errors(interrupted_note: str = "nothing was written") -> Iterator[None]:
-    """Bad input becomes one clear line on stderr and exit code 2, never a traceback; Ctrl-C (and
+    """Bad input becomes one clear line on stderr and exit code 2, never a traceback (a closed pipe
+    on stdout ends the run quietly, as click does, exit code 1); Ctrl-C (and
     SIGTERM, in the main thread) becomes ``interrupted(interrupted_note)`` (exit 130; partial outputs
     are already removed by ``atomic_path``)."""
     main = threading.current_thread() is threading.main_thread()
@@ -366,6 +374,8 @@ def cli_errors(interrupted_note: str = "nothing was written") -> Iterator[None]:
         yield
     except KeyboardInterrupt:
         interrupted(interrupted_note)
+    except BrokenPipeError:  # stdout's reader left (`| head`): click ends the run quietly
+        raise
     except (TraceFormatError, ValueError, OSError) as exc:
         err_console.print(f"[red]error:[/red] {escape(str(exc))}", highlight=False)
         sys.exit(2)

@@ -115,7 +115,7 @@ def reproduce(
         )
     started = time.perf_counter()
     try:
-        with progress_bars("{task.description:<12}") as progress:
+        with progress_bars("{task.description:<12}", to=err_console) as progress:
             bars: dict[str, int] = {}
 
             def advance(stage: str, done: int, total: int) -> None:

@@ -500,7 +500,7 @@ def sweep(
             mode=mode,
         )
         check_output_dir(out, "--out")
-        with progress_bars() as progress:
+        with progress_bars(to=err_console) as progress:  # stdout: the table alone
             requests = view.apply(
                 list(counted(view.take(open_trace(trace, fmt, block_size, rate, seed)), progress, "reading"))
             )

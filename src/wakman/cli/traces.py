@@ -15,6 +15,7 @@ from wakman.cli.common import (
     FormatOption,
     RateOption,
     SeedOption,
+    check_format,
     check_numbers,
     check_output,
     check_plot,
@@ -136,6 +137,7 @@ def convert(
             raise ValueError(f"--to {to_fmt!r}: choose from {', '.join(writable)}")
         check_numbers(("--block-size", block_size, ">=1"))
         check_output(target, "target")
+        check_format(from_fmt, "--from")
         name = from_fmt or detect_format(source)
         # --block-size is the input's block size where the input lacks one; otherwise it only
         # confirms the block size of an output without one

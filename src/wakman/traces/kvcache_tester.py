@@ -7,8 +7,8 @@ upstream's ``flatten_requests`` allows), ``in``/``out`` tokens and ``hash_ids`` 
 blocks. Every request other than a sub-agent entry needs ``in`` >= 1 (upstream never writes less; a
 missing or non-positive ``in`` is refused, naming the file and e.g. ``requests[3].in``) and its
 ``hash_ids`` (``[]`` for a prompt under one block); each list's ``t`` is non-negative and
-non-decreasing (a decreasing one is refused, naming e.g. ``requests[1].requests[2].t``, not sorted). Input: one
-conversation (``.json`` or ``.json.gz``), a folder holding them (searched recursively), or a tar
+non-decreasing (a decreasing one is refused, naming e.g. ``requests[1].requests[2].t``, not sorted).
+Input: one conversation (``.json`` or ``.json.gz``), a folder holding them (searched recursively), or a tar
 archive of them (``.tar``, ``.tar.gz``/``.tgz``, ``.tar.xz``/``.txz``, ``.tar.bz2``/``.tbz2``: the
 names ``ARCHIVE_SUFFIXES`` lists, which format detection uses too), read directly. Gzip is recognised
 by its magic bytes; a ``.json.gz`` conversation reads exactly as the ``.json`` it holds (name order
