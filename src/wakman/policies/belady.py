@@ -9,7 +9,9 @@ whose next use was set first goes first.
 
 Pool use: the caller moves the clock with ``seek(position)`` (accesses before ``position`` are past);
 ``insert``/``hit``/``unpin`` then look the key's next use up as its first occurrence at or after the
-clock. With prefix caching and pinning this is a reference, not a proven optimum.
+clock. With prefix caching and pinning this is a reference, not a proven optimum: MIN maximises
+block hits, while vLLM's metric counts a request's blocks only up to its first miss, so another
+policy can beat it there (cache mode too).
 
 ``future`` is the key sequence (any iterable of ints, a numpy uint64 array the fast way) or a
 ``BeladyFuture`` built from it once: the next-use index is then shared by every Belady given it (one
