@@ -15,6 +15,7 @@ from wakman.cli.main import app
 from wakman.experiments import advise as adv
 from wakman.experiments.kv_memory import MODEL_CONFIGS, config_layout, kv_layout, model_layout
 from wakman.experiments.sweep import HINT_MODE
+from wakman.policies import make_policy
 from wakman.traces import write_trace
 from wakman.workload import build_config, generate_requests
 
@@ -169,6 +170,11 @@ def test_json_alone_on_stdout(trace_file, reqs, curve):
     lru = out["smallest_within_target"]["lru"]
     assert lru["exact"] and lru["capacity_blocks"] == curve.smallest_within(0.95)
     assert 1500 in out["sweep_capacities_blocks"]
+    # what an infinite cache holds at the end of a cache-mode replay: every full prompt and output
+    # block (stats' distinct_blocks counts every prompt key instead, partial blocks too)
+    infinite = make_policy("infinite", 1)
+    simulate(reqs, infinite, 1, mode="cache")
+    assert out["cacheable_blocks"] == len(infinite)
 
 
 def test_serve_mode_reports_ttft(trace_file):

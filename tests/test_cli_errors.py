@@ -163,6 +163,7 @@ CONFLICTS = [
     ([*SIM, "--mode", "cache", "--server-model", "{tmp}/settings.json"], "--server-model"),
     ([*SIM, "--mode", "cache", "--plot", "{tmp}/p.png"], "--plot"),
     ([*SIM, "--per-request"], "--per-request"),
+    ([*SIM, "--series"], "--series needs --json"),
     ([*SIM, "--sessions"], "--sessions"),
     ([*SIM, "--session-ends-after-s", "0"], "--session-ends-after-s"),
     (["simulate", "{trace}", "--policy", "wakman", "--capacity-blocks", "9", "--sessions"], "--sessions"),

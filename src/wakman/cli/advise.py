@@ -165,7 +165,7 @@ def advise(
         layout = _layout(model, kv_bytes, model_config, kv_dtype)
         if gpu_memory is not None and layout is None:
             raise ValueError("--gpu-memory needs --model, --model-config or --kv-bytes-per-token")
-        progress = progress_bars(to=err_console, transient=True)
+        progress = progress_bars(to=err_console, transient=True, disable=not err_console.is_terminal)
         with progress:
             requests = list(counted(open_trace(path, fmt, block_size), progress, f"reading {path.name}"))
             if sessions:
@@ -244,7 +244,7 @@ def _print(result: dict[str, Any]) -> None:
         f"[bold]{Path(result['trace']).name}[/bold]: {result['requests']:,} requests, "
         f"{adv.human_tokens(result['prompt_tokens'])} prompt tokens "
         f"(mean {result['mean_prompt_tokens']:,.0f}), block {result['block_size']} tokens, "
-        f"{result['distinct_blocks']:,} distinct cacheable blocks; {result['mode']} mode",
+        f"{result['cacheable_blocks']:,} distinct cacheable blocks; {result['mode']} mode",
         highlight=False,
     )
     if kv:

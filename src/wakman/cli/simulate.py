@@ -346,6 +346,8 @@ def simulate(
             raise ValueError(f"--policy: unknown policy {policy!r}; choose from {', '.join(POLICY_NAMES)}")
         if per_request and not as_json:
             raise ValueError("--per-request needs --json (a value per request)")
+        if series and not as_json:
+            raise ValueError("--series needs --json (a list per interval; --plot draws the series)")
         _serve_only(mode, series=series)
         chosen, session_options = session_mode(policy, sessions, session_ends_after_s)
         if mode == "cache" and plot is not None and policy not in ADAPTIVE_PRESETS:

@@ -281,7 +281,7 @@ def build_report(
         "prompt_tokens": curve.prompt_tokens,
         "mean_prompt_tokens": curve.prompt_tokens / curve.requests,
         "block_size": curve.block_size,
-        "distinct_blocks": curve.distinct_blocks,
+        "cacheable_blocks": curve.distinct_blocks,  # full prompt and output blocks (stats: every prompt key)
         "kv": None
         if layout is None
         else {**layout.as_dict(), "block_bytes": layout.block_bytes(curve.block_size)},
