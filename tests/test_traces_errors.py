@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import bz2
 import gzip
 import json
+import lzma
 from pathlib import Path
 
 import pytest
@@ -175,8 +177,9 @@ def test_empty_file(tmp_path):
         list(read_trace(path, "mooncake"))
 
 
-def test_truncated_gzip(tmp_path):
-    data = gzip.compress(rows(*[{**GOOD, "timestamp": i} for i in range(2000)]).encode())
+@pytest.mark.parametrize("compress", [gzip.compress, bz2.compress, lzma.compress], ids=["gz", "bz2", "xz"])
+def test_truncated_compressed_trace(tmp_path, compress):
+    data = compress(rows(*[{**GOOD, "timestamp": i} for i in range(2000)]).encode())
     path = tmp_path / "cut.jsonl.gz"
     path.write_bytes(data[: len(data) // 2])
     with pytest.raises(TraceFormatError, match="truncated or corrupt"):

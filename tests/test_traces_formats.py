@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import bz2
+import gzip
 import json
+import lzma
 
 import msgspec
 import pytest
@@ -74,10 +77,20 @@ def same(a: Request, b: Request, session: bool = True) -> bool:
     )
 
 
-def test_native_round_trip_keeps_everything(tmp_path):
+@pytest.mark.parametrize(
+    ("suffix", "decompress"),
+    [("", bytes), (".gz", gzip.decompress), (".bz2", bz2.decompress), (".xz", lzma.decompress)],
+    ids=["plain", "gz", "bz2", "xz"],
+)
+def test_native_round_trip_keeps_everything(tmp_path, suffix, decompress):
+    """Each compression the suffix names is written (the standard library's own decompressor reads
+    it back to the plain file's bytes) and read back by its magic bytes, whatever the file's name."""
     reqs = sample_requests()
-    write_trace(reqs, tmp_path / "t.jsonl.gz", "native")
-    back = list(read_trace(tmp_path / "t.jsonl.gz"))
+    write_trace(reqs, tmp_path / f"t.jsonl{suffix}", "native")
+    write_trace(reqs, tmp_path / "plain.jsonl", "native")
+    assert decompress((tmp_path / f"t.jsonl{suffix}").read_bytes()) == (tmp_path / "plain.jsonl").read_bytes()
+    (tmp_path / f"t.jsonl{suffix}").rename(tmp_path / "renamed")
+    back = list(read_trace(tmp_path / "renamed"))
     assert [as_lists(r) for r in back] == [as_lists(r) for r in reqs]
 
 

@@ -41,7 +41,7 @@ def _fractions(mix: str) -> list[float]:
 
 def generate(
     out: Path | None = typer.Option(
-        None, "-o", "--out", help="Output trace (.gz compresses); required unless --list-presets."
+        None, "-o", "--out", help="Output trace (.gz, .bz2, .xz compress); required unless --list-presets."
     ),
     mix: str | None = typer.Option(
         None,

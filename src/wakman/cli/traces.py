@@ -120,7 +120,7 @@ class _Dropped:
 
 def convert(
     source: Path = typer.Argument(..., help="Input trace."),
-    target: Path = typer.Argument(..., help="Output trace (.gz compresses)."),
+    target: Path = typer.Argument(..., help="Output trace (.gz, .bz2, .xz compress)."),
     from_fmt: str | None = typer.Option(None, "--from", help=f"Input format: {', '.join(FORMATS)}."),
     to_fmt: str = typer.Option(..., "--to", help="Output format: native, mooncake, aiperf-sessions."),
     block_size: int | None = BlockSizeOption,

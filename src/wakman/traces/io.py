@@ -1,9 +1,11 @@
-"""Line-oriented reading (plain or gzip, with line numbers) and all-or-nothing writing."""
+"""Line-oriented reading (plain, gzip, bzip2 or xz, with line numbers) and all-or-nothing writing."""
 
 from __future__ import annotations
 
+import bz2
 import errno
 import gzip
+import lzma
 import os
 import secrets
 import zlib
@@ -17,22 +19,32 @@ import msgspec
 from wakman.traces.model import MOONCAKE_FIELDS, KeyRangeError, Request, TraceFormatError, validate_request
 
 GZIP_MAGIC = b"\x1f\x8b"
+# each compression's magic bytes -> its opener (reading); a file suffix -> its stream (writing)
+_READERS: dict[bytes, Callable[..., IO[bytes]]] = {
+    GZIP_MAGIC: gzip.open,
+    b"BZh": bz2.open,
+    b"\xfd7zXZ\x00": lzma.open,
+}
+COMPRESSED_SUFFIXES = (".gz", ".bz2", ".xz")
 
 
-def is_gzip(path: Path) -> bool:
+def _opener(path: Path) -> Callable[..., IO[bytes]]:
+    """How to read ``path``: by its first bytes (gzip, bzip2, xz), else as plain bytes."""
     with open(path, "rb") as f:
-        return f.read(2) == GZIP_MAGIC
+        head = f.read(6)
+    return next((opener for magic, opener in _READERS.items() if head.startswith(magic)), open)
 
 
 def iter_lines(path: str | Path) -> Iterator[tuple[int, bytes]]:
-    """Yield ``(line_number, line)`` for non-blank lines; gzip is detected by its magic bytes.
+    """Yield ``(line_number, line)`` for non-blank lines; gzip, bzip2 and xz are detected by their
+    magic bytes.
 
     A missing file, an empty file and a truncated or corrupt gzip stream raise ``TraceFormatError``.
     """
     path = Path(path)
     if not path.is_file():
         raise TraceFormatError(path, 0, "-", "no such file")
-    opener = gzip.open if is_gzip(path) else open
+    opener = _opener(path)
     count = 0
     number = 0
     try:
@@ -42,7 +54,7 @@ def iter_lines(path: str | Path) -> Iterator[tuple[int, bytes]]:
                 if line:
                     count += 1
                     yield number, line
-    except (EOFError, zlib.error, gzip.BadGzipFile, OSError) as exc:
+    except (EOFError, zlib.error, gzip.BadGzipFile, lzma.LZMAError, OSError) as exc:
         raise TraceFormatError(
             path, number + 1, "-", f"truncated or corrupt compressed data ({exc})"
         ) from exc
@@ -147,14 +159,21 @@ def atomic_paths(*paths: str | Path) -> Iterator[list[Path]]:
 
 @contextmanager
 def atomic_output(path: str | Path) -> Iterator[IO[bytes]]:
-    """A binary stream that becomes ``path`` only on success (``atomic_path``); ``.gz`` compresses."""
+    """A binary stream that becomes ``path`` only on success (``atomic_path``); ``.gz``, ``.bz2`` and
+    ``.xz`` compress (the same requests give the same bytes)."""
     path = Path(path)
     with atomic_path(path) as target, open(target, "wb") as raw:
         if path.suffix == ".gz":
-            # the header names the output, not the hidden .part file: the same requests give the same bytes
+            # the header names the output, not the hidden .part file
             name = path.name[: -len(".gz")]
             with gzip.GzipFile(filename=name, fileobj=raw, mode="wb", mtime=0) as gz:
                 yield gz
+        elif path.suffix == ".bz2":
+            with bz2.BZ2File(raw, "wb") as bz:
+                yield bz
+        elif path.suffix == ".xz":
+            with lzma.LZMAFile(raw, "wb") as xz:
+                yield xz
         else:
             yield raw
 
