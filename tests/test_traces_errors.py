@@ -163,6 +163,17 @@ def test_kvcache_tester_times_in_order_and_ids_present(tmp_path, requests, field
     assert (info.value.path, info.value.field) == (str(folder / "c.json"), field)
 
 
+def test_a_native_trace_without_its_header_is_told_so(tmp_path):
+    """Native rows without the header line are detected as native, and the error shows the line
+    the file must start with (it was read as Mooncake rows and blamed a missing 'timestamp')."""
+    path = tmp_path / "t.jsonl"
+    path.write_text(rows(NATIVE_FIRST, NATIVE_FIRST))
+    with pytest.raises(TraceFormatError) as info:
+        list(read_trace(path))
+    assert (info.value.line, info.value.field) == (1, "format")
+    assert '{"format":"wakman-trace","version":1}' in str(info.value)
+
+
 def test_a_kvcache_tester_rate_past_ten_years_is_refused(tmp_path):
     folder = _kvcache_conversation(tmp_path)
     (folder / "d.json").write_text((folder / "c.json").read_text())

@@ -42,8 +42,8 @@ def detect_format(path: str | Path) -> str:
         return "kv-cache-tester"
     lines = iter_lines(path)
     _, first = next(lines)
-    if b'"wakman-trace"' in first:
-        return "native"
+    if b'"wakman-trace"' in first or (b'"arrival_s"' in first and b'"block_keys"' in first):
+        return "native"  # (a native row without its header: the native reader says what is missing)
     if b'"chat_id"' in first:
         return "bailian"
     if b'"session_id"' in first:  # session rows put "delay" on later turns; Mooncake rows never do

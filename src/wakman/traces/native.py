@@ -51,7 +51,9 @@ def read(path: str | Path) -> Iterator[Request]:
     try:
         header = _header.decode(first)
     except msgspec.MsgspecError as exc:
-        raise TraceFormatError(path, number, "format", f"not a wakman trace header ({exc})") from exc
+        expected = JSON_ENCODER.encode(Header(FORMAT_NAME, VERSION)).decode()
+        message = f"not a wakman trace header ({exc}): a native trace starts with the line {expected}"
+        raise TraceFormatError(path, number, "format", message) from exc
     if header.format != FORMAT_NAME or header.version != VERSION:
         raise TraceFormatError(
             path,
