@@ -626,9 +626,9 @@ def test_the_serve_loops_pass_session_ids_and_tell_each_end_after_its_last_reque
 @pytest.mark.parametrize("server", [ServerModel(), VllmServer()])
 def test_a_session_whose_last_request_is_refused_still_ends(server):
     """A request larger than the pool is refused and never finishes: it still counts as done, so
-    its session's end is told and no session stays followed. (The event loop hears of every
-    arrival; the step loop, as vLLM's engine, not of a refused one: a session refused whole is
-    never followed there.)"""
+    its session's end is told and no session stays followed. (Neither loop tells the policy of a
+    refused request, as vLLM's engine refuses it before its scheduler: a session refused whole is
+    never followed.)"""
     reqs = generate_requests(build_config(preset="mix02-pure-multi", duration_s=900, rate=1.5), seed=5)
     capacity = 150
 
@@ -637,7 +637,7 @@ def test_a_session_whose_last_request_is_refused_still_ends(server):
 
     last = {r.session_id: r for r in reqs}
     assert not all(fits(r) for r in last.values())  # some session's last request is refused
-    heard = {r.session_id for r in reqs if isinstance(server, ServerModel) or fits(r)}
+    heard = {r.session_id for r in reqs if fits(r)}
     policy = make_policy("chain-lru", capacity, sessions=True)
     simulate(reqs, policy, capacity, server=server, session_ends_after_s=0.0)
     assert policy.sessions_ended == len(heard) and policy.sessions_followed == 0
