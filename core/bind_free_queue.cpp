@@ -253,12 +253,23 @@ struct PyFreeQueue {
         throw nb::python_error();
       blocks.push_back(nb::borrow(b));
     });
+    const int64_t usable = static_cast<int64_t>(blocks.size()) - (null_block != FreeQueue::kNone);
+    check_fits(as_policy(policy), usable);
+    if (as_policy(policy).size() != 0)
+      throw std::invalid_argument("free queue: the policy must start empty (every block of the pool is free)");
     queue = FreeQueue(blocks.size(), null_block, &as_policy(policy));
     queue.policy().reserve();  // a serving pool: no table grows while it serves
     each_block(free_blocks, [&](PyObject* b) { queue.start_free(block_id(b)); });
   }
 
   PyObject* block(int32_t id) const { return blocks[static_cast<size_t>(id)].ptr(); }
+
+  // The policy's capacity is the pool's usable blocks (every block but the null block).
+  static void check_fits(const Policy& policy, int64_t usable) {
+    if (policy.capacity() != usable)
+      throw std::invalid_argument("free queue: the policy's capacity (" + std::to_string(policy.capacity()) +
+                                  " blocks) must be the pool's usable blocks (" + std::to_string(usable) + ")");
+  }
 
   nb::list as_list(const std::vector<int32_t>& ids_) const {
     PyObject* out = PyList_New(static_cast<Py_ssize_t>(ids_.size()));
@@ -613,6 +624,7 @@ void bind_free_queue(nb::module_& m) {
           "switch",
           [](PyFreeQueue& q, nb::object policy) {
             Policy& next = as_policy(policy);
+            PyFreeQueue::check_fits(next, q.queue.policy().capacity());
             next.reserve();
             handover(q.queue.policy(), next);
             q.queue.set_policy(&next);

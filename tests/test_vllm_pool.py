@@ -167,6 +167,30 @@ def test_switch_keeps_every_block():
         assert {b.block_id for b in pool.free_block_queue.get_all_free_blocks()} == before
 
 
+def test_install_takes_a_new_policy_of_the_pools_size_once():
+    """A policy that already holds keys (the queue would count them as free blocks the pool lacks:
+    a crash in get_new_blocks), one sized for another pool, a second install, and a switch to a
+    policy of another size are refused with a clear error; the pool stays usable."""
+    from wakman.vllm_plugin import install
+
+    def fresh() -> BlockPool:
+        return BlockPool(11, enable_caching=True, hash_block_size=16)
+
+    used = make_policy("lru", 10)
+    used.access(1)
+    with pytest.raises(ValueError, match="must start empty"):
+        install(fresh(), used)
+    with pytest.raises(ValueError, match=r"capacity \(3 blocks\) must be the pool's usable blocks \(10\)"):
+        install(fresh(), make_policy("lru", 3))
+    pool = install(fresh(), make_policy("s3fifo", 10))
+    with pytest.raises(RuntimeError, match="already has a wakman policy"):
+        install(pool, make_policy("lru", 10))
+    with pytest.raises(ValueError, match="usable blocks"):
+        pool.free_block_queue.switch(make_policy("lru", 5))
+    assert len(pool.get_new_blocks(10)) == 10
+    pool.check()
+
+
 @pytest.mark.parametrize("name", ["lru", "s3fifo", "arc", "chain-lru"])
 def test_the_queue_reserves_each_policys_tables(name):
     """The policy the queue takes at its install and at a switch has its tables for every key it can

@@ -129,10 +129,13 @@ def is_installed(pool: Any) -> bool:
 def install(
     pool: BlockPool, policy: EvictionPolicy, coordinator: Any = None, manager: Any = None
 ) -> BlockPool:
-    """Put ``policy`` behind ``pool``'s free queue. ``pool`` must be fresh: every block free, none
-    cached. ``coordinator`` (the ``KVCacheCoordinator`` owning the pool) marks which touches are hits;
-    ``manager`` (the ``KVCacheManager`` owning it) tells the policy an admission's misses before its
-    evictions. Afterwards ``pool.check()`` asserts the invariants."""
+    """Put ``policy`` behind ``pool``'s free queue. ``pool`` must be fresh (every block free, none
+    cached, no wakman policy yet) and ``policy`` new (empty, its capacity the pool's usable blocks,
+    ``num_gpu_blocks - 1``). ``coordinator`` (the ``KVCacheCoordinator`` owning the pool) marks
+    which touches are hits; ``manager`` (the ``KVCacheManager`` owning it) tells the policy an
+    admission's misses before its evictions. Afterwards ``pool.check()`` asserts the invariants."""
+    if is_installed(pool):
+        raise RuntimeError("this vLLM block pool already has a wakman policy: install once per pool")
     free = pool.free_block_queue.get_all_free_blocks()
     if len(free) != pool.num_gpu_blocks - 1 or any(b.block_hash is not None for b in pool.blocks):
         raise RuntimeError("wakman can only take over a fresh vLLM block pool (all blocks free, none cached)")
