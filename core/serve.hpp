@@ -110,7 +110,7 @@ class ServeLoop : LoopState {
   void arrive(uint32_t index, double now) {
     const ServeRequest& r = reqs_[index];
     if (r.prompt_tokens + std::max<int64_t>(r.output_tokens, 1) > pool_.capacity() * r.block_size) {
-      ++out_.rejected;
+      out_.rejected += measured_[index];  // after the warm-up only: measured + rejected = those requests
       request_done(index, now);  // done, if refused: its session's end can come
       tell_due_ends(now);
       return;

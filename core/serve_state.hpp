@@ -55,7 +55,7 @@ struct IntervalCell {
 
 struct ServeTotals {
   int64_t measured_requests = 0, prompt_tokens = 0, hit_tokens = 0, block_lookups = 0, block_hits = 0;
-  int64_t preemptions = 0, rejected = 0;
+  int64_t preemptions = 0, rejected = 0;  // rejected: after the warm-up, as measured_requests
   std::vector<double> queueing_delays_s, ttfts_s;
   std::vector<double> measured_arrivals_s;  // arrival of each measured admission, in queueing_delays_s order
   std::vector<int64_t> first_hit_tokens;    // per request: hit tokens at its first admission, -1 if never admitted

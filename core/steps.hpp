@@ -84,7 +84,7 @@ class StepLoop : LoopState {
   void arrive(uint32_t index, double now) {
     const ServeRequest& r = reqs_[index];
     if (runs_[index].prompt + runs_[index].max_tokens > pool_.capacity() * r.block_size) {
-      ++out_.rejected;
+      out_.rejected += measured_[index];  // after the warm-up only: measured + rejected = those requests
       request_done(index, now);  // done, if refused: its session's end can come
       tell_due_ends(now);
       return;

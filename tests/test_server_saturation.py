@@ -179,6 +179,41 @@ def test_both_loops_reject_at_arrival():
         assert heard.heard == pytest.approx([0.0, 20.0], abs=0.05), server  # (the step loop: at its step)
 
 
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        {"interval_s": 0.0},
+        {"interval_s": -1.0},
+        {"interval_s": float("nan")},
+        {"interval_s": 1e-9},  # 1e11 rows of counts for a 100-s trace
+        {"warmup_s": float("nan")},
+        {"warmup_s": -1.0},
+        {"warmup_requests": -1},
+    ],
+    ids=str,
+)
+def test_a_window_that_measures_nothing_or_fills_the_memory_is_refused(kwargs):
+    reqs = steady_trace(10, 10.0, 64)
+    with pytest.raises(ValueError, match=next(iter(kwargs))):
+        simulate(reqs, "lru", 100, **kwargs)
+
+
+def test_rejected_counts_the_requests_after_the_warm_up_as_measured_does():
+    """With a warm-up, each request after it is either measured or rejected (counted from the
+    trace: those that fit the pool and those that do not); the warm-up's are neither."""
+    from wakman.simulation import VllmServer
+    from wakman.workload import build_config, generate_requests
+
+    reqs = generate_requests(build_config(preset="mix19-thirds", duration_s=240.0), seed=2)
+    capacity, warmup = 60, 100.0
+    after = [r for r in reqs if r.arrival_s >= warmup]
+    too_big = sum(r.prompt_tokens + max(r.output_tokens, 1) > capacity * r.block_size for r in after)
+    assert 0 < too_big < len(after) and len(after) < len(reqs)
+    for server in (ServerModel(), VllmServer()):
+        result = simulate(reqs, "lru", capacity, server=server, warmup_s=warmup)
+        assert (result.rejected, result.measured_requests) == (too_big, len(after) - too_big), server
+
+
 def test_the_interval_series_counts_first_admissions():
     """Preemptions re-admit requests: the intervals' prompt tokens still sum to the run's (each
     request once), and no interval hits more tokens than it was asked."""

@@ -40,6 +40,7 @@ from wakman.cli.common import (
     session_mode,
 )
 from wakman.simulation import MODES, ServerModel, VllmServer
+from wakman.simulation.run import check_intervals
 from wakman.traces.model import Request, as_engine_serves
 
 PREFILL = typer.Option(
@@ -90,7 +91,6 @@ MODE = typer.Option("serve", "--mode", help="serve (time, pinning) or cache (sha
 MIN_TOKENS_PER_S = ">=1"
 MAX_STEP_S = 60.0
 MIN_INTERVAL_S = ">=0.001"
-MAX_INTERVALS = 1_000_000
 SESSIONS = typer.Option(
     False,
     "--sessions",
@@ -379,12 +379,8 @@ def simulate(
             )
             if sessions:
                 require_session_ids(trace, requests)
-            span = requests[-1].arrival_s if requests else 0.0
-            if span / interval_s > MAX_INTERVALS:
-                raise ValueError(
-                    f"--interval-s {interval_s:g} cuts the trace's {span:,.0f} s into more than "
-                    f"{MAX_INTERVALS:,} intervals: give at least {span / MAX_INTERVALS:.3g}"
-                )
+            if mode == "serve":
+                check_intervals(requests, interval_s, "--interval-s")
             bar.add_task(f"simulating {policy}", total=None)
             result = run_simulation(
                 requests,

@@ -82,7 +82,7 @@ class SimResult:
     evictions: int = 0
     stranded_blocks: int = 0
     preemptions: int = 0
-    rejected: int = 0
+    rejected: int = 0  # requests after the warm-up refused as larger than the pool (serve mode)
     mean_free_blocks: float = 0.0
     queueing_delays_s: list[float] = field(default_factory=list)
     ttfts_s: list[float] = field(default_factory=list)

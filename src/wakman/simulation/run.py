@@ -18,6 +18,7 @@ from wakman.simulation.server import ServerModel, VllmServer
 from wakman.traces.model import Request
 
 MODES = ("serve", "cache")
+MAX_INTERVALS = 1_000_000  # a serve run's per-interval series: past this many rows it fills the memory
 
 
 def belady_future(requests: Sequence[Request], mode: str = "serve") -> tuple[BeladyFuture, list[int]]:
@@ -66,6 +67,7 @@ def simulate(
         raise ValueError(f"capacity must be >= 1 block, got {capacity_blocks}")
     requests = list(requests)
     _check_arrivals(requests)
+    _check_window(requests, mode, warmup_s, warmup_requests, interval_s)
     started = time.perf_counter()
     offsets = None
     requested = capacity_blocks
@@ -118,6 +120,34 @@ def simulate(
         result.extra.update(report())
     result.wall_s = time.perf_counter() - started
     return result
+
+
+def _check_window(
+    requests: Sequence[Request], mode: str, warmup_s: float, warmup_requests: int, interval_s: float
+) -> None:
+    """The warm-up (``warmup_s`` >= 0 seconds, ``warmup_requests`` >= 0) and, in serve mode, the
+    per-interval series' width: ``interval_s`` > 0 seconds, at most ``MAX_INTERVALS`` intervals over
+    the arrivals (each interval holds a row of counts)."""
+    if not (math.isfinite(warmup_s) and warmup_s >= 0):
+        raise ValueError(f"warmup_s must be finite and >= 0 seconds, got {warmup_s!r}")
+    if warmup_requests < 0:
+        raise ValueError(f"warmup_requests must be >= 0, got {warmup_requests!r}")
+    if mode == "serve":
+        check_intervals(requests, interval_s)
+
+
+def check_intervals(requests: Sequence[Request], interval_s: float, name: str = "interval_s") -> None:
+    """A serve run's per-interval series: ``interval_s`` > 0 seconds and at most ``MAX_INTERVALS``
+    intervals from the first arrival's to the last's (the series starts at the first); else a
+    ``ValueError`` naming ``name``."""
+    if not (math.isfinite(interval_s) and interval_s > 0):
+        raise ValueError(f"{name} must be finite and > 0 seconds, got {interval_s!r}")
+    span = requests[-1].arrival_s - requests[0].arrival_s if requests else 0.0
+    if span / interval_s > MAX_INTERVALS:
+        raise ValueError(
+            f"{name} {interval_s:g} cuts the trace's {span:,.0f} s of arrivals into more than "
+            f"{MAX_INTERVALS:,} intervals: give at least {span / MAX_INTERVALS:.3g} seconds"
+        )
 
 
 def _check_arrivals(requests: Sequence[Request]) -> None:
