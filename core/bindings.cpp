@@ -70,6 +70,7 @@ NB_MODULE(_core, m) {
     }
   });
 
+  m.attr("MAX_CAPACITY") = Policy::kMaxCapacity;  // blocks: node slots are 32-bit
   nb::class_<Policy>(m, "Policy", "The one event protocol every eviction policy implements (core/policy.hpp).")
       .def_prop_ro("capacity", &Policy::capacity, "Capacity in blocks.")
       .def("__len__", &Policy::size, "Resident keys, pinned ones included.")
@@ -128,7 +129,7 @@ NB_MODULE(_core, m) {
           "evict_many",
           [](Policy& p, size_t n) {
             std::vector<Key> out;
-            out.reserve(n);
+            out.reserve(std::min(n, p.num_evictable()));  // more victims than that: evict_many raises
             evict_many(p, n, out);
             return key_list(out);
           },

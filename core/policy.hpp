@@ -32,7 +32,9 @@
 #pragma once
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
+#include <cstdio>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -74,10 +76,35 @@ struct RequestReplay {
   size_t access_hits;  // of those, found resident
 };
 
+// A number for an error message, as printf's %g writes it (std::to_string writes 2.000000).
+inline std::string num(double v) {
+  char text[32];
+  std::snprintf(text, sizeof text, "%g", v);
+  return text;
+}
+
 class Policy {
  public:
+  // Node slots are 32-bit: a policy's keys (resident and ghosts) stay below 2**31; the capacity
+  // leaves room for ARC's 2C and a ghost of up to C.
+  static constexpr int64_t kMaxCapacity = int64_t{1} << 30;
+  static constexpr int64_t kMaxKeys = int64_t{1} << 31;  // node indices 0 .. 2**31 - 1
+
   explicit Policy(int64_t capacity) : capacity_(capacity), bound_(capacity) {
-    if (capacity < 1) throw std::invalid_argument("capacity must be a positive number of blocks");
+    if (capacity < 1 || capacity > kMaxCapacity)
+      throw std::invalid_argument("capacity must be 1 to " + std::to_string(kMaxCapacity) + " blocks, got " +
+                                  std::to_string(capacity));
+  }
+  // The ghost's capacity, ratio * capacity, checked: a finite ratio >= 0 whose ghost and the cache's
+  // keys fit the node slots (a NaN or infinite ratio used to become 0 or overflow); `policy` names
+  // the policy in the error.
+  static int64_t ghost_capacity(const char* policy, int64_t capacity, double ratio) {
+    const double ghost = static_cast<double>(capacity) * ratio;
+    if (!(ratio >= 0) || !std::isfinite(ratio) || ghost > static_cast<double>(kMaxKeys - capacity))
+      throw std::invalid_argument(std::string(policy) + ": ghost_ratio must be finite and >= 0, with capacity * (1 + " +
+                                  "ghost_ratio) at most " + std::to_string(kMaxKeys) + " keys, got " +
+                                  num(ratio));
+    return static_cast<int64_t>(ghost);
   }
   virtual ~Policy() = default;
 

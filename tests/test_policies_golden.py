@@ -8,7 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from streams import lcg_stream
-from wakman.policies import POLICIES, make_policy
+from wakman.policies import MAX_CAPACITY, POLICIES, NoEvictableKey, make_policy
 
 KEYS = lcg_stream(100_000, 20_000)
 CAPACITIES = (100, 1_000, 5_000)
@@ -57,6 +57,50 @@ def test_unknown_policy_and_bad_capacity_are_refused():
         make_policy("lru", 0)
     with pytest.raises(ValueError, match="future"):
         make_policy("belady", 10)
+
+
+@pytest.mark.parametrize("capacity", [1.5, float("nan"), "10", True, None])
+def test_a_capacity_that_is_not_an_integer_is_a_type_error(capacity):
+    with pytest.raises(TypeError, match="capacity must be an integer"):
+        make_policy("lru", capacity)
+
+
+@pytest.mark.parametrize("name", ["lru", "s3fifo", "arc", "chain-lru"])
+def test_a_capacity_past_the_node_slots_is_refused_before_any_table_is_built(name):
+    """Node slots are 32-bit: past MAX_CAPACITY blocks (2**30) a policy is refused at once (a
+    reserve() at 2**62 blocks looped for ever); MAX_CAPACITY itself builds (tables grow lazily)."""
+    assert MAX_CAPACITY == 2**30
+    for capacity in (MAX_CAPACITY + 1, 2**62, 2**63, 2**64):
+        with pytest.raises(ValueError, match="capacity must be 1 to 1,073,741,824"):
+            make_policy(name, capacity)
+    assert make_policy(name, MAX_CAPACITY).capacity == MAX_CAPACITY
+
+
+@pytest.mark.parametrize("name", ["s3fifo", "s3fifo-v0", "chain-lru"])
+@pytest.mark.parametrize("ratio", [float("nan"), float("inf"), 1e30, -0.1, 2**32])
+def test_a_ghost_that_is_not_finite_or_does_not_fit_is_refused(name, ratio):
+    """A NaN, infinite or huge ghost_ratio used to become a ghost of 0 (or overflow): refused."""
+    with pytest.raises(ValueError, match="ghost_ratio must be finite and >= 0"):
+        make_policy(name, 50, ghost_ratio=ratio)
+
+
+def test_each_bad_parameter_is_named():
+    with pytest.raises(ValueError, match="small_ratio must be in"):
+        make_policy("s3fifo", 50, small_ratio=1.0)
+    with pytest.raises(ValueError, match="promote_threshold must be 1 to 255"):
+        make_policy("s3fifo", 50, promote_threshold=0)
+    with pytest.raises(ValueError, match="window_s must be finite"):
+        make_policy("chain-lru", 50, window_s=float("inf"))
+    with pytest.raises(TypeError, match=r"s3fifo: bad parameters \(bogus=1\); it takes capacity: int, "):
+        make_policy("s3fifo", 50, bogus=1)
+
+
+def test_evict_many_past_the_unpinned_keys_raises_at_once():
+    cache = make_policy("lru", 10)
+    cache.access(1)
+    with pytest.raises(NoEvictableKey, match="1 unpinned"):
+        cache.evict_many(2**62)  # (it reserved 2**62 victims first: vector::reserve)
+    assert len(cache) == 1
 
 
 def test_belady_refuses_a_stream_that_is_not_its_future():

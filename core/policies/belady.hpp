@@ -177,6 +177,8 @@ class Belady final : public StoredPolicy {
     s_.drop(i);
   }
   void adopt(Key key) override { insert(key, false); }
+  // Forgets every key, not the clock: a reset prefix cache (vLLM's reset_prefix_cache, a hand-over
+  // into this policy) goes on at the same position of the future; seek(0) starts it over.
   void reset() override {
     clear_store();
     heap_.clear();

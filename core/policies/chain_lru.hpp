@@ -181,12 +181,15 @@ class ChainLRU final : public Policy {
         stats_(window_s),
         adaptive_(mode == Mode::kAdaptive),
         filter_(mode == Mode::kFilter) {
-    if (!(window_s > 0) || !(threshold >= 0 && threshold <= 1) || !(ghost_ratio >= 0) ||
-        !(small_ratio >= 0 && small_ratio <= 1) || switch_walk < 1)
-      throw std::invalid_argument(
-          "chain-lru: need window_s > 0, 0 <= threshold <= 1, ghost_ratio >= 0, 0 <= small_ratio <= 1, "
-          "switch_walk >= 1");
-    ghost_capacity_ = static_cast<int64_t>(static_cast<double>(capacity) * ghost_ratio);
+    if (!(window_s > 0) || !std::isfinite(window_s))
+      throw std::invalid_argument("chain-lru: window_s must be finite and > 0 seconds, got " + num(window_s));
+    if (!(threshold >= 0 && threshold <= 1))
+      throw std::invalid_argument("chain-lru: threshold must be in [0, 1], got " + num(threshold));
+    if (!(small_ratio >= 0 && small_ratio <= 1))
+      throw std::invalid_argument("chain-lru: small_ratio must be in [0, 1], got " + num(small_ratio));
+    if (switch_walk < 1)
+      throw std::invalid_argument("chain-lru: switch_walk must be >= 1 block, got " + std::to_string(switch_walk));
+    ghost_capacity_ = ghost_capacity("chain-lru", capacity, ghost_ratio);
     if (adaptive_) {
       sample_every_ = kMinSampleEvery;
       while (sample_every_ * 2 <= capacity / kMiniBlocks && sample_every_ < kMaxSampleEvery) sample_every_ *= 2;

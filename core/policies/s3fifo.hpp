@@ -21,12 +21,16 @@ class S3FIFO final : public Policy {
         promote_threshold_(promote_threshold),
         freq_cap_(freq_cap),
         warmup_to_main_(warmup_to_main) {
-    if (!(small_ratio >= 0 && small_ratio < 1) || ghost_ratio < 0 || promote_threshold < 1 || freq_cap < 1 ||
-        promote_threshold > 255 || freq_cap > 255)
-      throw std::invalid_argument("s3fifo: need 0 <= small_ratio < 1, ghost_ratio >= 0, 1 <= threshold, cap <= 255");
+    if (!(small_ratio >= 0 && small_ratio < 1))
+      throw std::invalid_argument("s3fifo: small_ratio must be in [0, 1), got " + num(small_ratio));
+    if (promote_threshold < 1 || promote_threshold > 255)
+      throw std::invalid_argument("s3fifo: promote_threshold must be 1 to 255, got " +
+                                  std::to_string(promote_threshold));
+    if (freq_cap < 1 || freq_cap > 255)
+      throw std::invalid_argument("s3fifo: freq_cap must be 1 to 255, got " + std::to_string(freq_cap));
     small_capacity_ = static_cast<int64_t>(static_cast<double>(capacity) * small_ratio);
     main_capacity_ = capacity - small_capacity_;
-    ghost_capacity_ = static_cast<int64_t>(static_cast<double>(capacity) * ghost_ratio);
+    ghost_capacity_ = ghost_capacity("s3fifo", capacity, ghost_ratio);
   }
   const char* name() const override { return warmup_to_main_ ? "s3fifo" : "s3fifo-v0"; }
   void reserve() override { s_.reserve(static_cast<size_t>(capacity_ + ghost_capacity_)); }

@@ -42,6 +42,7 @@ if TYPE_CHECKING:
     from wakman.adaptive.config import AdaptiveConfig
 
 from wakman.experiments.plots import FORMATS as PLOT_FORMATS
+from wakman.policies import MAX_CAPACITY
 from wakman.traces import FORMATS, TraceFormatError, detect_format, read_trace
 from wakman.traces.io import atomic_output, atomic_path, atomic_paths
 from wakman.traces.model import MAX_BLOCK_SIZE, Request
@@ -85,9 +86,8 @@ __all__ = [
 
 PLOT_EXTRA = "pip install 'wakman[plot]'"
 INT_MAX = 2**63 - 1  # the largest count (requests, tokens) the core's 64-bit integers hold
-# the largest cache (blocks): a trillion blocks, beyond any memory; blocks times tokens a block
-# (at most MAX_BLOCK_SIZE) must fit the core's 64-bit token counts
-MAX_BLOCKS = 2**40
+# the largest cache (blocks): the core's (its node slots are 32-bit), beyond any GPU's memory
+MAX_BLOCKS = MAX_CAPACITY
 
 
 def _shown(value: float) -> str:

@@ -13,6 +13,9 @@ clock. With prefix caching and pinning this is a reference, not a proven optimum
 block hits, while vLLM's metric counts a request's blocks only up to its first miss, so another
 policy can beat it there (cache mode too).
 
+``reset()`` forgets every key but not the clock (a reset cache goes on at the same position of
+the future); ``seek(0)`` starts the future over.
+
 ``future`` is the key sequence (any iterable of ints, a numpy uint64 array the fast way) or a
 ``BeladyFuture`` built from it once: the next-use index is then shared by every Belady given it (one
 replay per capacity builds it once).

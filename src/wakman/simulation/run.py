@@ -7,7 +7,7 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from wakman.policies import POLICIES, EvictionPolicy, make_policy
+from wakman.policies import MAX_CAPACITY, POLICIES, EvictionPolicy, make_policy
 from wakman.policies.belady import BeladyFuture
 from wakman.simulation.cache_mode import replay_prefixes
 from wakman.simulation.controller import Controller
@@ -81,7 +81,8 @@ def simulate(
             if not fits or params["future"].deepest_first != (mode == "cache"):
                 raise ValueError(f"future: not belady_future(requests, {mode!r}) of these requests")
         if policy == "infinite":
-            capacity_blocks = max(capacity_blocks, upper_bound_blocks(requests))
+            # never full, whatever was asked (up to the core's largest cache)
+            capacity_blocks = min(upper_bound_blocks(requests), MAX_CAPACITY)
         policy_obj = make_policy(policy, capacity_blocks, **params)
     else:
         if future is not None:
