@@ -61,6 +61,12 @@ def test_bad_values_are_refused_with_the_variable_named(env, message):
         PluginSettings.from_env(env)
 
 
+def test_an_empty_variable_means_unset():
+    """`WAKMAN_REPLAY= vllm serve ...` (set but empty) is the default, as for WAKMAN_SESSIONS."""
+    assert PluginSettings.from_env({"WAKMAN_REPLAY": " "}).replay == PluginSettings.from_env({}).replay
+    assert PluginSettings.from_env({"WAKMAN_POLICY": "chain-lru", "WAKMAN_SESSIONS": ""}).sessions is False
+
+
 @pytest.fixture
 def loggers():
     """The ``wakman``, ``vllm`` and root loggers' state, restored after the test."""

@@ -198,6 +198,23 @@ def test_a_window_that_measures_nothing_or_fills_the_memory_is_refused(kwargs):
         simulate(reqs, "lru", 100, **kwargs)
 
 
+@pytest.mark.parametrize("mode", ["serve", "cache"])
+@pytest.mark.parametrize(
+    ("bad", "field"),
+    [
+        ({"block_size": 0}, "block_size"),  # cache mode divided by it
+        ({"prompt_tokens": -1}, "prompt_tokens"),
+        ({"output_tokens": -1}, "output_tokens"),  # accepted in both modes before
+        ({"arrival_s": float("nan")}, "arrival_s"),
+        ({"block_keys": [1, 2, 3]}, "block_keys"),  # 3 keys for one block's tokens
+    ],
+)
+def test_requests_built_by_hand_are_checked_as_the_readers_check_them(mode, bad, field):
+    ok = Request(arrival_s=0.0, block_keys=[1], prompt_tokens=16, output_tokens=1, block_size=16)
+    with pytest.raises(ValueError, match=f"request 1: field '{field}'"):
+        simulate([ok, msgspec.structs.replace(ok, **bad)], "lru", 10, mode=mode)
+
+
 def test_rejected_counts_the_requests_after_the_warm_up_as_measured_does():
     """With a warm-up, each request after it is either measured or rejected (counted from the
     trace: those that fit the pool and those that do not); the warm-up's are neither."""

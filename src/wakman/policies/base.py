@@ -32,7 +32,9 @@ metadata (frequency, segment, visited bit, ...); ``unpin`` puts it back at the p
 position of its segment. ``evict`` only ever returns an unpinned key and never fails while one exists
 (``NoEvictableKey`` otherwise). Ghost entries are keyed by the key itself (the block hash), never by a
 block id. Misuse (``insert`` of a resident key, ``unpin`` of an unpinned one, ``hit`` of an absent
-one) raises ``KeyError``.
+one) raises ``KeyError``; ``pin`` of a pinned key changes nothing (the vLLM pool pins a block only
+while it is free). The batches (``hit_pin_many``, ``unpin_many``, ``adopt``) are not atomic: the
+keys before the one that raises have been applied. ``evict_many(n)`` is all or nothing.
 
 Invariants, checked by the property tests:
 - ``len(self) == num_evictable + num_pinned``; a key is resident iff ``key in self``;

@@ -15,7 +15,7 @@ from wakman.simulation.pool import BlockPool
 from wakman.simulation.results import SimResult
 from wakman.simulation.serve import ServeSimulation
 from wakman.simulation.server import ServerModel, VllmServer
-from wakman.traces.model import Request
+from wakman.traces.model import REQUEST_FIELDS, Request, validate_request
 
 MODES = ("serve", "cache")
 MAX_INTERVALS = 1_000_000  # a serve run's per-interval series: past this many rows it fills the memory
@@ -66,7 +66,7 @@ def simulate(
     if capacity_blocks < 1:
         raise ValueError(f"capacity must be >= 1 block, got {capacity_blocks}")
     requests = list(requests)
-    _check_arrivals(requests)
+    _check_requests(requests)
     _check_window(requests, mode, warmup_s, warmup_requests, interval_s)
     started = time.perf_counter()
     offsets = None
@@ -151,17 +151,11 @@ def check_intervals(requests: Sequence[Request], interval_s: float, name: str = 
         )
 
 
-def _check_arrivals(requests: Sequence[Request]) -> None:
-    """Arrival times must be finite, >= 0 and non-decreasing (the trace readers' rule, for requests
-    built by hand): the serve loops' interval series starts at 0 and a NaN or a step back never ends."""
+def _check_requests(requests: Sequence[Request]) -> None:
+    """The readers' rules (``validate_request``) for requests built by hand: arrival times finite,
+    >= 0 and non-decreasing (the serve loops' interval series starts at 0 and a NaN or a step back
+    never ends), a prompt token at least, outputs >= 0, a block size, no more keys than blocks."""
     previous = 0.0
     for index, req in enumerate(requests):
-        t = req.arrival_s
-        if not (math.isfinite(t) and t >= 0):
-            raise ValueError(f"request {index}: arrival_s must be finite and >= 0 seconds, got {t!r}")
-        if t < previous:
-            raise ValueError(
-                f"request {index}: arrival_s {t!r} is before request {index - 1}'s ({previous!r}); "
-                "requests must be in arrival order"
-            )
-        previous = t
+        validate_request(req, f"request {index}", 0, previous, REQUEST_FIELDS)
+        previous = req.arrival_s
