@@ -215,6 +215,15 @@ def test_requests_built_by_hand_are_checked_as_the_readers_check_them(mode, bad,
         simulate([ok, msgspec.structs.replace(ok, **bad)], "lru", 10, mode=mode)
 
 
+@pytest.mark.parametrize("mode", ["serve", "cache"])
+def test_a_ready_policy_of_another_size_is_refused(mode):
+    """A capacity-50 policy handed in for a 2,000-block run would be reported as 2,000 blocks."""
+    from wakman.policies import make_policy
+
+    with pytest.raises(ValueError, match="a ready lru of 50 blocks for a cache of 2,000"):
+        simulate(steady_trace(3, 1.0, 64), make_policy("lru", 50), 2000, mode=mode)
+
+
 def test_rejected_counts_the_requests_after_the_warm_up_as_measured_does():
     """With a warm-up, each request after it is either measured or rejected (counted from the
     trace: those that fit the pool and those that do not); the warm-up's are neither."""

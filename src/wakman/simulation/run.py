@@ -87,6 +87,11 @@ def simulate(
     else:
         if future is not None:
             raise ValueError("future: give the policy by name ('belady'); a ready policy has its own")
+        if policy.capacity != capacity_blocks and policy.name != "infinite":
+            raise ValueError(
+                f"policy: a ready {policy.name} of {policy.capacity:,} blocks for a cache of "
+                f"{capacity_blocks:,}: build it with the cache's capacity"
+            )
         policy_obj = policy
     result = SimResult(policy=policy_obj.name, mode=mode, capacity_blocks=requested)
     if capacity_blocks != requested:
