@@ -104,17 +104,10 @@ class ServeLoop : LoopState {
     events_.push(Event{t, ++seq_, kind, index, runs_[index].version});
   }
 
-  // A request the server accepts waits at the tail; one whose prompt and outputs exceed the pool
-  // (vLLM: max_model_len) is rejected at once, as the step loop does: it never waits, never counts
-  // in the backlog and never reaches the hooks or the policy's request hint.
+  // A request the server accepts waits at the tail (one larger than the pool is refused at once:
+  // refuse_if_too_large).
   void arrive(uint32_t index, double now) {
-    const ServeRequest& r = reqs_[index];
-    if (r.prompt_tokens + std::max<int64_t>(r.output_tokens, 1) > pool_.capacity() * r.block_size) {
-      out_.rejected += measured_[index];  // after the warm-up only: measured + rejected = those requests
-      request_done(index, now);  // done, if refused: its session's end can come
-      tell_due_ends(now);
-      return;
-    }
+    if (refuse_if_too_large(index, now)) return;
     hooks_.on_arrival(now, index);
     announce(index, now, true);
     waiting_.push_back(index);

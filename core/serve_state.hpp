@@ -154,6 +154,19 @@ class LoopState {
                       with_outputs ? r.n_out : 0, now);
   }
 
+  // vLLM's max_model_len: request i's prompt and outputs (at least one token) exceed the pool's
+  // tokens. Both loops refuse it at its arrival with this: counted (after the warm-up only, so
+  // measured + rejected = those requests) and done, so its session's end can come; it never waits
+  // and never reaches the hooks or the policy's request hint. Returns whether it was refused.
+  bool refuse_if_too_large(uint32_t i, double now) {
+    const ServeRequest& r = reqs_[i];
+    if (r.prompt_tokens + std::max<int64_t>(r.output_tokens, 1) <= pool_.capacity() * r.block_size) return false;
+    out_.rejected += measured_[i];
+    request_done(i, now);
+    tell_due_ends(now);
+    return true;
+  }
+
   // Request i is done at now (finished, its blocks released; or refused as larger than the pool):
   // the last-arriving request of its session sets the session's end due end_after_s later. The
   // loop tells the ends due (tell_due_ends) once the requests done at the same moment are released.

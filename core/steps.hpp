@@ -79,16 +79,10 @@ class StepLoop : LoopState {
   int64_t block_size(uint32_t index) const { return reqs_[index].block_size; }
   static int64_t blocks_for(int64_t tokens, int64_t bs) { return (tokens + bs - 1) / bs; }
 
-  // A request the engine accepts waits at the tail; one whose prompt and outputs exceed the pool
-  // (vLLM: max_model_len) is rejected and never reaches the scheduler or its hooks.
+  // A request the engine accepts waits at the tail (one larger than the pool is refused at once and
+  // never reaches the scheduler or its hooks: refuse_if_too_large).
   void arrive(uint32_t index, double now) {
-    const ServeRequest& r = reqs_[index];
-    if (runs_[index].prompt + runs_[index].max_tokens > pool_.capacity() * r.block_size) {
-      out_.rejected += measured_[index];  // after the warm-up only: measured + rejected = those requests
-      request_done(index, now);  // done, if refused: its session's end can come
-      tell_due_ends(now);
-      return;
-    }
+    if (refuse_if_too_large(index, now)) return;
     hooks_.on_arrival(now, index);
     announce(index, now, false);
     waiting_.push_back(index);
