@@ -43,7 +43,8 @@ if TYPE_CHECKING:
 
 from wakman.experiments.plots import FORMATS as PLOT_FORMATS
 from wakman.policies import MAX_CAPACITY
-from wakman.traces import FORMATS, TraceFormatError, detect_format, read_trace
+from wakman.traces import TraceFormatError, detect_format, read_trace
+from wakman.traces.formats import check_format
 from wakman.traces.io import atomic_output, atomic_path, atomic_paths
 from wakman.traces.model import MAX_BLOCK_SIZE, Request
 
@@ -229,12 +230,6 @@ def interrupted(what: str = "nothing was written") -> NoReturn:
     """Ctrl-C: say so, and what was lost or kept, on stderr; exit 130 (the shell's code for it)."""
     err_console.print(f"[yellow]interrupted:[/yellow] {escape(what)}", highlight=False)
     sys.exit(130)
-
-
-def check_format(fmt: str | None, flag: str) -> None:
-    """``fmt`` (None: detect it) is a trace format, else a ``ValueError`` naming ``flag``."""
-    if fmt is not None and fmt not in FORMATS:
-        raise ValueError(f"{flag} {fmt!r}: unknown trace format; choose from {', '.join(FORMATS)}")
 
 
 def open_trace(

@@ -15,7 +15,6 @@ from wakman.cli.common import (
     FormatOption,
     RateOption,
     SeedOption,
-    check_format,
     check_numbers,
     check_output,
     check_plot,
@@ -28,6 +27,7 @@ from wakman.cli.common import (
     progress_bars,
 )
 from wakman.traces import FORMATS, detect_format, write_trace
+from wakman.traces.formats import check_format
 from wakman.traces.model import Request
 from wakman.traces.mooncake import DEFAULT_BLOCK_SIZE
 
@@ -101,6 +101,7 @@ class _Dropped:
     """Counts, as ``requests`` pass, the requests whose fields ``to_fmt`` cannot carry."""
 
     def __init__(self, to_fmt: str) -> None:
+        self.to_fmt = to_fmt
         self.fields = _DROPPED.get(to_fmt, {})
         self.counts = dict.fromkeys(self.fields, 0)
 
@@ -111,11 +112,11 @@ class _Dropped:
                 self.counts[field] += value is not None and (field != "output_keys" or len(value) > 0)
             yield req
 
-    def notice(self, to_fmt: str) -> str | None:
+    def notice(self) -> str | None:
         lost = [f"{self.fields[f]} ({n:,} requests)" for f, n in self.counts.items() if n]
         if not lost:
             return None
-        return f"{to_fmt} rows carry no {', no '.join(lost)}: dropped (--to native keeps them)"
+        return f"{self.to_fmt} rows carry no {', no '.join(lost)}: dropped (--to native keeps them)"
 
 
 def convert(
@@ -152,6 +153,6 @@ def convert(
             dropped = _Dropped(to_fmt)
             requests = dropped.watch(requests)
             count = write_trace(counted(requests, progress, "requests converted"), target, to_fmt)
-    if (notice := dropped.notice(to_fmt)) is not None:
+    if (notice := dropped.notice()) is not None:
         err_console.print(f"[yellow]notice:[/yellow] {notice}", highlight=False)
     console.print(f"wrote {count:,} request{'' if count == 1 else 's'} to {target} ({to_fmt})")

@@ -57,10 +57,16 @@ def detect_format(path: str | Path) -> str:
 
 def read_trace(path: str | Path, fmt: str | None = None, **options: Any) -> Iterator[Request]:
     """Stream the requests of ``path`` (format detected when ``fmt`` is None)."""
+    check_format(fmt)
     name = fmt or detect_format(path)
-    if name not in FORMATS:
-        raise ValueError(f"unknown trace format {name!r}; choose from {', '.join(FORMATS)}")
     return FORMATS[name].read(path, **options)
+
+
+def check_format(fmt: str | None, given_as: str = "format") -> None:
+    """``fmt`` (None: detect it) is a trace format, else a ``ValueError`` naming ``given_as`` (the
+    argument, or the command line's flag)."""
+    if fmt is not None and fmt not in FORMATS:
+        raise ValueError(f"{given_as} {fmt!r}: unknown trace format; choose from {', '.join(FORMATS)}")
 
 
 def write_trace(requests: Iterable[Request], path: str | Path, fmt: str) -> int:
