@@ -25,7 +25,6 @@ _READERS: dict[bytes, Callable[..., IO[bytes]]] = {
     b"BZh": bz2.open,
     b"\xfd7zXZ\x00": lzma.open,
 }
-COMPRESSED_SUFFIXES = (".gz", ".bz2", ".xz")
 
 
 def _opener(path: Path) -> Callable[..., IO[bytes]]:
