@@ -177,6 +177,41 @@ def test_a_truncated_gzip_conversation_names_the_file(tmp_path):
         assert info.value.path == str(path) and "truncated or corrupt" in str(info.value)
 
 
+@pytest.mark.parametrize("compression", ["", "gz", "bz2", "xz"])
+def test_a_cut_archive_is_refused_not_read_short(tmp_path, compression):
+    """An archive cut anywhere (a download that stopped) is an error naming it, never a shorter
+    trace: tarfile alone takes a cut at a member's end for the archive's end, and never checks a
+    compressed stream's trailer. A plain tar cut inside the zero blocks after its last member still
+    holds every conversation and reads whole."""
+    folder = tmp_path / "convs"
+    folder.mkdir()
+    for i in range(12):  # each conversation's JSON spans more than one tar block
+        turns = [req(float(j), 64 * (10 + j), list(range(1, 11 + j))) for j in range(8)]
+        write(folder / f"c{i:02}.json", conv(f"c{i}", turns))
+    whole = tmp_path / ("whole.tar" + (f".{compression}" if compression else ""))
+    with tarfile.open(whole, f"w:{compression}") as tar:
+        tar.add(folder, arcname="convs")
+    data = whole.read_bytes()
+    assert len(rows(whole)) == 96
+    cut = tmp_path / whole.name.replace("whole", "cut")
+    read_whole = 0
+    for size in range(0, len(data), 37):
+        cut.write_bytes(data[:size])
+        try:
+            got = rows(cut, "kv-cache-tester")
+        except TraceFormatError as exc:
+            assert exc.path == str(cut) and "truncated or corrupt" in str(exc)
+            continue
+        assert len(got) == 96, f"cut at byte {size} of {len(data)} read as {len(got)} requests"
+        read_whole += 1
+    if compression:  # the trailer (checksum, length) is part of every compressed stream
+        assert read_whole == 0
+    else:  # a cut past the first zero block after the last member
+        last_data = len(data.rstrip(b"\0"))  # the last member's data ends in "}"
+        first_zero_block = -(-last_data // 512) * 512
+        assert read_whole == sum(1 for size in range(0, len(data), 37) if size >= first_zero_block + 512)
+
+
 # --- one conversation id in several files ----------------------------------------------------------
 
 

@@ -34,6 +34,12 @@ def _opener(path: Path) -> Callable[..., IO[bytes]]:
     return next((opener for magic, opener in _READERS.items() if head.startswith(magic)), open)
 
 
+def open_decompressed(path: Path) -> IO[bytes]:
+    """``path`` opened for reading its bytes, decompressed by its first bytes (gzip, bzip2, xz).
+    Reading a truncated compressed stream to its end raises ``EOFError``."""
+    return _opener(path)(path, "rb")
+
+
 def iter_lines(path: str | Path) -> Iterator[tuple[int, bytes]]:
     """Yield ``(line_number, line)`` for non-blank lines; gzip, bzip2 and xz are detected by their
     magic bytes.
@@ -43,11 +49,10 @@ def iter_lines(path: str | Path) -> Iterator[tuple[int, bytes]]:
     path = Path(path)
     if not path.is_file():
         raise TraceFormatError(path, 0, "-", "no such file")
-    opener = _opener(path)
     count = 0
     number = 0
     try:
-        with opener(path, "rb") as f:
+        with open_decompressed(path) as f:
             for number, raw in enumerate(f, start=1):
                 line = raw.strip()
                 if line:

@@ -10,8 +10,10 @@ missing or non-positive ``in`` is refused, naming the file and e.g. ``requests[3
 non-decreasing (a decreasing one is refused, naming e.g. ``requests[1].requests[2].t``, not sorted).
 Input: one conversation (``.json`` or ``.json.gz``), a folder holding them (searched recursively), or a tar
 archive of them (``.tar``, ``.tar.gz``/``.tgz``, ``.tar.xz``/``.txz``, ``.tar.bz2``/``.tbz2``: the
-names ``ARCHIVE_SUFFIXES`` lists, which format detection uses too), read directly. Gzip is recognised
-by its magic bytes; a ``.json.gz`` conversation reads exactly as the ``.json`` it holds (name order
+names ``ARCHIVE_SUFFIXES`` lists, which format detection uses too), read directly, in one pass. An
+archive must end with tar's end-of-archive block and, compressed, with its stream's trailer: one cut
+short (even at a member's end, which tarfile alone reads as the end) is refused, not read as fewer
+conversations. Gzip is recognised by its magic bytes; a ``.json.gz`` conversation reads exactly as the ``.json`` it holds (name order
 ignores the ``.gz``).
 
 Ids are local to a file, so each conversation's ids are namespaced: key = ``(n << 32) | id`` where n
@@ -37,18 +39,19 @@ as full arrays, 162 MB in its sessions' buffers).
 from __future__ import annotations
 
 import gzip
+import io
 import lzma
 import tarfile
 import zlib
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
-from typing import NamedTuple
+from typing import IO, Any, NamedTuple
 
 import msgspec
 import numpy as np
 
-from wakman.traces.io import GZIP_MAGIC
+from wakman.traces.io import GZIP_MAGIC, open_decompressed
 from wakman.traces.model import MAX_ARRIVAL_S, KeyChain, Request, TraceFormatError, validate_request
 
 # The tar archives read (and detected as this format): the compressions tarfile's stream mode reads.
@@ -154,6 +157,43 @@ def _unzip(name: str, raw: bytes) -> bytes:
         raise TraceFormatError(name, 0, "-", f"truncated or corrupt compressed data ({exc})") from exc
 
 
+class _TailReader(io.RawIOBase):
+    """A read-only stream over ``raw`` that counts the bytes read and keeps the last ``keep``."""
+
+    def __init__(self, raw: IO[bytes], keep: int = 1 << 16) -> None:
+        super().__init__()
+        self.raw, self.keep, self.position, self.tail = raw, keep, 0, bytearray()
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: Any) -> int:
+        data = self.raw.read(len(buffer))
+        buffer[: len(data)] = data
+        self.position += len(data)
+        self.tail += data
+        del self.tail[: max(0, len(self.tail) - self.keep)]
+        return len(data)
+
+    def since(self, offset: int) -> bytes | None:
+        """The bytes read from ``offset`` on, or None where they are no longer kept."""
+        start = len(self.tail) - (self.position - offset)
+        return bytes(self.tail[start:]) if start >= 0 else None
+
+
+def _check_archive_end(path: Path, stream: _TailReader, end: int, members: int) -> None:
+    """After tarfile's last member: the archive goes on with a zero block (tar's end-of-archive
+    marker), and its compressed stream is whole (read to its end: a cut one raises EOFError).
+    tarfile takes an archive cut at a member's end, or a header it cannot parse, for the end."""
+    while stream.read(1 << 20):
+        pass
+    block = (stream.since(end) or b"")[: tarfile.BLOCKSIZE]
+    if len(block) < tarfile.BLOCKSIZE or block.count(0) != tarfile.BLOCKSIZE:
+        where = f"after its member {members}" if members else "at its start"
+        message = f"truncated or corrupt archive: no end-of-archive block {where} (tar byte {end})"
+        raise TraceFormatError(path, 0, "-", message)
+
+
 def _sources(path: Path) -> Iterator[tuple[str, bytes]]:
     """(name, raw JSON) of every conversation, in storage order (callers sort by name)."""
     if path.is_dir():
@@ -166,13 +206,19 @@ def _sources(path: Path) -> Iterator[tuple[str, bytes]]:
         raise TraceFormatError(path, 0, "-", "no such file or folder")
     elif is_archive(path):
         try:
-            with tarfile.open(path, "r|*") as tar:  # one sequential pass: seeking would re-decompress
-                for member in tar:
-                    if member.isfile() and member.name.endswith(CONVERSATION_SUFFIXES):
-                        handle = tar.extractfile(member)
-                        assert handle is not None
-                        name = f"{path}!{member.name}"
-                        yield name, _unzip(name, handle.read())
+            with open_decompressed(path) as raw:
+                stream = _TailReader(raw)
+                # one sequential pass: seeking would re-decompress
+                with tarfile.open(fileobj=stream, mode="r|") as tar:
+                    members = 0
+                    for member in tar:
+                        members += 1
+                        if member.isfile() and member.name.endswith(CONVERSATION_SUFFIXES):
+                            handle = tar.extractfile(member)
+                            assert handle is not None
+                            name = f"{path}!{member.name}"
+                            yield name, _unzip(name, handle.read())
+                    _check_archive_end(path, stream, tar.offset, members)
         except (tarfile.TarError, EOFError, lzma.LZMAError, zlib.error, OSError) as exc:
             raise TraceFormatError(path, 0, "-", f"truncated or corrupt archive ({exc})") from exc
     else:
