@@ -236,6 +236,8 @@ NB_MODULE(_core, m) {
       .def_prop_ro("mode_switches", &ChainLRU::mode_switches)
       .def_prop_ro("requests_heard", &ChainLRU::requests_heard, "Requests heard through on_request.")
       .def_prop_ro("requests_filtered", &ChainLRU::requests_filtered, "Of them, those heard in the filter mode.")
+      .def_prop_ro("requests_guarded", &ChainLRU::requests_guarded,
+                   "Of them, those at which the floor guard held the cache in the recency mode.")
       .def_ro("small_ratio", &ChainLRU::small_ratio_)
       .def_ro("switch_walk", &ChainLRU::switch_walk_, "M's blocks the switch walk examines a request.")
       .def_ro("sessions", &ChainLRU::sessions_)

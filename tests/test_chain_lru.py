@@ -47,6 +47,8 @@ class Model:
             mini = max(1, capacity // self.every)
             self.minis = [Model(mini, window_s, threshold, mode=m, small_ratio=small_ratio) for m in MODES]
             self.blocks, self.duel_hits, self.switches = 0.0, [0.0, 0.0], 0
+            self.guard = [0.0, 0.0, 0.0]  # the floor guard: sampled blocks, the live cache's hits, recency's
+            self.guarded = 0  # requests at which it held the recency mode
         self.session_last: dict[int, list[int]] = {}
         self.serial: dict[int, int] = {}  # followed session -> its serial (an ended one's is gone)
         self.next_serial = 0
@@ -177,6 +179,8 @@ class Model:
         sampled_out = [k for k in outputs if splitmix64(k) % self.every == 0]
         if not sampled and not sampled_out:
             return
+        live = self.prefix(sampled)
+        recency = self.minis[0].prefix(sampled)
         for m, mini in enumerate(self.minis):
             mini.context_rare = self.context_rare
             self.duel_hits[m] += mini.prefix(sampled)
@@ -185,8 +189,13 @@ class Model:
         self.blocks += len(sampled)
         if self.blocks >= 8.0 * self.minis[0].capacity:
             self.blocks, self.duel_hits = self.blocks * 0.5, [h * 0.5 for h in self.duel_hits]
+        self.guard = [g + x for g, x in zip(self.guard, (len(sampled), live, recency), strict=True)]
+        if self.guard[0] >= 64.0 * self.minis[0].capacity:
+            self.guard = [g * 0.5 for g in self.guard]
         now = int(self.filter)
-        if self.duel_hits[1 - now] - self.duel_hits[now] > 0.01 * self.blocks:
+        guarded = self.guard[1] < self.guard[2] - 0.02 * self.guard[0]
+        self.guarded += guarded
+        if self.filter if guarded else self.duel_hits[1 - now] - self.duel_hits[now] > 0.01 * self.blocks:
             self.filter, self.switches = not self.filter, self.switches + 1
             # to the filter mode: the switch walk starts at M's oldest; back to recency: it ends
             self.walk = next(iter(self.main), None) if self.filter else None
@@ -314,6 +323,23 @@ def test_the_sampled_duel_follows_its_stated_semantics(switch_walk, n):
     model = Model(16384, threshold=0.4, switch_walk=switch_walk)
     assert policy.sample_every == model.every == 8 and policy.switch_walk == switch_walk
     _check_against_model(policy, model, reqs)
+    assert policy.mode_switches == model.switches > 0
+    assert policy.requests_guarded == model.guarded
+
+
+def test_the_floor_guard_follows_its_stated_semantics():
+    """At 64 blocks (one block in 2 sampled, miniatures of 32) these requests make the duel switch
+    back and forth and the live cache trail its recency miniature: the floor guard holds the
+    recency mode at the requests where the model's does, and the policy stays the model's."""
+    rng = random.Random(1)
+    reqs = [
+        (rng.randrange(40), rng.random() < 0.6, rng.randrange(5, 80), rng.expovariate(1 / 4.0))
+        for _ in range(1500)
+    ]
+    policy = make_policy("chain-lru", 64, threshold=0.4)
+    model = Model(64, threshold=0.4)
+    _check_against_model(policy, model, reqs)
+    assert policy.requests_guarded == model.guarded > 0
     assert policy.mode_switches == model.switches > 0
 
 

@@ -165,6 +165,11 @@ class ChainLRU final : public Policy {
   static constexpr int64_t kMiniBlocks = 2048, kMinSampleEvery = 2, kMaxSampleEvery = 64;
   static constexpr double kHorizon = 8.0;  // the duel's counts halve every kHorizon * mini capacity blocks
   static constexpr double kMargin = 0.01;   // switch when the other mode's prefix hits lead by this share
+  // The floor guard: the live cache's own prefix hits on the sampled blocks against the recency
+  // miniature's, over a longer memory (halving every kGuardHorizon * mini capacity blocks). While the
+  // live cache trails by more than kGuardMargin of those blocks, the cache runs the recency mode.
+  static constexpr double kGuardHorizon = 64.0;
+  static constexpr double kGuardMargin = 0.02;
   // The switch walk's default budget: M's blocks examined a request (a bigger M is walked over
   // several requests, so no one request waits on a pass over a million-block cache).
   static constexpr int64_t kSwitchWalk = 65536;
@@ -241,6 +246,8 @@ class ChainLRU final : public Policy {
   // Requests heard in the filter mode, and in all (the share of the traffic served filtered).
   int64_t requests_filtered() const { return requests_filtered_; }
   int64_t requests_heard() const { return requests_heard_; }
+  // Requests at which the floor guard held the cache in the recency mode (or sent it back there).
+  int64_t requests_guarded() const { return requests_guarded_; }
 
   void begin_access(Key) {}
   int32_t find_resident(Key key) const {
@@ -436,7 +443,8 @@ class ChainLRU final : public Policy {
       for (auto& mini : minis_) mini->reset();
       filter_ = false;
       duel_blocks_ = duel_hits_[0] = duel_hits_[1] = 0.0;
-      switches_ = requests_heard_ = requests_filtered_ = 0;
+      guard_blocks_ = guard_live_ = guard_recency_ = 0.0;
+      switches_ = requests_heard_ = requests_filtered_ = requests_guarded_ = 0;
       walk_left_ = 0;
     }
   }
@@ -485,7 +493,10 @@ class ChainLRU final : public Policy {
   // blocks are resident and hit too): the first-miss rule over the sampled full prompt blocks counts
   // each miniature's prefix hits, then the sampled outputs and prompt blocks are accessed deepest
   // first. The counts halve every kHorizon * mini capacity sampled prompt blocks; the cache switches
-  // mode when the other miniature's hits lead by more than kMargin of those blocks.
+  // mode when the other miniature's hits lead by more than kMargin of those blocks, unless the floor
+  // guard holds it in (or sends it back to) the recency mode: the live cache's own prefix hits on the
+  // sampled blocks (before the request's accesses) trail the recency miniature's by more than
+  // kGuardMargin of them, counted over kGuardHorizon miniatures' worth of sampled prompt blocks.
   void duel(const Key* keys, size_t full, const Key* outputs, size_t n_out) {
     ++requests_heard_;
     requests_filtered_ += filter_;
@@ -497,20 +508,33 @@ class ChainLRU final : public Policy {
     for (size_t i = 0; i < n_out; ++i)
       if (!(splitmix64(outputs[i]) & mask)) sampled_.push_back(outputs[i]);
     if (sampled_.empty()) return;
+    const auto blocks = static_cast<double>(sampled_full);
+    guard_live_ += static_cast<double>(cached_prefix(*this, sampled_.data(), sampled_full));
     for (int m = 0; m < 2; ++m) {
       ChainLRU& mini = *minis_[m];
       mini.rarely_extended_ = rarely_extended_;
-      duel_hits_[m] += static_cast<double>(cached_prefix(mini, sampled_.data(), sampled_full));
+      const auto hits = static_cast<double>(cached_prefix(mini, sampled_.data(), sampled_full));
+      duel_hits_[m] += hits;
+      if (m == 0) guard_recency_ += hits;
       for (size_t i = sampled_.size(); i-- > 0;) drive_access<ChainLRU>(mini, sampled_[i]);
     }
-    duel_blocks_ += static_cast<double>(sampled_full);
-    if (duel_blocks_ >= kHorizon * static_cast<double>(minis_[0]->capacity_)) {
+    const auto mini_capacity = static_cast<double>(minis_[0]->capacity_);
+    duel_blocks_ += blocks;
+    if (duel_blocks_ >= kHorizon * mini_capacity) {
       duel_blocks_ *= 0.5;
       duel_hits_[0] *= 0.5;
       duel_hits_[1] *= 0.5;
     }
+    guard_blocks_ += blocks;
+    if (guard_blocks_ >= kGuardHorizon * mini_capacity) {
+      guard_blocks_ *= 0.5;
+      guard_live_ *= 0.5;
+      guard_recency_ *= 0.5;
+    }
     const int now = filter_ ? 1 : 0;
-    if (duel_hits_[1 - now] - duel_hits_[now] > kMargin * duel_blocks_) {
+    const bool guarded = guard_live_ < guard_recency_ - kGuardMargin * guard_blocks_;
+    requests_guarded_ += guarded;
+    if (guarded ? filter_ : duel_hits_[1 - now] - duel_hits_[now] > kMargin * duel_blocks_) {
       filter_ = !filter_;
       ++switches_;
       if (filter_) {  // the switch walk starts at M's oldest block (walk_main)
@@ -633,7 +657,8 @@ class ChainLRU final : public Policy {
   std::unique_ptr<ChainLRU> minis_[2];  // the adaptive mode's miniatures: recency, filter
   std::vector<Key> sampled_;            // one request's sampled blocks (scratch)
   double duel_blocks_ = 0.0, duel_hits_[2] = {0.0, 0.0};
-  int64_t switches_ = 0, requests_heard_ = 0, requests_filtered_ = 0;
+  double guard_blocks_ = 0.0, guard_live_ = 0.0, guard_recency_ = 0.0;  // the floor guard's counts
+  int64_t switches_ = 0, requests_heard_ = 0, requests_filtered_ = 0, requests_guarded_ = 0;
   size_t walk_left_ = 0;  // blocks the switch walk may still examine (0: no walk under way)
   bool has_session_ = false;      // in_session came before this on_request
   Key session_ = 0;

@@ -67,10 +67,17 @@ first-miss rule over the sampled prompt blocks (in prefix order) counts the mini
 then the sampled outputs and prompt blocks are accessed deepest first. The sampled prompt blocks
 and both hit counts are summed, and all three halve when the blocks reach ``8 * (C // S)``. When
 the other mode's miniature leads the running mode's by more than ``0.01`` of the summed blocks, the
-cache switches mode. A miniature has no pinned blocks (the cache's pinned blocks are resident and
-hit too), so it models the whole cache at ``1 / S`` scale (spatial sampling, as SHARDS and
-miniature simulations do); the first-miss rule over the sampled blocks keeps its counts from
-crediting blocks whose prefix is gone, which filtering leaves behind.
+cache switches mode, except under the floor guard: the live cache's own prefix hits on the request's
+sampled full prompt blocks (the first-miss rule, before the request's accesses; pinned blocks are
+resident) are summed beside the recency miniature's and the sampled blocks, all three halving when
+those blocks reach ``64 * (C // S)``; while the live cache's sum trails the recency miniature's by
+more than ``0.02`` of the blocks, the cache runs the recency mode (switching back to it from the
+filter mode), whatever the miniatures' lead. A miniature has no pinned blocks (the cache's pinned
+blocks are resident and hit too), so it models the whole cache at ``1 / S`` scale (spatial
+sampling, as SHARDS and miniature simulations do); the first-miss rule over the sampled blocks keeps
+its counts from crediting blocks whose prefix is gone, which filtering leaves behind. The guard sees
+what the miniatures cannot: in serve mode the cache's blocks stay pinned while their requests run,
+and a switch leaves the cache holding the other mode's blocks.
 
 - pinning: a pinned key leaves its queue and keeps its segment; ``unpin`` puts it at the newest end
   of its segment. ``adopt`` puts inherited keys in M, oldest first; ``remove`` takes a key out
