@@ -13,8 +13,8 @@ archive of them (``.tar``, ``.tar.gz``/``.tgz``, ``.tar.xz``/``.txz``, ``.tar.bz
 names ``ARCHIVE_SUFFIXES`` lists, which format detection uses too), read directly, in one pass. An
 archive must end with tar's end-of-archive block and, compressed, with its stream's trailer: one cut
 short (even at a member's end, which tarfile alone reads as the end) is refused, not read as fewer
-conversations. Gzip is recognised by its magic bytes; a ``.json.gz`` conversation reads exactly as the ``.json`` it holds (name order
-ignores the ``.gz``).
+conversations. Gzip is recognised by its magic bytes; a ``.json.gz`` conversation reads exactly as
+the ``.json`` it holds (name order ignores the ``.gz``).
 
 Ids are local to a file, so each conversation's ids are namespaced: key = ``(n << 32) | id`` where n
 is the conversation's 1-based position in name order (file name, then full path). There is no global
