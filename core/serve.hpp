@@ -97,7 +97,9 @@ class ServeLoop : LoopState {
     bool started = false;
     double prefill_start = 0.0, prefill_end = 0.0;  // its (last) prefill on the lane
     int64_t ttft_slot = -1;     // its entry in ttfts_s (measured requests), or -1
-    bool ttft_pending = false;  // preempted before its prefill ended: its next admission's prefill sets it
+    bool ttft_pending = false;  // preempted before its first token: its next admission's prefill sets it
+    bool first_token = false;   // a prefill of an earlier admission ended: its first token came then
+    int64_t resume_blocks = 0;  // preempted: the free blocks its re-admission waits for (0: none)
   };
 
   void push(double t, uint8_t kind, uint32_t index) {
@@ -124,6 +126,7 @@ class ServeLoop : LoopState {
   bool admit(uint32_t index) {
     Run& run = runs_[index];
     const ServeRequest& r = reqs_[index];
+    if (pool_.free() < run.resume_blocks) return false;
     seek_belady(index);
     if (r.n_keys > 0) pool_.policy().inserting_for(keys_[r.key_at]);
     int64_t hits = pool_.admit_run(index, keys_.data() + r.key_at, static_cast<size_t>(run.max_hit),
@@ -148,6 +151,7 @@ class ServeLoop : LoopState {
       out_.ttfts_s[static_cast<size_t>(run.ttft_slot)] = run.prefill_end - r.arrival_s;
     }
     run.ttft_pending = false;
+    run.resume_blocks = 0;
     schedule_next(index);
     return true;
   }
@@ -179,7 +183,7 @@ class ServeLoop : LoopState {
     }
     while (pool_.free() < 1) {
       uint32_t victim = running_.back();
-      preempt(victim);
+      preempt(victim, index);
       if (victim == index) return;
     }
     run.blocks = static_cast<int64_t>(pool_.extend_run(index));
@@ -189,12 +193,19 @@ class ServeLoop : LoopState {
   void drop_running(uint32_t index) { running_.erase(std::find(running_.begin(), running_.end(), index)); }
 
   // The victim frees its blocks and waits at the queue's head; it restarts from its prompt (this
-  // model keeps no sampled output, where vLLM keeps them: the step loop models that). Preempted
-  // before its prefill ended, it has had no first token: its TTFT is its next admission's.
-  void preempt(uint32_t index) {
+  // model keeps no sampled output, where vLLM keeps them: the step loop models that), but, as vLLM's
+  // victim must fit the tokens it has sampled, it is re-admitted only once as many blocks are free
+  // as it held, plus the one it was waiting for where it is the request that needed a block (else it
+  // would be re-admitted at once into the blocks it just freed, and preempt itself again at the same
+  // point). Preempted before the prefill of its first admission ended, it has had no first token:
+  // its TTFT is its next admission's.
+  void preempt(uint32_t index, uint32_t requester) {
     Run& run = runs_[index];
+    const int64_t usable = pool_.capacity();
+    run.resume_blocks = std::min(run.blocks + (index == requester ? 1 : 0), usable);
+    if (out_.now >= run.prefill_end) run.first_token = true;
     if (out_.now < run.prefill_end) {
-      if (!run.ttft_pending) run.ttft_pending = run.ttft_slot >= 0;
+      if (!run.first_token && run.ttft_slot >= 0) run.ttft_pending = true;
       if (lane_free_ == run.prefill_end) {  // its prefill was the last booked: the lane gets back what is undone
         const double resume = std::max(out_.now, run.prefill_start);
         if (measured_[index]) out_.prefill_busy_s -= run.prefill_end - resume;

@@ -281,6 +281,25 @@ def test_a_request_preempted_before_its_prefill_ends_gets_its_first_token_later(
     assert result.ttfts_s[1] > 5.021 - 0.5
 
 
+def test_a_victim_waits_for_the_blocks_it_held_and_keeps_its_first_token():
+    """A and B arrive at 0 (64-token prompts: 4 blocks each; 64 and 20 outputs), each prefill
+    0.005 + 64 / 10,000 = 0.0114 s: first tokens at 0.0114 and 0.0228 s. In 10 blocks both take their
+    5th; at A's 6th (0.4114 s) none is free and B, the latest admitted, is preempted after its first
+    token. It comes back only once its 5 blocks are free, when A finishes (1.6114 s): one preemption,
+    as vLLM's scheduling gives (the step loop), where B had been re-admitted into its own freed
+    blocks at once, preempted itself at its next block, 62 times, and its TTFT was rewritten."""
+    from wakman.simulation import VllmServer
+
+    a = Request(arrival_s=0.0, block_keys=[1, 2, 3, 4], prompt_tokens=64, output_tokens=64, block_size=16)
+    b = Request(arrival_s=0.0, block_keys=[11, 12, 13, 14], prompt_tokens=64, output_tokens=20, block_size=16)
+    prefill = 0.005 + 64 / 10_000
+    for capacity, preemptions in ((20, 0), (10, 1)):
+        result = simulate([a, b], "lru", capacity)
+        assert result.preemptions == preemptions
+        assert result.ttfts_s == pytest.approx([prefill, 2 * prefill])
+        assert simulate([a, b], "lru", capacity, server=VllmServer()).preemptions == preemptions
+
+
 def test_a_step_holds_its_blocks_until_it_ends():
     """One request of 4 blocks (52 tokens, 1 output) in a pool of 100, served in one step: both
     loops count 96 free blocks for the whole run (the step loop counted the step after its release:

@@ -6,9 +6,11 @@ block event each time the computed tokens fill a block (cache it with its key, a
 a block past the trace's output keys gets a key no other request shares, as vLLM hashes the
 tokens the model generated: it takes cache room and is never hit; ``ServerModel.cache_outputs``;
 when none is free, preempt the most recently admitted request, as vLLM does, and re-queue it first;
-unlike vLLM, which keeps its sampled outputs, it restarts from its prompt, and preempted before its
-prefill ended it gives the lane back what is undone and gets its first token after its next
-admission's prefill) -> finish: release blocks deepest first. A request whose prompt + output
+unlike vLLM, which keeps its sampled outputs, it restarts from its prompt, but, as vLLM's victim must
+fit the tokens it sampled, it is re-admitted only once as many blocks are free as it held, plus the
+one it was waiting for if it preempted itself; preempted before its first admission's prefill
+ended it gives the lane back what is undone and gets its first token after its next admission's
+prefill) -> finish: release blocks deepest first. A request whose prompt + output
 tokens exceed the pool's is rejected at its arrival (vLLM's max_model_len; the step loop's rule): it
 never waits, and neither the controller nor the policy hears of it. Times come from
 the ``ServerModel``'s formulas. Hit figures count first admissions of requests arriving after the
