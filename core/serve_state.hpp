@@ -11,6 +11,8 @@
 #include <cstdint>
 #include <functional>
 #include <queue>
+#include <stdexcept>
+#include <string>
 #include <vector>
 
 #include "block_pool.hpp"
@@ -215,11 +217,18 @@ class LoopState {
   }
 
   // The cell of the interval holding t; cells start at the first event's interval (a trace whose
-  // times start late costs no cell before it).
+  // times start late costs no cell before it). A run whose clock passes kMaxIntervalCells intervals
+  // (a server far behind its arrivals: the run's end, not the arrivals, sets the series' length)
+  // stops with std::length_error (Python's ValueError) before the series fills the memory.
+  static constexpr double kMaxIntervalCells = 2'000'000;  // 96 MB of cells
   IntervalCell& interval(double t) {
     const double number = py_floor_div(t, interval_s_);
     auto& cells = out_.intervals;
     if (cells.empty()) first_interval_ = number;
+    if (number - first_interval_ >= kMaxIntervalCells)
+      throw std::length_error("serve: the run's clock passed " + std::to_string(static_cast<int64_t>(kMaxIntervalCells)) +
+                              " intervals of " + num(interval_s_) + " s (its server fell behind the arrivals, to " +
+                              num(t) + " s): give a longer interval");
     size_t index = static_cast<size_t>(number - first_interval_);
     while (cells.size() <= index) {
       IntervalCell c;

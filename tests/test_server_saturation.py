@@ -256,6 +256,55 @@ def test_the_interval_series_counts_first_admissions():
         assert all(i.hit_tokens <= i.prompt_tokens for i in result.intervals)
 
 
+@pytest.mark.parametrize(
+    ("server", "field"),
+    [
+        ({"prefill_tokens_per_s": float("nan")}, "prefill_tokens_per_s"),
+        ({"decode_tokens_per_s": 1e-300}, "decode_tokens_per_s"),
+        ({"prefill_overhead_s": float("inf")}, "prefill_overhead_s"),
+        ({"prefill_overhead_s": -1.0}, "prefill_overhead_s"),
+        ({"max_running": 1.5}, "max_running"),
+        ({"max_running": True}, "max_running"),
+    ],
+)
+def test_a_server_model_that_cannot_run_is_refused(server, field):
+    """NaN, infinite or sub-token-a-second rates ran the clock for ever (memory grew until
+    bad_alloc), a negative overhead gave negative TTFTs, a fractional batch failed deep in the run."""
+    with pytest.raises(ValueError, match=f"server model: {field} must be"):
+        ServerModel(**server)
+
+
+@pytest.mark.parametrize(
+    ("server", "field"),
+    [
+        ({"step_s": float("inf")}, "step_s"),
+        ({"step_s": 1e300}, "step_s"),
+        ({"tokens_per_s": float("nan")}, "tokens_per_s"),
+        ({"max_num_batched_tokens": 100.5}, "max_num_batched_tokens"),
+        ({"max_num_seqs": 0}, "max_num_seqs"),
+    ],
+)
+def test_a_vllm_server_that_cannot_run_is_refused(server, field):
+    from wakman.simulation import VllmServer
+
+    with pytest.raises(ValueError, match=f"vLLM server: {field} must be"):
+        VllmServer(**server)
+
+
+def test_a_run_whose_clock_outruns_its_interval_series_stops_with_an_error():
+    """Two 1,000,000-token prompts a second apart at 1 token/s of prefill: the arrivals make 1,000
+    intervals of 1 ms, the run's clock (to 2,000,000 s) two billion; the series stops at 2,000,000
+    cells with an error instead of filling the memory."""
+    big = [
+        Request(arrival_s=float(t), block_keys=[t + 1], prompt_tokens=10**6, output_tokens=1, block_size=16)
+        for t in (0, 1)
+    ]
+    server = ServerModel(prefill_tokens_per_s=1.0)
+    with pytest.raises(ValueError, match=r"the run's clock passed 2000000 intervals of 0\.001 s"):
+        simulate(big, "lru", 200_000, server=server, interval_s=0.001)
+    assert simulate(big, "lru", 200_000, server=server, interval_s=60.0).measured_requests == 2
+
+
 def test_a_late_trace_costs_no_interval_before_it():
     """Two requests at 10**8 s: the series starts at their interval (it held 1,666,667 cells)."""
     from wakman.simulation import VllmServer

@@ -40,6 +40,7 @@ from wakman.cli.common import (
     session_mode,
 )
 from wakman.simulation import MODES, ServerModel, VllmServer
+from wakman.simulation import server as server_limits
 from wakman.simulation.run import check_intervals
 from wakman.traces.model import Request, as_engine_serves
 
@@ -85,11 +86,10 @@ CACHE_OUTPUTS = typer.Option(
 )
 WARMUP = typer.Option(0.0, "--warmup-s", help="Requests arriving earlier are left out of the figures.")
 MODE = typer.Option("serve", "--mode", help="serve (time, pinning) or cache (shadow replay).")
-# Past these a modelled server's clock runs for ever (or its per-interval series fills the memory):
-# one token a second at the least, a minute an engine step at the most, a millisecond an interval
-# at the least, and a million intervals over the trace's arrivals at the most.
-MIN_TOKENS_PER_S = ">=1"
-MAX_STEP_S = 60.0
+# The server models' bounds (wakman.simulation.server), by flag; and a millisecond an interval at
+# the least (a million intervals over the trace's arrivals at the most: check_intervals).
+MIN_TOKENS_PER_S = f">={server_limits.MIN_TOKENS_PER_S:g}"
+MAX_STEP_S = server_limits.MAX_STEP_S
 MIN_INTERVAL_S = ">=0.001"
 SESSIONS = typer.Option(
     False,

@@ -37,6 +37,7 @@ admissions, and the rule:
 from __future__ import annotations
 
 import math
+import numbers
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -45,6 +46,34 @@ if TYPE_CHECKING:
     from wakman.traces.model import Request
 
 QUEUE_GROWTH_LIMIT = 0.05  # seconds of queueing delay per second of traffic
+# Past these a modelled server's clock runs for ever (or its per-interval series fills the memory):
+# one token a second at the least, a minute an engine step (or a prefill's fixed cost) at the most.
+MIN_TOKENS_PER_S = 1.0
+MAX_STEP_S = 60.0
+MAX_SEQUENCES = 2**63 - 1  # a count of tokens or requests: the core holds it in 64 bits
+
+
+def _is_real(value: object) -> bool:
+    return isinstance(value, numbers.Real) and not isinstance(value, bool)
+
+
+def _check_rate(owner: str, name: str, value: float) -> None:
+    if not (_is_real(value) and math.isfinite(value) and value >= MIN_TOKENS_PER_S):
+        rule = f"finite and >= {MIN_TOKENS_PER_S:g} tokens/s"
+        raise ValueError(f"{owner}: {name} must be {rule}, got {value!r}")
+
+
+def _check_seconds(owner: str, name: str, value: float, least: float, strict: bool) -> None:
+    ok = _is_real(value) and math.isfinite(value) and (value > least if strict else value >= least)
+    if not (ok and value <= MAX_STEP_S):
+        rule = f"{'>' if strict else '>='} {least:g} and <= {MAX_STEP_S:g} seconds"
+        raise ValueError(f"{owner}: {name} must be {rule}, got {value!r}")
+
+
+def _check_count(owner: str, name: str, value: int) -> None:
+    integer = isinstance(value, numbers.Integral) and not isinstance(value, bool)
+    if not (integer and 1 <= value <= MAX_SEQUENCES):
+        raise ValueError(f"{owner}: {name} must be an integer in [1, {MAX_SEQUENCES:,}], got {value!r}")
 
 
 @dataclass(frozen=True)
@@ -62,12 +91,11 @@ class VllmServer:
     cache_outputs: bool = True
 
     def __post_init__(self) -> None:
-        if self.max_num_batched_tokens < 1 or self.max_num_seqs < 1 or not self.step_s > 0:
-            raise ValueError(
-                "vLLM server: max_num_batched_tokens and max_num_seqs must be >= 1 and step_s > 0 seconds"
-            )
-        if self.tokens_per_s is not None and not self.tokens_per_s > 0:
-            raise ValueError("vLLM server: tokens_per_s must be > 0 tokens per second (or None)")
+        _check_count("vLLM server", "max_num_batched_tokens", self.max_num_batched_tokens)
+        _check_count("vLLM server", "max_num_seqs", self.max_num_seqs)
+        _check_seconds("vLLM server", "step_s", self.step_s, 0.0, strict=True)
+        if self.tokens_per_s is not None:
+            _check_rate("vLLM server", "tokens_per_s", self.tokens_per_s)
 
     def as_dict(self) -> dict[str, float | int | None]:
         """The settings by vLLM's names (what ``--server-model`` reads back)."""
@@ -88,8 +116,10 @@ class ServerModel:
     cache_outputs: bool = True  # cache the blocks generated tokens fill, as vLLM does (serve.py)
 
     def __post_init__(self) -> None:
-        if self.prefill_tokens_per_s <= 0 or self.decode_tokens_per_s <= 0 or self.max_running < 1:
-            raise ValueError("server model: throughputs must be > 0 and max_running >= 1")
+        _check_rate("server model", "prefill_tokens_per_s", self.prefill_tokens_per_s)
+        _check_rate("server model", "decode_tokens_per_s", self.decode_tokens_per_s)
+        _check_seconds("server model", "prefill_overhead_s", self.prefill_overhead_s, 0.0, strict=False)
+        _check_count("server model", "max_running", self.max_running)
 
     @staticmethod
     def keeping_up(
