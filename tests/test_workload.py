@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import re
 from collections import Counter, defaultdict
 from itertools import pairwise
 from pathlib import Path
@@ -20,6 +21,7 @@ import wakman.workload.generator as gen_module
 from wakman.cli.main import app
 from wakman.traces.stats import compute_stats
 from wakman.workload import MIXES, PRESETS, WorkloadGenerator, build_config, generate_requests
+from wakman.workload.config import LogNormal
 from wakman.workload.generator import expected_turns, zipf_mandelbrot
 from wakman.workload.hashing import BlockHasher
 
@@ -70,11 +72,58 @@ def test_arrival_rate_of_sessions_averaged_over_seeds():
 
 
 def test_expected_turns_closed_form():
+    """The exact mean against 100,000 draws (within 4 standard errors), also where the clip's point
+    masses at a non-integer min or max round (halves to even) and where sigma is 0."""
     cfg = build_config()
     rng = np.random.default_rng(0)
-    for dist in (cfg.multi_turn.turns, cfg.agentic.turns):
-        sample = [gen_module.draw(rng, dist) for _ in range(100_000)]
-        assert expected_turns(dist) == pytest.approx(np.mean(sample), rel=0.01)
+    for dist in (
+        cfg.multi_turn.turns,
+        cfg.agentic.turns,
+        LogNormal(median=3.5, sigma=0.4, min=2.5, max=6.5),
+        LogNormal(median=2.5, sigma=1.5, min=0.3, max=9.5),
+    ):
+        sample = np.array([gen_module.draw(rng, dist) for _ in range(100_000)])
+        assert abs(expected_turns(dist) - sample.mean()) < 4 * sample.std() / np.sqrt(len(sample))
+    assert expected_turns(LogNormal(median=3.5, sigma=0.0, min=1, max=64)) == 4.0  # round(3.5) == 4
+    assert expected_turns(LogNormal(median=4.5, sigma=0.0, min=1, max=64)) == 4.0  # round(4.5) == 4
+
+
+def test_a_non_integer_turn_law_keeps_the_rate():
+    """median 3.5 with sigma 0: every multi-turn session has round(3.5) = 4 turns, so sessions start
+    at rate / 4 and the one-hour trace holds about rate * 3,600 requests (Poisson: within 5 %)."""
+    cfg = build_config(
+        preset="mix02-pure-multi", overrides={"multi_turn.turns": "{median=3.5, sigma=0, max=64}"}
+    )
+    counts = [len(generate_requests(cfg, seed)) for seed in range(3)]
+    assert abs(np.mean(counts) / 3600 - 1.5) / 1.5 < 0.05
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "message"),
+    [
+        (
+            "multi_turn.turns",
+            "{median=4, sigma=0.7}",
+            "multi_turn.turns: max must be finite and at most 100,000",
+        ),
+        ("agentic.turns.max", "1e9", "agentic.turns: max must be finite and at most 100,000"),
+        ("single_turn.payload.max", "1e10", "single_turn.payload: max must be finite and at most 16,777,216"),
+        ("single_turn.payload.sigma", "inf", "single_turn.payload: need finite median > 0, sigma in [0, 10]"),
+        ("multi_turn.gap_s.median", "nan", "multi_turn.gap_s: need finite median > 0"),
+        ("block_size", "1000000000000", "block_size must be in [1, 1,048,576]"),
+    ],
+)
+def test_laws_past_their_bounds_are_refused_naming_the_key(key, value, message):
+    with pytest.raises(ValueError, match=re.escape(message)):
+        build_config(overrides={key: value})
+
+
+def test_a_time_law_may_leave_max_out_and_never_overflows():
+    """sigma 10 with no max: a long-call wait can exceed any float's exp; draw clips it in log space."""
+    dist = LogNormal(median=60.0, sigma=10.0, min=1.0)
+    rng = np.random.default_rng(0)
+    waits = [gen_module.draw(rng, dist, integer=False) for _ in range(10_000)]
+    assert all(math.isfinite(w) and w >= 1.0 for w in waits)
 
 
 @pytest.fixture(scope="module")

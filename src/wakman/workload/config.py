@@ -15,7 +15,7 @@ from typing import Any
 
 import msgspec
 
-from wakman.traces.model import MAX_ARRIVAL_S  # warm-up plus duration: what the readers accept
+from wakman.traces.model import MAX_ARRIVAL_S, MAX_BLOCK_SIZE  # what the readers accept
 
 CONFIG_VERSION = 1
 DEFAULT_CONFIG = Path(str(files("wakman.workload") / "default.toml"))
@@ -25,6 +25,12 @@ MAX_REQUESTS = 2**32 - 1  # rate times span: the simulator numbers requests with
 MAX_CATALOG = 10**7  # catalog prompts of a profile (one probability each)
 MAX_VOCAB = 2**31  # token ids are int32
 SECTIONS = ("single_turn", "multi_turn", "agentic")
+# A log-normal law's bounds, by what it draws (a key's last part: ``*_s`` seconds, ``turns`` a
+# session's turn count, any other tokens). Token lengths and turn counts need a finite ``max``: a
+# drawn length is an array of that many token ids (4 bytes each), a turn count a loop.
+MAX_LENGTH = 2**24  # tokens in one drawn length (64 MB of token ids)
+MAX_TURNS = 100_000
+MAX_SIGMA = 10.0  # past it exp(N(.)) spans more than any float: e^(10 * 8.3) at the 1e-16 quantile
 
 
 class LogNormal(msgspec.Struct, forbid_unknown_fields=True):
@@ -36,8 +42,29 @@ class LogNormal(msgspec.Struct, forbid_unknown_fields=True):
     max: float = float("inf")
 
     def check(self, name: str) -> None:
-        if not (self.median > 0 and self.sigma >= 0 and self.min <= self.median <= self.max):
-            raise ValueError(f"{name}: need median > 0, sigma >= 0 and min <= median <= max, got {self}")
+        """``name`` is the TOML key (``multi_turn.turns``); its last part says what is drawn."""
+        most, unit = _law_bound(name)
+        if not (
+            math.isfinite(self.median)
+            and self.median > 0
+            and 0 <= self.sigma <= MAX_SIGMA
+            and math.isfinite(self.min)
+            and self.min <= self.median <= self.max
+        ):
+            raise ValueError(
+                f"{name}: need finite median > 0, sigma in [0, {MAX_SIGMA:g}], finite min and "
+                f"min <= median <= max, got {self}"
+            )
+        if most is not None and not self.max <= most:
+            raise ValueError(f"{name}: max must be finite and at most {most:,} {unit}, got {self.max:g}")
+
+
+def _law_bound(name: str) -> tuple[int | None, str]:
+    """The largest ``max`` a law may have, by its key, and the unit: none for seconds."""
+    last = name.rsplit(".", 1)[-1]
+    if last.endswith("_s"):
+        return None, "seconds"
+    return (MAX_TURNS, "turns") if last == "turns" else (MAX_LENGTH, "tokens")
 
 
 class SingleTurn(msgspec.Struct, forbid_unknown_fields=True):
@@ -113,10 +140,10 @@ class WorkloadConfig(msgspec.Struct, forbid_unknown_fields=True):
                 f"mix needs three fractions >= 0 summing to 1 (within {MIX_TOLERANCE:g}), "
                 f"got {self.mix} (sum {sum(self.mix):.6g})"
             )
-        if self.block_size < 1 or not 2 <= self.vocab_size <= MAX_VOCAB:
+        if not 1 <= self.block_size <= MAX_BLOCK_SIZE or not 2 <= self.vocab_size <= MAX_VOCAB:
             raise ValueError(
-                f"block_size must be >= 1 and vocab_size in [2, {MAX_VOCAB:,}] (int32 token ids); got "
-                f"{self.block_size}, {self.vocab_size}"
+                f"block_size must be in [1, {MAX_BLOCK_SIZE:,}] tokens (the readers' bound) and vocab_size "
+                f"in [2, {MAX_VOCAB:,}] (int32 token ids); got {self.block_size}, {self.vocab_size}"
             )
         if self.hash not in ("fast", "sha256"):
             raise ValueError(f"hash must be 'fast' or 'sha256', got {self.hash!r}")

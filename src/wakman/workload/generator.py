@@ -27,28 +27,42 @@ _CATALOG_STREAM = 1 << 40  # seed-sequence offsets keep catalogs apart from sess
 _SYSTEM_STREAMS = {"multi-turn": 2 << 40, "agentic": 3 << 40}
 
 
+_MAX_LOG = 700.0  # exp of more overflows a float; the value is clipped to max anyway
+
+
 def draw(rng: np.random.Generator, dist: LogNormal, integer: bool = True) -> float:
-    value = math.exp(rng.normal(math.log(dist.median), dist.sigma)) if dist.sigma > 0 else dist.median
+    """``exp(N(ln(median), sigma^2))`` clipped to ``[min, max]``; an integer (a length, a turn count)
+    is the clipped value rounded (Python's ``round``: halves to even), at least 1."""
+    if dist.sigma > 0:
+        value = math.exp(min(rng.normal(math.log(dist.median), dist.sigma), _MAX_LOG))
+    else:
+        value = dist.median
     value = min(max(value, dist.min), dist.max)
     return max(1, round(value)) if integer else value
 
 
 def expected_turns(dist: LogNormal) -> float:
-    """Mean of ``max(1, round(clip(lognormal)))``, exactly (sum over the integer support)."""
+    """Mean of ``draw(rng, dist)`` (an integer), exactly: the clip's point masses at ``min`` and
+    ``max`` (rounded as ``draw`` rounds them), and between them each integer ``k``'s share of the
+    log-normal law, ``[k - 1/2, k + 1/2)`` (its ends have no mass). ``max`` is finite (``check``)."""
+
+    def value(v: float) -> int:
+        return max(1, round(v))
+
+    if dist.sigma == 0:
+        return float(value(min(max(dist.median, dist.min), dist.max)))
 
     def cdf(x: float) -> float:
         if x <= 0:
             return 0.0
-        if dist.sigma == 0:
-            return float(x >= dist.median)
         return 0.5 * (1 + math.erf((math.log(x) - math.log(dist.median)) / (dist.sigma * math.sqrt(2))))
 
-    lo, hi = max(1, math.floor(dist.min)), max(1, math.ceil(dist.max))
-    mean, prev = 0.0, 0.0
-    for k in range(lo, hi + 1):
-        upper = 1.0 if k == hi else cdf(k + 0.5)
-        mean += k * (upper - prev)
-        prev = upper
+    lo, hi = dist.min, dist.max
+    mean = cdf(lo) * value(lo) + (1 - cdf(hi)) * value(hi)
+    for k in range(math.floor(lo + 0.5), math.ceil(hi + 0.5) + 1):
+        a, b = max(k - 0.5, lo), min(k + 0.5, hi)
+        if b > a:
+            mean += max(1, k) * (cdf(b) - cdf(a))
     return mean
 
 
