@@ -599,11 +599,35 @@ def test_skipped_decisions_leave_their_requests_to_the_persistent_shadows():
         ({"candidates": ("lru", "lru")}, "distinct"),
         ({"shadows": "persistent", "shadow_size": "free"}, "cannot resize"),
         ({"max_logged_blocks": 0}, "max_logged_blocks"),
+        # each of these ran: every decision failed (a logged warning) or the manager never stopped
+        ({"candidates": ("lru", "nosuch")}, "candidates must be a tuple of distinct online policies"),
+        ({"candidates": ("lru", "belady")}, "candidates must be a tuple of distinct online policies"),
+        ({"candidates": ("lru", "infinite")}, "candidates must be a tuple of distinct online policies"),
+        ({"candidates": "chain-lru"}, "candidates must be a tuple"),  # its letters were distinct "names"
+        ({"policy_params": {"s3fifo": {"no_such": 1}}}, r"policy_params\['s3fifo'\]"),
+        ({"policy_params": {"s3fifo": {"small_ratio": 2.0}}}, "small_ratio must be in"),
+        ({"policy_params": {"arc": {}}}, "'arc' is not a candidate"),
+        ({"interval_s": 1e-15}, "interval_s must be a finite number of seconds >= 0.001"),
+        ({"interval_s": True}, "interval_s"),
+        ({"interval_s": "900"}, "interval_s"),
+        ({"max_logged_blocks": float("nan")}, "max_logged_blocks must be an integer"),
     ],
 )
 def test_configs_that_cannot_run_are_refused(changes, message):
     with pytest.raises(ValueError, match=message):
         PAPER.with_options(**changes)
+
+
+def test_an_adaptive_run_refuses_one_policys_parameters():
+    """``policy_params`` of ``simulate`` build one policy by name; an adaptive run (or a ready policy)
+    ignored them silently. Its candidates' parameters are its config's."""
+    from wakman.simulation import simulate as simulate_static
+
+    reqs = [Request(arrival_s=0.0, block_keys=[1], prompt_tokens=32, output_tokens=1, block_size=16)]
+    with pytest.raises(ValueError, match="policy_params: wakman builds its candidates"):
+        simulate(reqs, "wakman", 100, policy_params={"no_such_param": 1})
+    with pytest.raises(ValueError, match="a ready policy was built with its own"):
+        simulate_static(reqs, make_policy("lru", 100), 100, policy_params={"no_such_param": 1})
 
 
 @pytest.mark.parametrize("mode", ["serve", "cache"])

@@ -13,9 +13,19 @@ last 15 minutes (recent requests weigh more: 5-minute half-life), with a 2-point
 from __future__ import annotations
 
 import math
+import numbers
 from dataclasses import dataclass, field, replace
 
+from wakman.policies import ONLINE_POLICIES, make_policy
+
 PAPER_NAME = "wakman"
+# The shortest interval, window or first decision: past a millisecond the next decision time may not
+# move on from the last (float precision: 60.0 + 1e-15 == 60.0) and the manager would never stop.
+MIN_SECONDS = 0.001
+
+
+def _is_real(value: object) -> bool:
+    return isinstance(value, numbers.Real) and not isinstance(value, bool)
 
 
 @dataclass(frozen=True)
@@ -44,18 +54,40 @@ class AdaptiveConfig:
             ("window_s", self.window_s),
             ("first_decision_s", self.first_decision_s),
         ):
-            if not (math.isfinite(value) and value > 0):
-                raise ValueError(f"{label} must be a finite number of seconds > 0, got {value}")
-        if self.half_life_s is not None and not (math.isfinite(self.half_life_s) and self.half_life_s > 0):
+            if not (_is_real(value) and math.isfinite(value) and value >= MIN_SECONDS):
+                rule = f"a finite number of seconds >= {MIN_SECONDS:g}"
+                raise ValueError(f"{label} must be {rule}, got {value!r}")
+        if self.half_life_s is not None and not (
+            _is_real(self.half_life_s) and math.isfinite(self.half_life_s) and self.half_life_s > 0
+        ):
             raise ValueError(
-                f"half_life_s must be None or a finite number of seconds > 0, got {self.half_life_s}"
+                f"half_life_s must be None or a finite number of seconds > 0, got {self.half_life_s!r}"
             )
-        if not (math.isfinite(self.hysteresis) and 0 <= self.hysteresis < 1):
-            raise ValueError(f"hysteresis must be a hit-rate difference in [0, 1), got {self.hysteresis}")
-        if not self.candidates or len(set(self.candidates)) != len(self.candidates):
-            raise ValueError(f"candidates must be distinct policy names, at least one, got {self.candidates}")
-        if self.max_logged_blocks < 1:
-            raise ValueError(f"max_logged_blocks must be >= 1, got {self.max_logged_blocks}")
+        if not (_is_real(self.hysteresis) and math.isfinite(self.hysteresis) and 0 <= self.hysteresis < 1):
+            raise ValueError(f"hysteresis must be a hit-rate difference in [0, 1), got {self.hysteresis!r}")
+        if (
+            not isinstance(self.candidates, tuple)
+            or not self.candidates
+            or len(set(self.candidates)) != len(self.candidates)
+            or any(name not in ONLINE_POLICIES for name in self.candidates)
+        ):
+            raise ValueError(
+                f"candidates must be a tuple of distinct online policies ({', '.join(ONLINE_POLICIES)}), "
+                f"at least one, got {self.candidates!r}"
+            )
+        if not (
+            isinstance(self.max_logged_blocks, numbers.Integral)
+            and not isinstance(self.max_logged_blocks, bool)
+            and self.max_logged_blocks >= 1
+        ):
+            raise ValueError(f"max_logged_blocks must be an integer >= 1, got {self.max_logged_blocks!r}")
+        for name, params in self.policy_params.items():
+            if name not in self.candidates:
+                raise ValueError(f"policy_params: {name!r} is not a candidate ({', '.join(self.candidates)})")
+            try:  # the parameters each switch will build the candidate with, checked now
+                make_policy(name, 1, **params)
+            except (TypeError, ValueError) as exc:
+                raise ValueError(f"policy_params[{name!r}]: {exc}") from None
         if self.shadow_metric not in ("block", "vllm"):
             raise ValueError(f"shadow_metric must be 'block' or 'vllm', got {self.shadow_metric!r}")
         if self.shadows not in ("fresh", "persistent"):

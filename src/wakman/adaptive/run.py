@@ -36,6 +36,11 @@ def simulate(
         if shadow_hits is not None:
             raise ValueError("shadow_hits: only an adaptive policy has shadows")
         return simulate_static(requests, policy, capacity_blocks, **options)
+    if options.get("policy_params"):
+        raise ValueError(
+            f"policy_params: {policy.name} builds its candidates with its config's policy_params "
+            "({name: {...}}: AdaptiveConfig.with_options, or with_sessions())"
+        )
     if capacity_blocks < 1:
         raise ValueError(f"capacity must be >= 1 block, got {capacity_blocks}")
     if shadow_hits is not None:

@@ -87,6 +87,8 @@ def simulate(
     else:
         if future is not None:
             raise ValueError("future: give the policy by name ('belady'); a ready policy has its own")
+        if policy_params:
+            raise ValueError("policy_params: give the policy by name; a ready policy was built with its own")
         if policy.capacity != capacity_blocks and policy.name != "infinite":
             raise ValueError(
                 f"policy: a ready {policy.name} of {policy.capacity:,} blocks for a cache of "
