@@ -5,7 +5,8 @@ that arrived in [T - ``window_s``, T) through a fresh shadow of every candidate 
 capacity is that span's time-weighted mean number of free blocks, scores each (per-block hits /
 keys, or vLLM's first-miss token rate), and makes the best the live policy. It is taken at the
 first event at or after T (the loops wake on events); when several due times passed between two
-events (an idle stretch), those whose windows hold no request are skipped, unlogged, and the others
+events (an idle stretch), those whose windows hold no request are skipped, unlogged (but for the last
+due time by the event, taken and logged with no requests where no window holds one), and the others
 are taken in order. A switch rebuilds the free blocks' order with ``handover`` in O(cached blocks):
 the new policy adopts the old one's eviction order (S3-FIFO puts inherited blocks in its main queue,
 oldest first; leaving S3-FIFO discards its ghost queue); pinned blocks stay pinned; no block is
