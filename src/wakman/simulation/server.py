@@ -6,7 +6,11 @@
 - Prefill runs on one lane, one request at a time, at ``prefill_tokens_per_s`` over the uncached
   prompt tokens plus ``prefill_overhead_s``; the first token comes when it ends.
 - Decode produces ``decode_tokens_per_s`` tokens per second per running request (continuous
-  batching keeps per-request speed roughly flat up to the batch limit).
+  batching keeps per-request speed roughly flat up to the batch limit). A request of ``n`` output
+  tokens holds its blocks until ``n / decode_tokens_per_s`` after its prefill ends (at least one
+  token's time): the model charges the first token a decode step too, where vLLM samples it in the
+  prefill step, so its requests finish one token's time (25 ms at the default) later than vLLM's
+  would (the step loop's ``VllmServer`` counts vLLM's steps).
 
 Defaults describe one 8B-parameter model on one H100-class GPU: prefill ~10k tokens/s, decode
 ~40 tokens/s per sequence at moderate batch, up to 64 concurrent sequences; they make 1.5
