@@ -77,7 +77,9 @@ blocks are resident and hit too), so it models the whole cache at ``1 / S`` scal
 sampling, as SHARDS and miniature simulations do); the first-miss rule over the sampled blocks keeps
 its counts from crediting blocks whose prefix is gone, which filtering leaves behind. The guard sees
 what the miniatures cannot: in serve mode the cache's blocks stay pinned while their requests run,
-and a switch leaves the cache holding the other mode's blocks.
+and a switch leaves the cache holding the other mode's blocks. (In vLLM's CPU offload tier the hint
+comes at a request's finish, when its chunks are resident, so the live cache never trails there and
+the guard never holds.)
 
 - pinning: a pinned key leaves its queue and keeps its segment; ``unpin`` puts it at the newest end
   of its segment. ``adopt`` puts inherited keys in M, oldest first; ``remove`` takes a key out
