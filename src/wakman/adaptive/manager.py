@@ -146,7 +146,10 @@ class AdaptiveManager:
 
     def cache_decide(self, now: float, capacity: int) -> str | None:
         """Cache mode: take the decisions due by ``now`` (shadows of the live cache's ``capacity``);
-        the policy to switch to, or None. Reads the logged requests only, never the live cache."""
+        the policy to switch to, or None. Reads the logged requests only, never the live cache.
+        Several decisions at one event (an idle stretch) hand the cache over once, to the last one's
+        choice (none if it is the policy before them), where serve mode hands over at each; the log
+        (``report()["switches"]``) counts every decision that switched."""
         before = self.live
         while now >= self.next_decision:
             self.decide(now, None, shadow_capacity=capacity)
