@@ -1217,6 +1217,32 @@ def test_stats_of_a_trace_without_reuse_reports_no_reuse_time(tmp_path):
     assert "nan" not in table.lower()
 
 
+def test_a_trace_without_a_block_access_has_no_ratio_but_runs(tmp_path):
+    """Prompts under one block carry no key: every ratio over block accesses is null (a statistic
+    without a sample) and '-' in the tables; stats and shadow had died on a division by zero. A
+    --plot of the LRU curve, which has no point, is refused naming the flag."""
+    reqs = [
+        Request(arrival_s=float(i), block_keys=[], prompt_tokens=5, output_tokens=4, block_size=16)
+        for i in range(2)
+    ]
+    path = tmp_path / "short.jsonl"
+    write_trace(reqs, path, "native")
+    stats = invoke("stats", path, "--json")
+    assert stats.exit_code == 0, stats.output
+    out = json.loads(stats.stdout)
+    assert out["block_accesses"] == 0 and out["infinite_block_hit_ratio"] is None
+    assert all(v is None for k, v in out.items() if k.startswith("lru_hit_ratio"))
+    shadow = invoke("shadow", path, "--capacities", "10", "--json")
+    assert shadow.exit_code == 0, shadow.output
+    ratios = json.loads(shadow.stdout)["block_hit_ratio"]
+    assert all(v is None for by_size in ratios.values() for v in by_size.values())
+    for args in (("stats", path), ("shadow", path, "--capacities", "10")):
+        table = invoke(*args)
+        assert table.exit_code == 0 and "nan" not in table.output.lower() and "*" not in table.output
+    plot = invoke("stats", path, "--plot", tmp_path / "curve.png")
+    assert plot.exit_code == 2 and "--plot" in plot.output and not (tmp_path / "curve.png").exists()
+
+
 def test_sweep_csv_cells_are_json(trace, tmp_path):
     """An adaptive policy's decisions column in sweep.csv is JSON (it was Python's repr)."""
     result = invoke("sweep", trace, "--policies", "wakman", "--capacities", "40", "--out", tmp_path / "s")

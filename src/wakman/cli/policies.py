@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import sys
 from pathlib import Path
 
@@ -64,7 +65,8 @@ def shadow(
             for name in names:
                 for size in sizes:
                     extra = {"future": keys} if name == "belady" else {}
-                    results[name][size] = make_policy(name, size, **extra).replay(keys) / len(keys)
+                    hits = make_policy(name, size, **extra).replay(keys)
+                    results[name][size] = hits / len(keys) if len(keys) else math.nan  # no access: no ratio
                     progress.advance(task)
     if as_json:
         print(json_text({"trace": str(path), "block_accesses": len(keys), "block_hit_ratio": results}))
@@ -79,11 +81,14 @@ def shadow(
         cells = []
         for size in sizes:
             value = results[name][size]
+            if math.isnan(value):
+                cells.append("-")
+                continue
             mark = " *" if name not in ("belady", "infinite") and value == best[size] else ""
             cells.append(f"{value:.4f}{mark}")
         table.add_row(name, *cells)
     console.print(table)
-    if online:
+    if online and keys.size:
         console.print("* best online policy at that size.")
     if trace is None:
         console.print(f"[dim]{BUNDLED_MOONCAKE_ATTRIBUTION}[/dim]")

@@ -56,6 +56,8 @@ def stats(
         with progress_bars(to=err_console, transient=True, disable=not err_console.is_terminal) as progress:
             requests = counted(open_trace(trace, fmt, block_size, rate, seed), progress, "requests read")
             result = compute_stats(requests, lru_curve=curve)
+        if plot is not None and not result.block_accesses:
+            raise ValueError(f"--plot: {trace.name} has no block access, so no LRU curve to draw")
         flat = result.as_flat_dict()
         if as_json:
             print(json_text(flat))

@@ -16,6 +16,7 @@ below 2**-20 s.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable
 from dataclasses import dataclass
 
@@ -40,7 +41,9 @@ class LabelStats:
         return {
             "requests": self.requests,
             "block_accesses": self.block_accesses,
-            "infinite_block_hit_ratio": self.block_hits / self.block_accesses if self.block_accesses else 0.0,
+            "infinite_block_hit_ratio": (
+                self.block_hits / self.block_accesses if self.block_accesses else math.nan
+            ),
             "reuse_time_p50_s": p50,
             "reuse_time_p90_s": p90,
         }
@@ -63,7 +66,10 @@ class TraceStats:
     lru_hits_by_capacity: np.ndarray | None  # [c] = LRU block hits with c blocks, c = 0..distinct
 
     def lru_hit_ratio(self, capacity: int) -> float:
+        """LRU's block hit ratio at ``capacity`` blocks; NaN for a trace with no block access."""
         assert self.lru_hits_by_capacity is not None
+        if not self.block_accesses:
+            return math.nan
         c = min(capacity, len(self.lru_hits_by_capacity) - 1)
         return float(self.lru_hits_by_capacity[c]) / self.block_accesses
 
@@ -139,9 +145,9 @@ def compute_stats(requests: Iterable[Request], lru_curve: bool = True) -> TraceS
         sessions=len(sessions),
         distinct_blocks=scan.distinct,
         block_accesses=accesses,
-        infinite_block_hit_ratio=scan.reuses / accesses if accesses else 0.0,
+        infinite_block_hit_ratio=scan.reuses / accesses if accesses else math.nan,
         prompt_tokens=prompt_tokens,
-        infinite_token_hit_ratio=hit_tokens / prompt_tokens if prompt_tokens else 0.0,
+        infinite_token_hit_ratio=hit_tokens / prompt_tokens if prompt_tokens else math.nan,
         mean_prompt_tokens=prompt_tokens / n if n else 0.0,
         reuse_time_percentiles_s={f"p{q}": v for q, v in zip(REUSE_QUANTILES, percentiles, strict=True)},
         per_label={k: stats.summary(scan, i) for k, (i, stats) in sorted(labels.items())},
