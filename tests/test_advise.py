@@ -317,3 +317,18 @@ def test_serve_mode_does_not_promise_the_ceiling(trace_file, curve):
         out = json.loads(result.stdout)
         assert any("holds every distinct block" in w for w in out["warnings"])
         assert any("any policy hits the ceiling" in w for w in out["warnings"]) == claim
+
+
+def test_a_cache_of_exactly_every_distinct_block_is_told_so(trace_file, reqs, curve):
+    """At exactly the trace's distinct blocks a cache-mode run evicts nothing (the simulator's own
+    count), so the warning holds there too; one block fewer evicts and gets none."""
+    from wakman.simulation import simulate
+
+    exact = curve.distinct_blocks
+    for capacity, holds in ((exact, True), (exact - 1, False)):
+        assert (simulate(reqs, "fifo", capacity, mode="cache").evictions == 0) == holds
+        args = ["--capacity-blocks", str(capacity), "--points", "2", "--mode", "cache", "--policies", "lru"]
+        result = CliRunner().invoke(app, ["advise", str(trace_file), *args, "--jobs", "1", "--json"])
+        assert result.exit_code == 0, result.output
+        warned = any("holds every distinct block" in w for w in json.loads(result.stdout)["warnings"])
+        assert warned == holds

@@ -264,13 +264,14 @@ def build_report(
                 + ", ".join(r["policy"] for r in here if r.get("saturated"))
                 + " (TTFT grows with the queue, not the cache; raise --prefill-tps or --max-running)"
             )
-    if capacity is not None and capacity > curve.distinct_blocks:
+    if capacity is not None and capacity >= curve.distinct_blocks:
         warnings.append(
             f"your cache ({capacity:,} blocks) holds every distinct block of the trace: "
             + (
                 "any policy hits the ceiling"
                 if mode == "cache"
-                else "no block is ever evicted, and the hit rate is what serving order allows"
+                else "only the running requests' partial and duplicate blocks can still force an "
+                "eviction, and the hit rate is about what serving order allows"
             )
         )
     return {
