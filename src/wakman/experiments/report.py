@@ -499,7 +499,8 @@ def _decisions_note(payload: dict[str, Any]) -> str:
     if not decisions:
         return "The manager took no decision in this run (the traces end before its first decision)."
     return (
-        f"{len(decisions)} decisions, {switches} of them switches; the mix with the most switches is shown."
+        f"{len(decisions)} decision{'s' if len(decisions) != 1 else ''}, {switches} of them "
+        f"switch{'es' if switches != 1 else ''}; the mix with the most switches is shown."
     )
 
 
@@ -561,8 +562,8 @@ def _points(value: float) -> str:
     return "0.0" if text == "-0.0" else text
 
 
-def _pct(value: float | None) -> str:
-    return "n/a" if value is None else f"{value:.0f} %"
+def _pct(value: float | None, decimals: int = 0) -> str:
+    return "n/a" if value is None else f"{value:.{decimals}f} %"
 
 
 def _capacity_table(mixes: list[dict[str, Any]], caps: list[int]) -> str:
@@ -605,7 +606,7 @@ def _new_policy_section(payload: dict[str, Any], policy: str, per_capacity: dict
                 f"{v['mean_gain_points']:+.2f}",
                 f"{v['worst_mix']} ({v['worst_gain_points']:+.2f})",
                 f"{v['mean_gap_to_belady_points']:.2f}",
-                _pct(v["gap_closed_pct"]),
+                _pct(v["gap_closed_pct"], 1),  # as the sentence above gives it (_shortfall)
                 str(len(v["mixes_over_half_point_below"])),
             ]
             for c, v in per_capacity.items()
