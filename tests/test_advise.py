@@ -16,7 +16,7 @@ from wakman.experiments import advise as adv
 from wakman.experiments.kv_memory import MODEL_CONFIGS, config_layout, kv_layout, model_layout
 from wakman.experiments.sweep import HINT_MODE
 from wakman.policies import make_policy
-from wakman.traces import write_trace
+from wakman.traces import Request, write_trace
 from wakman.workload import build_config, generate_requests
 
 
@@ -332,3 +332,11 @@ def test_a_cache_of_exactly_every_distinct_block_is_told_so(trace_file, reqs, cu
         assert result.exit_code == 0, result.output
         warned = any("holds every distinct block" in w for w in json.loads(result.stdout)["warnings"])
         assert warned == holds
+
+
+def test_a_trace_without_reuse_needs_the_smallest_cache_not_none():
+    """One request: the ceiling is 0 tokens, which any cache reaches; LRU's answer is the smallest
+    cache there is, 1 block (it said 0, below --capacity-blocks' own minimum), as for the others."""
+    one = [Request(arrival_s=0.0, block_keys=[1, 2], prompt_tokens=64, output_tokens=1, block_size=32)]
+    curve = adv.lru_curve(one)
+    assert curve.ceiling_tokens == 0 and curve.smallest_within(0.95) == 1

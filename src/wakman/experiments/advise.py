@@ -59,9 +59,10 @@ class LruCurve:
         return self.tokens_at(capacity) / self.prompt_tokens if self.prompt_tokens else 0.0
 
     def smallest_within(self, fraction: float) -> int:
-        """The fewest blocks with which LRU hits at least ``fraction`` of the ceiling's tokens."""
+        """The fewest blocks (at least 1, the smallest cache) with which LRU hits at least
+        ``fraction`` of the ceiling's tokens."""
         threshold = fraction * self.ceiling_tokens
-        return int(np.searchsorted(self.hit_tokens, threshold, side="left"))
+        return max(1, int(np.searchsorted(self.hit_tokens, threshold, side="left")))
 
 
 def lru_curve(requests: Iterable[Request]) -> LruCurve:
