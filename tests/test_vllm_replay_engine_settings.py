@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from vllm_support import need_vllm, write_small_trace
+from vllm_support import need_vllm, wakman_cli, write_small_trace
 from wakman.cli.main import app
 from wakman.traces import read_trace, write_trace
 
@@ -84,3 +84,47 @@ def test_a_block_size_the_cpu_engine_refuses_names_the_trace(trace, tmp_path, mo
     assert result.exit_code == 2, (result.output, result.exception)
     lines = [line for line in result.output.splitlines() if line.strip()]
     assert len(lines) == 1 and str(path.name) in lines[0] and "32" in lines[0], result.output
+
+
+def test_a_step_time_the_simulator_refuses_is_refused_before_the_engine(trace, monkeypatch):
+    """--step-s past the server models' bound (60 s) was refused only after the whole engine run,
+    when the reported server was built, in a message that did not name the flag."""
+    monkeypatch.setattr("wakman.vllm_plugin.environment.check_environment", _engine_started)
+    args = ["replay", str(trace), "--engine", "vllm", "--policy", "lru", "--capacity-blocks", "64"]
+    result = runner.invoke(app, [*args, "--step-s", "120"])
+    assert result.exit_code == 2 and not isinstance(result.exception, EngineStarted), result.output
+    assert "--step-s must be at most 60" in result.output
+
+
+def test_the_reported_server_is_the_one_the_engine_ran(trace):
+    """A budget under one block runs raised to one block (vLLM's step must hold a block); the JSON's
+    server_model, which `wakman simulate --server-model` reads back, says what the engine ran, as
+    vLLM's own scheduler config gives it, not the flag's value (a server four times slower)."""
+    import subprocess
+    import sys
+
+    block_size = next(iter(read_trace(trace))).block_size
+    args = ["replay", str(trace), "--engine", "vllm", "--policy", "lru", "--capacity-blocks", "64"]
+    args += ["--max-num-batched-tokens", "8", "--max-num-seqs", "1"]
+    reported = wakman_cli(*args, "--limit", "2", "--max-output-tokens", "2")["server_model"]
+    probe = (  # one engine per process: vLLM's own config of the engine build_llm makes
+        "from wakman.vllm_plugin.engine import build_llm, engine_core\n"
+        f"llm = build_llm(64, {block_size}, policy='lru', max_num_seqs=1, max_num_batched_tokens=8)\n"
+        "print(engine_core(llm).scheduler.scheduler_config.max_num_batched_tokens)"
+    )
+    proc = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    ran = int(proc.stdout.strip().splitlines()[-1])
+    assert reported["max_num_batched_tokens"] == ran == block_size
+
+
+@pytest.mark.parametrize(("variable", "value"), [("WAKMAN_REPLAY", "sync"), ("WAKMAN_INTERVAL_S", "30")])
+def test_a_bad_plugin_setting_is_refused_before_the_engine(trace, monkeypatch, variable, value):
+    """The plugin's WAKMAN_* settings, as the engine will read them, are checked with the flags:
+    exit 2 naming the variable (it was exit 1, once vLLM had loaded the plugin, 10 s in)."""
+    monkeypatch.setattr("wakman.vllm_plugin.environment.check_environment", _engine_started)
+    monkeypatch.setenv(variable, value)
+    args = ["replay", str(trace), "--engine", "vllm", "--policy", "lru", "--capacity-blocks", "64"]
+    result = runner.invoke(app, args)
+    assert result.exit_code == 2 and not isinstance(result.exception, EngineStarted), result.output
+    assert variable in result.output

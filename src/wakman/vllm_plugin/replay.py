@@ -33,6 +33,7 @@ from wakman.vllm_plugin.engine import (
     engine_core,
     prefix_cache_counters,
     shutdown_llm,
+    step_budget,
 )
 from wakman.vllm_plugin.sessions import END_MARK
 
@@ -249,7 +250,8 @@ def replay(
             wall_s=wall,
             output_keys_ignored=output_keys_ignored,
             max_output_tokens=max_output_tokens,
-            server=VllmServer(max_num_batched_tokens, max_num_seqs, step_s),
+            # the settings the engine ran with (its budget raised to one block), for the simulator
+            server=VllmServer(step_budget(max_num_batched_tokens, block_size), max_num_seqs, step_s),
             adaptive=adaptive,
             first_hit_tokens=first_hits,
         )
