@@ -37,6 +37,7 @@ def test_unusable_numbers_and_candidates_name_their_variable(env, variable):
         ({"WAKMAN_POLICY": "mru"}, "WAKMAN_POLICY"),
         ({"WAKMAN_POLICY": "wakman", "WAKMAN_INTERVAL_S": "soon"}, "WAKMAN_INTERVAL_S"),
         ({"WAKMAN_POLICY": "lru", "WAKMAN_REPLAY": "later"}, "WAKMAN_REPLAY"),
+        ({"WAKMAN_POLICY": "lru", "WAKMAN_METRICS_DIR": sys.executable}, "WAKMAN_METRICS_DIR"),  # a file
     ],
 )
 def test_plugin_register_refuses_a_bad_setting_in_one_line(env, variable):

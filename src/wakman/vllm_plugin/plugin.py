@@ -67,7 +67,10 @@ def register() -> None:
         PluginSettings.from_env()  # bad WAKMAN_* values fail here, at start-up
     except SettingsError as exc:  # one line on stderr, no traceback
         raise SystemExit(f"wakman: {exc}") from None
-    metrics_dir()
+    try:
+        metrics_dir()
+    except OSError as exc:  # WAKMAN_METRICS_DIR names a file, or a folder it cannot make
+        raise SystemExit(f"wakman: WAKMAN_METRICS_DIR: cannot use it as a folder ({exc})") from None
 
 
 class VllmLogForwarder(logging.Handler):
