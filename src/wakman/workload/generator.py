@@ -38,7 +38,12 @@ def draw(rng: np.random.Generator, dist: LogNormal, integer: bool = True) -> flo
     else:
         value = dist.median
     value = min(max(value, dist.min), dist.max)
-    return max(1, round(value)) if integer else value
+    return _as_count(value) if integer else value
+
+
+def _as_count(value: float) -> int:
+    """A clipped draw as a length or turn count: Python's ``round`` (halves to even), at least 1."""
+    return max(1, round(value))
 
 
 def expected_turns(dist: LogNormal) -> float:
@@ -46,11 +51,8 @@ def expected_turns(dist: LogNormal) -> float:
     ``max`` (rounded as ``draw`` rounds them), and between them each integer ``k``'s share of the
     log-normal law, ``[k - 1/2, k + 1/2)`` (its ends have no mass). ``max`` is finite (``check``)."""
 
-    def value(v: float) -> int:
-        return max(1, round(v))
-
     if dist.sigma == 0:
-        return float(value(min(max(dist.median, dist.min), dist.max)))
+        return float(_as_count(min(max(dist.median, dist.min), dist.max)))
 
     def cdf(x: float) -> float:
         if x <= 0:
@@ -58,7 +60,7 @@ def expected_turns(dist: LogNormal) -> float:
         return 0.5 * (1 + math.erf((math.log(x) - math.log(dist.median)) / (dist.sigma * math.sqrt(2))))
 
     lo, hi = dist.min, dist.max
-    mean = cdf(lo) * value(lo) + (1 - cdf(hi)) * value(hi)
+    mean = cdf(lo) * _as_count(lo) + (1 - cdf(hi)) * _as_count(hi)
     for k in range(math.floor(lo + 0.5), math.ceil(hi + 0.5) + 1):
         a, b = max(k - 0.5, lo), min(k + 0.5, hi)
         if b > a:
