@@ -13,19 +13,15 @@ last 15 minutes (recent requests weigh more: 5-minute half-life), with a 2-point
 from __future__ import annotations
 
 import math
-import numbers
 from dataclasses import dataclass, field, replace
 
+from wakman.numbers_check import is_integer, is_real
 from wakman.policies import ONLINE_POLICIES, make_policy
 
 PAPER_NAME = "wakman"
 # The shortest interval, window or first decision: past a millisecond the next decision time may not
 # move on from the last (float precision: 60.0 + 1e-15 == 60.0) and the manager would never stop.
 MIN_SECONDS = 0.001
-
-
-def _is_real(value: object) -> bool:
-    return isinstance(value, numbers.Real) and not isinstance(value, bool)
 
 
 @dataclass(frozen=True)
@@ -54,16 +50,16 @@ class AdaptiveConfig:
             ("window_s", self.window_s),
             ("first_decision_s", self.first_decision_s),
         ):
-            if not (_is_real(value) and math.isfinite(value) and value >= MIN_SECONDS):
+            if not (is_real(value) and math.isfinite(value) and value >= MIN_SECONDS):
                 rule = f"a finite number of seconds >= {MIN_SECONDS:g}"
                 raise ValueError(f"{label} must be {rule}, got {value!r}")
         if self.half_life_s is not None and not (
-            _is_real(self.half_life_s) and math.isfinite(self.half_life_s) and self.half_life_s > 0
+            is_real(self.half_life_s) and math.isfinite(self.half_life_s) and self.half_life_s > 0
         ):
             raise ValueError(
                 f"half_life_s must be None or a finite number of seconds > 0, got {self.half_life_s!r}"
             )
-        if not (_is_real(self.hysteresis) and math.isfinite(self.hysteresis) and 0 <= self.hysteresis < 1):
+        if not (is_real(self.hysteresis) and math.isfinite(self.hysteresis) and 0 <= self.hysteresis < 1):
             raise ValueError(f"hysteresis must be a hit-rate difference in [0, 1), got {self.hysteresis!r}")
         if (
             not isinstance(self.candidates, tuple)
@@ -75,11 +71,7 @@ class AdaptiveConfig:
                 f"candidates must be a tuple of distinct online policies ({', '.join(ONLINE_POLICIES)}), "
                 f"at least one, got {self.candidates!r}"
             )
-        if not (
-            isinstance(self.max_logged_blocks, numbers.Integral)
-            and not isinstance(self.max_logged_blocks, bool)
-            and self.max_logged_blocks >= 1
-        ):
+        if not (is_integer(self.max_logged_blocks) and self.max_logged_blocks >= 1):
             raise ValueError(f"max_logged_blocks must be an integer >= 1, got {self.max_logged_blocks!r}")
         for name, params in self.policy_params.items():
             if name not in self.candidates:

@@ -8,10 +8,10 @@ False
 
 from __future__ import annotations
 
-import numbers
 from typing import Any
 
 from wakman import _core
+from wakman.numbers_check import is_integer
 from wakman.policies.arc import ARC
 from wakman.policies.base import EvictionPolicy, Key, NoEvictableKey, handover
 from wakman.policies.belady import Belady
@@ -39,7 +39,7 @@ def make_policy(name: str, capacity: int, **params: Any) -> EvictionPolicy:
         cls = POLICIES[name]
     except KeyError:
         raise ValueError(f"unknown policy {name!r}; choose from {', '.join(POLICIES)}") from None
-    if isinstance(capacity, bool) or not isinstance(capacity, numbers.Integral):
+    if not is_integer(capacity):
         raise TypeError(f"capacity must be an integer number of blocks, got {capacity!r}")
     if not 1 <= capacity <= MAX_CAPACITY:
         raise ValueError(f"capacity must be 1 to {MAX_CAPACITY:,} blocks, got {capacity}")

@@ -41,10 +41,11 @@ admissions, and the rule:
 from __future__ import annotations
 
 import math
-import numbers
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
+
+from wakman.numbers_check import is_integer, is_real
 
 if TYPE_CHECKING:
     from wakman.traces.model import Request
@@ -57,26 +58,21 @@ MAX_STEP_S = 60.0
 MAX_SEQUENCES = 2**63 - 1  # a count of tokens or requests: the core holds it in 64 bits
 
 
-def _is_real(value: object) -> bool:
-    return isinstance(value, numbers.Real) and not isinstance(value, bool)
-
-
 def _check_rate(owner: str, name: str, value: float) -> None:
-    if not (_is_real(value) and math.isfinite(value) and value >= MIN_TOKENS_PER_S):
+    if not (is_real(value) and math.isfinite(value) and value >= MIN_TOKENS_PER_S):
         rule = f"finite and >= {MIN_TOKENS_PER_S:g} tokens/s"
         raise ValueError(f"{owner}: {name} must be {rule}, got {value!r}")
 
 
 def _check_seconds(owner: str, name: str, value: float, least: float, strict: bool) -> None:
-    ok = _is_real(value) and math.isfinite(value) and (value > least if strict else value >= least)
+    ok = is_real(value) and math.isfinite(value) and (value > least if strict else value >= least)
     if not (ok and value <= MAX_STEP_S):
         rule = f"{'>' if strict else '>='} {least:g} and <= {MAX_STEP_S:g} seconds"
         raise ValueError(f"{owner}: {name} must be {rule}, got {value!r}")
 
 
 def _check_count(owner: str, name: str, value: int) -> None:
-    integer = isinstance(value, numbers.Integral) and not isinstance(value, bool)
-    if not (integer and 1 <= value <= MAX_SEQUENCES):
+    if not (is_integer(value) and 1 <= value <= MAX_SEQUENCES):
         raise ValueError(f"{owner}: {name} must be an integer in [1, {MAX_SEQUENCES:,}], got {value!r}")
 
 
