@@ -27,7 +27,8 @@ from wakman.cli.common import (
 )
 from wakman.simulation.server import MAX_STEP_S
 from wakman.traces import detect_format
-from wakman.vllm_plugin.engine import step_budget
+from wakman.vllm_plugin.engine import plugin_environment, step_budget
+from wakman.vllm_plugin.replay import REPLAY_DEFAULTS
 from wakman.vllm_plugin.settings import STATIC_POLICIES, PluginSettings, SettingsError
 
 ENGINES = ("vllm",)
@@ -157,8 +158,7 @@ def replay(
                 "vLLM needs a step's token budget of at least one token per sequence"
             )
         if policy != "stock":  # the WAKMAN_* settings the engine's plugin will read, checked now
-            engine_env = {**os.environ, "WAKMAN_POLICY": policy, "WAKMAN_SESSIONS": "1" if sessions else "0"}
-            engine_env.setdefault("WAKMAN_REPLAY", "inline")
+            engine_env = {**REPLAY_DEFAULTS, **os.environ, **plugin_environment(policy, sessions)}
             try:
                 PluginSettings.from_env(engine_env)
             except SettingsError as exc:

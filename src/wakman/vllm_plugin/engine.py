@@ -85,6 +85,12 @@ def step_budget(max_num_batched_tokens: int, block_size: int) -> int:
     return max(max_num_batched_tokens, block_size)
 
 
+def plugin_environment(policy: str, sessions: bool) -> dict[str, str]:
+    """The ``WAKMAN_*`` variables ``build_llm`` sets for its engine's plugin; the plugin reads the
+    others from the environment as it finds it."""
+    return {"WAKMAN_POLICY": policy, "WAKMAN_SESSIONS": "1" if sessions else "0"}
+
+
 def build_llm(
     capacity_blocks: int,
     block_size: int = 32,
@@ -105,8 +111,7 @@ def build_llm(
     for key, value in ENGINE_ENV.items():
         os.environ.setdefault(key, value)
     if policy is not None:
-        os.environ["WAKMAN_POLICY"] = policy
-        os.environ["WAKMAN_SESSIONS"] = "1" if sessions else "0"
+        os.environ.update(plugin_environment(policy, sessions))
     else:
         os.environ.pop("WAKMAN_POLICY", None)
         os.environ.pop("WAKMAN_SESSIONS", None)

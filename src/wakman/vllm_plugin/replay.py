@@ -37,6 +37,8 @@ from wakman.vllm_plugin.engine import (
 )
 from wakman.vllm_plugin.sessions import END_MARK
 
+# WAKMAN_* defaults of a replay, where the environment does not set them: decisions in the step loop
+REPLAY_DEFAULTS = {"WAKMAN_REPLAY": "inline"}
 FIRST_TOKEN = 3  # ids 0-2 are left to special tokens
 
 
@@ -169,7 +171,8 @@ def replay(
     last = {r.session_id: i for i, r in enumerate(requests) if r.session_id is not None}
     marked = set(last.values()) if session_ends else set()  # as a client that closes its sessions
     requests = as_engine_serves(requests, max_output_tokens=max_output_tokens)
-    os.environ.setdefault("WAKMAN_REPLAY", "inline")
+    for name, value in REPLAY_DEFAULTS.items():
+        os.environ.setdefault(name, value)
     from vllm import SamplingParams
     from vllm.inputs import TokensPrompt
 
