@@ -82,7 +82,7 @@ def _size_text(size: dict[str, Any] | None) -> str:
         return "-"
     text = f"{size['capacity_blocks']:,} blocks = {adv.human_tokens(size['tokens'])} tokens"
     if size["gib"] is not None:
-        text += f" = {size['gib']:.2f} GiB"
+        text += f" = {size['gib']:z.2f} GiB"
     return text
 
 
@@ -232,7 +232,7 @@ def advise(
 
 
 def _gib_text(gib: float) -> str:
-    return f"{gib:,.0f}" if gib >= 100 else f"{gib:.2f}"
+    return f"{gib:,.0f}" if gib >= 100 else f"{gib:z.2f}"
 
 
 def _print(result: dict[str, Any]) -> None:
@@ -250,12 +250,12 @@ def _print(result: dict[str, Any]) -> None:
     if kv:
         console.print(
             f"KV cache: {kv['name']}: {kv['bytes_per_token']:,} B/token ({kv['formula']}), "
-            f"{kv['block_bytes'] / 2**20:.2f} MiB/block",
+            f"{kv['block_bytes'] / 2**20:z.2f} MiB/block",
             highlight=False,
         )
     console.print(f"metric: {result['metric']}", highlight=False)
     console.print(
-        f"ceiling (infinite cache, cache mode): {ceiling['hit_rate']:.4f}; LRU reaches it (cache mode) "
+        f"ceiling (infinite cache, cache mode): {ceiling['hit_rate']:z.4f}; LRU reaches it (cache mode) "
         f"at {_size_text(ceiling['lru_reaches_it'])}",
         highlight=False,
     )
@@ -275,7 +275,7 @@ def _print(result: dict[str, Any]) -> None:
         cells = [f"{c:,}" + (" *" if c == yours else "")]
         if gib:
             cells.append(_gib_text(c * kv["block_bytes"] / 2**30))
-        cells += [f"{100 * by[(n, c)]['hit_rate']:.2f}" if (n, c) in by else "-" for n in policies]
+        cells += [f"{100 * by[(n, c)]['hit_rate']:z.2f}" if (n, c) in by else "-" for n in policies]
         table.add_row(*cells)
     console.print(table)
     if yours is not None:
@@ -283,7 +283,7 @@ def _print(result: dict[str, Any]) -> None:
     t = Table(
         box=box.SIMPLE_HEAD,
         title=f"smallest cache within {result['target']:g} of the ceiling "
-        f"(hit rate >= {result['target_hit_rate']:.4f})",
+        f"(hit rate >= {result['target_hit_rate']:z.4f})",
     )
     t.add_column("policy")
     t.add_column("blocks", justify="right")
@@ -308,7 +308,7 @@ def _print(result: dict[str, Any]) -> None:
             name,
             f"{blocks:,}",
             adv.human_tokens(entry["tokens"]),
-            f"{entry['gib']:.2f}" if entry["gib"] is not None else "-",
+            f"{entry['gib']:z.2f}" if entry["gib"] is not None else "-",
             how,
         )
     console.print(t)
@@ -332,15 +332,15 @@ def _print(result: dict[str, Any]) -> None:
     for row in at["rows"]:
         cells = [
             row["policy"] + (" *" if row["policy"] == at.get("best") else ""),
-            f"{row['hit_rate']:.4f}",
-            f"{row['points_vs_lru']:+.2f}" if "points_vs_lru" in row else "-",
+            f"{row['hit_rate']:z.4f}",
+            f"{row['points_vs_lru']:+z.2f}" if "points_vs_lru" in row else "-",
             adv.human_tokens(row["prefill_tokens_saved"]),
             f"{row['prefill_tokens_saved_vs_lru'] / 1e6:+,.2f} M"
             if "prefill_tokens_saved_vs_lru" in row
             else "-",
         ]
         if serve:
-            cells += [f"{row[k]:.3f}" if k in row else "-" for k in ("ttft_s_p50", "ttft_s_p99")]
+            cells += [f"{row[k]:z.3f}" if k in row else "-" for k in ("ttft_s_p50", "ttft_s_p99")]
         t.add_row(*cells)
     console.print(t)
     hint = result.get("hint_mode")
@@ -353,11 +353,11 @@ def _print(result: dict[str, Any]) -> None:
             highlight=False,
         )
     if "best" in at:
-        line = f"best at your size: [bold]{at['best']}[/bold] ({at['best_hit_rate']:.4f})"
+        line = f"best at your size: [bold]{at['best']}[/bold] ({at['best_hit_rate']:z.4f})"
         if "gain_points_vs_lru" in at:
             line += (
-                f", {at['gain_points_vs_lru']:+.2f} points over vLLM's default LRU, "
+                f", {at['gain_points_vs_lru']:+z.2f} points over vLLM's default LRU, "
                 f"{adv.human_tokens(at['prefill_tokens_saved_vs_lru'])} prefill tokens saved over the trace"
             )
         console.print(line, highlight=False)
-    console.print(f"[dim]{result['wall_s']:.1f} s[/dim]")
+    console.print(f"[dim]{result['wall_s']:z.1f} s[/dim]")

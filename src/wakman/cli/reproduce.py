@@ -151,14 +151,14 @@ def reproduce(
     for name, v in s["policies"].items():
         table.add_row(
             name,
-            f"{v['mean_regret_points']:.2f}",
-            f"{v['max_regret_points']:.2f}",
-            f"{v['mean_gain_over_lru_points']:+.2f}",
+            f"{v['mean_regret_points']:z.2f}",
+            f"{v['max_regret_points']:z.2f}",
+            f"{v['mean_gain_over_lru_points']:+z.2f}",
         )
     console.print(table)
     console.print(
         f"LRU wins {s['lru_wins']}, S3-FIFO wins {s['s3fifo_wins']} (paper: 8 / 12); "
-        f"worst losses {s['lru_worst_loss_pct']:.1f} % / {s['s3fifo_worst_loss_pct']:.1f} % "
+        f"worst losses {s['lru_worst_loss_pct']:z.1f} % / {s['s3fifo_worst_loss_pct']:z.1f} % "
         f"(paper: 22.4 % / 11.7 %)"
     )
     if s["saturated_runs"]:
@@ -168,4 +168,4 @@ def reproduce(
             highlight=False,
         )
     written = ", ".join(["results.json", "table1.csv", "results.md", *sorted(figures)])
-    console.print(f"wrote {written} to {out} in {time.perf_counter() - started:.0f} s")
+    console.print(f"wrote {written} to {out} in {time.perf_counter() - started:z.0f} s")

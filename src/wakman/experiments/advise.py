@@ -151,12 +151,12 @@ def log_points(curve: LruCurve, n: int = 400) -> list[int]:
 
 def human_tokens(tokens: float) -> str:
     if tokens >= 1e9:
-        return f"{tokens / 1e9:.2f} G"
+        return f"{tokens / 1e9:z.2f} G"
     if tokens >= 1e6:
-        return f"{tokens / 1e6:.2f} M"
+        return f"{tokens / 1e6:z.2f} M"
     if tokens >= 1e3:
-        return f"{tokens / 1e3:.1f} k"
-    return f"{tokens:.0f}"
+        return f"{tokens / 1e3:z.1f} k"
+    return f"{tokens:z.0f}"
 
 
 def finite(value: float | None) -> float | None:

@@ -114,7 +114,7 @@ def figure_map(payload: dict[str, Any], path: Path) -> None:
                     ax.text(
                         j,
                         i,
-                        f"{x:+.1f}" if lead else f"{x:.1f}".replace("-0.0", "0.0"),
+                        f"{x:+z.1f}" if lead else f"{x:z.1f}",
                         ha="center",
                         va="center",
                         fontsize=8,

@@ -69,7 +69,7 @@ def render_markdown(
     t1 = _markdown_table(
         ["mix", "single/multi/agentic", *POLICIES],
         [
-            [m["name"], _mix(m["fractions"]), *[f"{m['hit_rate'][p]:.4f}" for p in POLICIES]]
+            [m["name"], _mix(m["fractions"]), *[f"{m['hit_rate'][p]:z.4f}" for p in POLICIES]]
             for m in payload["mixes"]
         ],
     )
@@ -84,10 +84,10 @@ def render_markdown(
         [
             [
                 p,
-                f"{v['mean_regret_points']:.2f}",
-                f"{v['max_regret_points']:.2f}",
-                f"{v['mean_gain_over_lru_points']:+.2f}",
-                f"{v['mean_gap_to_belady_points']:.2f}",
+                f"{v['mean_regret_points']:z.2f}",
+                f"{v['max_regret_points']:z.2f}",
+                f"{v['mean_gain_over_lru_points']:+z.2f}",
+                f"{v['mean_gap_to_belady_points']:z.2f}",
             ]
             for p, v in s["policies"].items()
         ],
@@ -204,7 +204,7 @@ def _capacity_note(payload: dict[str, Any]) -> str:
     text = (
         "The policies only differ where the cache is under pressure. At the primary capacity, "
         f"{plan['capacity']:,} blocks ({plan['capacity'] * 32:,} tokens), LRU is below the infinite cache by "
-        f"{gaps[0]:.1f} to {gaps[-1]:.1f} points (median {statistics.median(gaps):.1f}) across the "
+        f"{gaps[0]:z.1f} to {gaps[-1]:z.1f} points (median {statistics.median(gaps):z.1f}) across the "
         f"{len(mixes)} mixes; {under} of them lose at least a point to eviction."
     )
     if plan["other_capacities"]:
@@ -223,16 +223,16 @@ def _comparison(s: dict[str, Any]) -> str:
                 f"{paper['lru_wins']} / {paper['s3fifo_wins']}",
                 f"{s['lru_wins']} / {s['s3fifo_wins']}",
             ],
-            ["LRU worst loss", f"{paper['lru_worst_loss_pct']} %", f"{s['lru_worst_loss_pct']:.1f} %"],
+            ["LRU worst loss", f"{paper['lru_worst_loss_pct']} %", f"{s['lru_worst_loss_pct']:z.1f} %"],
             [
                 "S3-FIFO worst loss",
                 f"{paper['s3fifo_worst_loss_pct']} %",
-                f"{s['s3fifo_worst_loss_pct']:.1f} %",
+                f"{s['s3fifo_worst_loss_pct']:z.1f} %",
             ],
             [
                 "WAKMan gain over LRU",
                 f"+{paper['wakman_gain_over_lru_points']} points",
-                f"{s['policies']['wakman']['mean_gain_over_lru_points']:+.2f} points",
+                f"{s['policies']['wakman']['mean_gain_over_lru_points']:+z.2f} points",
             ],
             [
                 "WAKMan median recovery (difference > 1 point)",
@@ -271,7 +271,7 @@ def _findings(payload: dict[str, Any]) -> str:
     worst = max(mixes, key=lambda m: regret_points(m["hit_rate"], "wakman"))
     adaptive = payload.get("adaptive", {}).get("wakman")
     worst_regret = regret_points(worst["hit_rate"], "wakman")
-    worst_note = f"its worst mix is {worst['name']} ({_mix(worst['fractions'])}, {worst_regret:.2f} points)"
+    worst_note = f"its worst mix is {worst['name']} ({_mix(worst['fractions'])}, {worst_regret:z.2f} points)"
     if adaptive and static_winner(worst["hit_rate"]) != adaptive["start_policy"]:
         worst_note += (
             f", where {_display(static_winner(worst['hit_rate']))} wins and the manager serves its first "
@@ -279,38 +279,38 @@ def _findings(payload: dict[str, Any]) -> str:
         )
     lines.append(
         "- **WAKMan (paper mode)**: its mean gain over LRU is "
-        f"{paper_mode['mean_gain_over_lru_points']:+.2f} "
+        f"{paper_mode['mean_gain_over_lru_points']:+z.2f} "
         f"points (paper +{s['paper']['wakman_gain_over_lru_points']}). Its mean regret, "
-        f"{paper_mode['mean_regret_points']:.2f} "
+        f"{paper_mode['mean_regret_points']:z.2f} "
         f"points, is {_compare(paper_mode['mean_regret_points'], lru['mean_regret_points'])} LRU's "
-        f"({lru['mean_regret_points']:.2f}) and "
+        f"({lru['mean_regret_points']:z.2f}) and "
         f"{_compare(paper_mode['mean_regret_points'], s3['mean_regret_points'])} "
-        f"S3-FIFO's ({s3['mean_regret_points']:.2f}); its worst-case regret, "
-        f"{paper_mode['max_regret_points']:.2f}, is "
+        f"S3-FIFO's ({s3['mean_regret_points']:z.2f}); its worst-case regret, "
+        f"{paper_mode['max_regret_points']:z.2f}, is "
         f"{_compare(paper_mode['max_regret_points'], lru['max_regret_points'])} LRU's "
-        f"({lru['max_regret_points']:.2f}) "
+        f"({lru['max_regret_points']:z.2f}) "
         f"and {_compare(paper_mode['max_regret_points'], s3['max_regret_points'])} S3-FIFO's "
-        f"({s3['max_regret_points']:.2f}); {worst_note}."
+        f"({s3['max_regret_points']:z.2f}); {worst_note}."
     )
     plus = s["policies"]["wakman-plus"]
     over = [(m["name"], regret_points(m["hit_rate"], "wakman-plus")) for m in mixes]
     over = [(n, r) for n, r in over if r > BEHIND_POINTS]
     lines.append(
-        f"- **wakman-plus** has mean regret {plus['mean_regret_points']:.2f} and max "
-        f"{plus['max_regret_points']:.2f} "
+        f"- **wakman-plus** has mean regret {plus['mean_regret_points']:z.2f} and max "
+        f"{plus['max_regret_points']:z.2f} "
         "points; "
         + (
             f"it is within {BEHIND_POINTS:g} point of the better static policy on every mix."
             if not over
             else f"it is more than {BEHIND_POINTS:g} point behind on "
-            + ", ".join(f"{n} ({r:.2f})" for n, r in over)
+            + ", ".join(f"{n} ({r:z.2f})" for n, r in over)
             + "."
         )
     )
     run = payload.get("run", {})
     if run.get("wall_s"):
         lines.append(
-            f"- **Run time.** This run took {run['wall_s']:.0f} s with {run.get('jobs', '?')} worker "
+            f"- **Run time.** This run took {run['wall_s']:z.0f} s with {run.get('jobs', '?')} worker "
             "processes on "
             f"{run.get('cpus', '?')} CPUs."
         )
@@ -341,7 +341,7 @@ def _who_wins(payload: dict[str, Any]) -> str:
             f" The generator's multi-turn sessions (median {defaults['turns_median']['multi_turn']:g} turns, "
             f"{defaults['gap_s_median']['multi_turn']:g} s human gaps) favour "
             f"{_display(static_winner(pure_multi['hit_rate']))} at "
-            f"the primary capacity: on {pure_multi['name']} LRU leads S3-FIFO by {lead:+.2f} points."
+            f"the primary capacity: on {pure_multi['name']} LRU leads S3-FIFO by {lead:+z.2f} points."
         )
     return text
 
@@ -360,11 +360,11 @@ def _agentic_share(mixes: list[dict[str, Any]]) -> str | None:
         f"- **Sessions are not requests.** A mix is a fraction of new sessions. In the {len(rows)} "
         "mixes that "
         f"combine agentic sessions with others, agentic sessions carry "
-        f"{100 * min(req):.0f}-{100 * max(req):.0f} % "
-        f"of the requests and {100 * min(blocks):.0f}-{100 * max(blocks):.0f} % of the prompt blocks "
+        f"{100 * min(req):z.0f}-{100 * max(req):z.0f} % "
+        f"of the requests and {100 * min(blocks):z.0f}-{100 * max(blocks):z.0f} % of the prompt blocks "
         "looked up "
         f"(at {100 * rows[low]['fractions'][2]:g} % of sessions, {rows[low]['name']}: "
-        f"{100 * req[low]:.0f} % of "
+        f"{100 * req[low]:z.0f} % of "
         "the requests)."
     )
 
@@ -374,7 +374,7 @@ def _gap_sentence(payload: dict[str, Any]) -> str | None:
     if not rows:
         return None
     steps = ", ".join(
-        f"{a['name'].split('-')[0][3:]} s: LRU {100 * (a['hit_rate']['lru'] - a['hit_rate']['s3fifo']):+.1f}"
+        f"{a['name'].split('-')[0][3:]} s: LRU {100 * (a['hit_rate']['lru'] - a['hit_rate']['s3fifo']):+z.1f}"
         for a in rows
     )
     winners = [static_winner(a["hit_rate"]) for a in rows]
@@ -421,9 +421,9 @@ def _ablation_table(ablations: list[dict[str, Any]], gains: tuple[str, ...] = NE
             [
                 a["name"],
                 _mix(a["fractions"]),
-                *[f"{a['hit_rate'][p]:.4f}" for p in ONLINE],
+                *[f"{a['hit_rate'][p]:z.4f}" for p in ONLINE],
                 static_winner(a["hit_rate"]),
-                *[f"{-regret_points(a['hit_rate'], p):+.2f}" for p in new],
+                *[f"{-regret_points(a['hit_rate'], p):+z.2f}" for p in new],
                 _kept_up(a),
             ]
             for a in ablations
@@ -438,7 +438,7 @@ def _kept_up(row: dict[str, Any]) -> str:
     if not any(row["saturated"].values()):
         return "yes"
     util = max(u for p, u in row["prefill_utilization"].items() if row["saturated"][p] and u is not None)
-    return f"no (prefill utilization {util:.2f})"
+    return f"no (prefill utilization {util:z.2f})"
 
 
 def _map_section(payload: dict[str, Any], figures: set[str]) -> str:
@@ -457,7 +457,7 @@ def _map_section(payload: dict[str, Any], figures: set[str]) -> str:
                 [
                     f"{v:g}",
                     *[
-                        f"{at[v, c]['winner']} {at[v, c]['lead_points']:+.1f}; wakman "
+                        f"{at[v, c]['winner']} {at[v, c]['lead_points']:+z.1f}; wakman "
                         f"{_points(at[v, c]['regret_points']['wakman'])}, "
                         f"plus {_points(at[v, c]['regret_points']['wakman-plus'])}"
                         + (" (saturated)" if at[v, c].get("saturated") else "")
@@ -486,9 +486,9 @@ def _map_section(payload: dict[str, Any], figures: set[str]) -> str:
         "Each cell: the static winner and LRU's lead over S3-FIFO (points; negative: S3-FIFO ahead), "
         "then each "
         f"manager's regret (points behind the winner). Over the {len(cells)} cells the winner leads by "
-        f"{min(lead):.1f}-{max(lead):.1f} points; wakman's regret is {mean['wakman']:.2f} on average "
-        f"(worst {worst['wakman']:.2f}), wakman-plus's {mean['wakman-plus']:.2f} (worst "
-        f"{worst['wakman-plus']:.2f})."
+        f"{min(lead):z.1f}-{max(lead):z.1f} points; wakman's regret is {mean['wakman']:z.2f} on average "
+        f"(worst {worst['wakman']:z.2f}), wakman-plus's {mean['wakman-plus']:z.2f} (worst "
+        f"{worst['wakman-plus']:z.2f})."
     )
     return "\n\n".join([intro, *parts, _image("map.png", "map of the winner", figures)])
 
@@ -514,7 +514,7 @@ def _real_section(payload: dict[str, Any]) -> str:
                 r["mode"],
                 f"{r['capacity']:,}",
                 f"{r['requests']:,}",
-                *[f"{r['hit_rate'][p]:.4f}" for p in POLICIES],
+                *[f"{r['hit_rate'][p]:z.4f}" for p in POLICIES],
                 _kept_up(r),
             ]
             for r in rows
@@ -535,14 +535,14 @@ def _real_section(payload: dict[str, Any]) -> str:
             "tokens per "
             f"second; decode {server['decode_tokens_per_s']:g} tokens/s per sequence, "
             f"{server['max_running']} "
-            f"sequences at most). Its prefill lane is at most {util:.2f} busy, and {runs - saturated} "
+            f"sequences at most). Its prefill lane is at most {util:z.2f} busy, and {runs - saturated} "
             f"of {runs} "
             "runs kept up."
         )
     for trace in dict.fromkeys(r["trace"] for r in rows if r["mode"] == "cache"):
         r = next(r for r in rows if r["trace"] == trace)
         notes.append(
-            f"{trace} runs in cache mode over all {r['requests']:,} requests ({r['span_s'] / 3600:.1f} "
+            f"{trace} runs in cache mode over all {r['requests']:,} requests ({r['span_s'] / 3600:z.1f} "
             "h of its "
             f"timeline; prompts average {r['mean_prompt_tokens']:,.0f} tokens, too long for one "
             "modelled server)."
@@ -558,8 +558,7 @@ def _real_section(payload: dict[str, Any]) -> str:
 
 def _points(value: float) -> str:
     """One decimal, without a minus sign on what rounds to zero."""
-    text = f"{value:.1f}"
-    return "0.0" if text == "-0.0" else text
+    return f"{value:z.1f}"
 
 
 def _pct(value: float | None, decimals: int = 0) -> str:
@@ -579,7 +578,7 @@ def _capacity_row(mixes: list[dict[str, Any]], cap: str) -> list[str]:
     out = [str(lru_wins), str(len(rows) - lru_wins)]
     for p in ONLINE:
         regrets = [regret_points(r, p) for r in rows]
-        out.append(f"{sum(regrets) / len(regrets):.2f} / {max(regrets):.2f}")
+        out.append(f"{sum(regrets) / len(regrets):z.2f} / {max(regrets):z.2f}")
     return out
 
 
@@ -603,9 +602,9 @@ def _new_policy_section(payload: dict[str, Any], policy: str, per_capacity: dict
             [
                 f"{int(c):,}",
                 str(v["mixes"]),
-                f"{v['mean_gain_points']:+.2f}",
-                f"{v['worst_mix']} ({v['worst_gain_points']:+.2f})",
-                f"{v['mean_gap_to_belady_points']:.2f}",
+                f"{v['mean_gain_points']:+z.2f}",
+                f"{v['worst_mix']} ({v['worst_gain_points']:+z.2f})",
+                f"{v['mean_gap_to_belady_points']:z.2f}",
                 _pct(v["gap_closed_pct"], 1),  # as the sentence above gives it (_shortfall)
                 str(len(v["mixes_over_half_point_below"])),
             ]
@@ -649,7 +648,7 @@ def _new_policy_section(payload: dict[str, Any], policy: str, per_capacity: dict
     if real is not None:
         verdict += (
             " On the real traces its gain is "
-            + "; ".join(f"{n} {g:+.2f}" for n, g in real["gain_points"].items())
+            + "; ".join(f"{n} {g:+z.2f}" for n, g in real["gain_points"].items())
             + " points."
         )
         behind += real["over_half_point_below"]
@@ -665,11 +664,11 @@ def _new_policy_section(payload: dict[str, Any], policy: str, per_capacity: dict
         below = ablations["over_half_point_below"]
         verdict += (
             f" On the {ablations['rows']} ablation presets (primary capacity; no Belady run, so no gap "
-            f"closed) its mean gain is {ablations['mean_gain_points']:+.2f} points, the worst "
-            f"{shown(ablations['worst'])} ({ablations['worst_gain_points']:+.2f}); "
+            f"closed) its mean gain is {ablations['mean_gain_points']:+z.2f} points, the worst "
+            f"{shown(ablations['worst'])} ({ablations['worst_gain_points']:+z.2f}); "
             + (
                 f"{len(below)} more than {-GOAL_WORST_POINTS:g} point below: "
-                + ", ".join(f"{shown(n)} ({ablations['gain_points'][n]:+.2f})" for n in below)
+                + ", ".join(f"{shown(n)} ({ablations['gain_points'][n]:+z.2f})" for n in below)
                 + "."
                 if below
                 else f"none is more than {-GOAL_WORST_POINTS:g} point below."
@@ -694,14 +693,14 @@ def _shortfall(v: dict[str, Any]) -> str:
     decimal, so that 29.7 % is not shown as the 30 % it misses)."""
     out = []
     if v["mean_gain_points"] < GOAL_GAIN_POINTS:
-        out.append(f"mean gain {v['mean_gain_points']:+.2f}")
+        out.append(f"mean gain {v['mean_gain_points']:+z.2f}")
     closed = v["gap_closed_pct"]
     if closed is None:
         out.append("no gap to Belady to close")
     elif closed < GOAL_CLOSED_PCT:
-        out.append(f"{closed:.1f} % of the gap closed")
+        out.append(f"{closed:z.1f} % of the gap closed")
     if v["worst_gain_points"] < GOAL_WORST_POINTS:
-        out.append(f"{v['worst_mix']} {v['worst_gain_points']:+.2f}")
+        out.append(f"{v['worst_mix']} {v['worst_gain_points']:+z.2f}")
     return ", ".join(out)
 
 
@@ -729,9 +728,9 @@ def _serving_cost(payload: dict[str, Any]) -> str:
         [
             p,
             f"{saved[p] / 1e6:,.1f}",
-            f"{100 * (saved[p] / saved['lru'] - 1):+.1f} %" if saved.get("lru") else "-",
-            f"{statistics.mean(m['ttft_p50_s'][p] for m in mixes):.3f}",
-            f"{statistics.mean(m['ttft_p99_s'][p] for m in mixes):.3f}",
+            f"{100 * (saved[p] / saved['lru'] - 1):+z.1f} %" if saved.get("lru") else "-",
+            f"{statistics.mean(m['ttft_p50_s'][p] for m in mixes):z.3f}",
+            f"{statistics.mean(m['ttft_p99_s'][p] for m in mixes):z.3f}",
         ]
         for p in policies
         if all(m["ttft_p50_s"].get(p) is not None for m in mixes)
