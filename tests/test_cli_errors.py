@@ -480,6 +480,45 @@ def test_output_to_a_fifo_is_written_in_place(trace, tmp_path):
     assert list(tmp_path.iterdir()) == [fifo]
 
 
+def test_output_to_dev_stdout_redirected_to_a_file_lands_in_that_file(trace, tmp_path):
+    """``/dev/stdout`` is a link through ``/proc/self/fd`` to whatever the shell opened, here a
+    regular file: the trace is written there in place (a rename would replace ``/dev/stdout``
+    itself, or write to a file nobody reads), and the summary goes to stderr, so stdout is the
+    trace alone."""
+    out = tmp_path / "piped.jsonl"
+    script = Path(sys.executable).parent / "wakman"
+    with open(out, "wb") as f:
+        done = subprocess.run(
+            [script, "convert", trace, "/dev/stdout", "--to", "native"], stdout=f, stderr=subprocess.PIPE
+        )
+    assert done.returncode == 0, done.stderr
+    assert out.read_bytes() == trace.read_bytes()
+    assert "wrote" in done.stderr.decode()
+    assert os.path.islink("/dev/stdout")
+    assert list(tmp_path.iterdir()) == [out]
+
+
+def test_output_through_a_link_replaces_its_target_and_keeps_the_link(trace, tmp_path):
+    target = tmp_path / "real.jsonl"
+    target.write_text("OLD")
+    link = tmp_path / "link.jsonl"
+    link.symlink_to(target.name)
+    result = invoke("convert", trace, link, "--to", "native")
+    assert result.exit_code == 0, result.output
+    assert link.is_symlink() and os.readlink(link) == target.name
+    assert target.read_bytes() == trace.read_bytes()
+    assert sorted(tmp_path.iterdir()) == sorted([link, target])
+
+
+def test_a_failed_write_leaves_no_folder_it_created(tmp_path):
+    bad = tmp_path / "bad.jsonl"
+    row = '{"timestamp": 0, "input_length": 600, "output_length": 1, "hash_ids": [1, 2]}'
+    bad.write_text(f"{row}\nnot json\n")
+    result = invoke("convert", bad, tmp_path / "new" / "sub" / "out.jsonl", "--to", "native")
+    clean_error(result, "bad.jsonl:2")
+    assert sorted(tmp_path.iterdir()) == [bad]
+
+
 def test_output_that_is_a_folder_is_refused(trace, tmp_path):
     clean_error(invoke("convert", trace, tmp_path, "--to", "native"), "folder", str(tmp_path))
 

@@ -102,7 +102,7 @@ def generate(
             f"read this trace back with --block-size {cfg.block_size}",
             highlight=False,
         )
-    console.print(
+    err_console.print(
         f"wrote {count:,} requests ({cfg.duration_s:g} s at {cfg.rate:g}/s, mix "
         f"{', '.join(f'{x:g}' for x in cfg.mix)}) to {out}"
     )

@@ -157,4 +157,4 @@ def convert(
             count = write_trace(counted(requests, progress, "requests converted"), target, to_fmt)
     if (notice := dropped.notice()) is not None:
         err_console.print(f"[yellow]notice:[/yellow] {notice}", highlight=False)
-    console.print(f"wrote {count:,} request{'' if count == 1 else 's'} to {target} ({to_fmt})")
+    err_console.print(f"wrote {count:,} request{'' if count == 1 else 's'} to {target} ({to_fmt})")

@@ -123,29 +123,72 @@ def _new_temp(path: Path) -> Path:
         return tmp
 
 
+def _target(path: Path) -> tuple[Path, bool]:
+    """Where ``path``'s content goes, and whether it is written in place.
+
+    A process's stream (``/dev/stdout``, ``/dev/fd/N``, ``/proc/self/fd/N``: a link chain through
+    ``/proc`` or ``/dev/fd``, which may end at the regular file a shell redirected it to) and an
+    existing path that is not a regular file (a FIFO, a device) are written in place; any other
+    link's final target is replaced, the link kept."""
+    hop = Path(os.path.abspath(path))
+    for _ in range(40):  # the kernel's own limit on a link chain
+        if str(hop).startswith(("/proc/", "/dev/fd/")):
+            return path, True
+        if not hop.is_symlink():
+            break
+        hop = Path(os.path.abspath(hop.parent / os.readlink(hop)))
+    real = Path(os.path.realpath(path))
+    if real.exists() and not real.is_file():
+        return path, True
+    return real, False
+
+
+def _make_parents(folder: Path) -> list[Path]:
+    """Create ``folder`` and its missing parents; the folders created, deepest first."""
+    missing = []
+    while not folder.exists():
+        missing.append(folder)
+        if folder.parent == folder:
+            break
+        folder = folder.parent
+    for created in reversed(missing):
+        created.mkdir(exist_ok=True)
+    return missing
+
+
 @contextmanager
 def atomic_path(path: str | Path) -> Iterator[Path]:
     """A path to write ``path``'s content to, moved onto ``path`` only once the block succeeds.
 
-    The file is a hidden ``.part`` beside ``path``, created with the user's umask; on any exception
-    (Ctrl-C included) it is removed and ``path`` is left as it was: never a half-written output. An
-    existing ``path`` that is not a regular file (``/dev/stdout``, a FIFO) is written in place, never
-    renamed over; a folder is refused. OS errors name ``path``.
+    The file is a hidden ``.part`` beside ``path`` (beside a link's final target), created with the
+    user's umask; on any exception (Ctrl-C included) it is removed, with any folder created for it,
+    and ``path`` is left as it was: never a half-written output. A process's stream
+    (``/dev/stdout``) or an existing path that is not a regular file (a FIFO) is written in place,
+    never renamed over (``_target``); a folder is refused. OS errors name ``path``.
     """
     path = Path(path)
     if path.is_dir():
         raise IsADirectoryError(errno.EISDIR, "is a folder, not a file", str(path))
     try:
-        if path.exists() and not path.is_file():
+        target, in_place = _target(path)
+        if in_place:
             yield path
             return
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = _new_temp(path)
+        created = _make_parents(target.parent)
         try:
-            yield tmp
-            os.replace(tmp, path)
+            tmp = _new_temp(target)
+            try:
+                yield tmp
+                os.replace(tmp, target)
+            except BaseException:
+                tmp.unlink(missing_ok=True)
+                raise
         except BaseException:
-            tmp.unlink(missing_ok=True)
+            for folder in created:  # deepest first; only what this call made, only if still empty
+                try:
+                    folder.rmdir()
+                except OSError:
+                    break
             raise
     except OSError as exc:
         if exc.filename is None:
