@@ -1221,7 +1221,7 @@ def test_a_long_file_name_is_printed_on_one_line(trace, tmp_path):
     command = [*WAKMAN, "convert", trace, out, "--to", "native"]
     done = subprocess.run(command, capture_output=True, text=True, env=env, timeout=120)
     assert done.returncode == 0, done.stderr
-    assert any(line.endswith(f"{out} (native)") for line in done.stdout.splitlines()), done.stdout
+    assert any(line.endswith(f"{out} (native)") for line in done.stderr.splitlines()), done.stderr
 
 
 def test_sigterm_says_interrupted_and_leaves_no_partial_file(tmp_path):

@@ -67,7 +67,7 @@ def _kvcache_conversation(tmp_path, **request) -> Path:
 HUGE_ROWS = {  # format -> (its first row, {field: an absurd value}), each error's field
     "mooncake": (GOOD, {"timestamp": 1e300, "input_length": 2**63 - 1, "output_length": 2**40}),
     "bailian": (
-        {**GOOD, "chat_id": 1, "parent_chat_id": -1},
+        {**GOOD, "input_length": 20, "chat_id": 1, "parent_chat_id": -1},  # 16-token blocks
         {"timestamp": 1e300, "input_length": 2**63 - 1, "output_length": 2**40},
     ),
     "aiperf-sessions": (
@@ -271,3 +271,20 @@ def test_an_absurd_chat_turn_names_the_line_before_any_key_is_made(tmp_path, fie
     with pytest.raises(TraceFormatError) as info:
         list(read_trace(path, "mooncake"))
     assert (info.value.line, info.value.field) == (2, field)
+
+
+@pytest.mark.parametrize(
+    ("block_size", "bound"), [(16, "at least 62"), (256, "at least 3"), (2048, "at most 1")]
+)
+def test_a_wrong_block_size_is_refused_by_the_key_count(tmp_path, block_size, bound):
+    """Mooncake's ids cover the prompt's blocks of 512 tokens (1,000 tokens: 2 ids). Read at another
+    block size, the row keys too few full blocks (or too many blocks): refused on its line, not read
+    as a trace whose tokens mostly have no key (16 tokens: hit rates near zero)."""
+    path = tmp_path / "m.jsonl"
+    path.write_text(rows(GOOD, {**GOOD, "timestamp": 1}))
+    assert len(list(read_trace(path, "mooncake", block_size=512))) == 2
+    assert len(list(read_trace(path, "mooncake", block_size=600))) == 2  # 1 full block and 1 partial
+    with pytest.raises(TraceFormatError) as info:
+        list(read_trace(path, "mooncake", block_size=block_size))
+    assert (info.value.line, info.value.field) == (1, "hash_ids")
+    assert bound in str(info.value) and "block size" in str(info.value)

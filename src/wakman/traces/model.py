@@ -223,11 +223,14 @@ def validate_request(
     line: int,
     previous_arrival_s: float,
     fields: dict[str, str] = MOONCAKE_FIELDS,
+    every_full_block_keyed: bool = True,
 ) -> None:
     """Rules every reader applies: non-negative and non-decreasing arrival times up to
     ``MAX_ARRIVAL_S`` (file order is arrival order); at least one prompt token; non-negative output;
-    positive block size; lengths and block size at most ``MAX_TOKENS`` and ``MAX_BLOCK_SIZE``; no more
-    keys than the prompt has (possibly partial) blocks. An error names the field as the format
+    positive block size; lengths and block size at most ``MAX_TOKENS`` and ``MAX_BLOCK_SIZE``; at most
+    one key per (possibly partial) block, and, with ``every_full_block_keyed`` (a trace file's rows),
+    a key for each of the prompt's full blocks, as vLLM hashes them: a wrong block size shows there.
+    An error names the field as the format
     does (``fields``: the ``Request`` field's name in it)."""
     if not 0 <= req.arrival_s <= MAX_ARRIVAL_S:
         raise TraceFormatError(
@@ -253,12 +256,14 @@ def validate_request(
         if not least <= value <= most:
             message = f"must be in [{least}, {most:,}] tokens, got {value}"
             raise TraceFormatError(path, line, fields[field], message)
+    least = req.prompt_tokens // req.block_size if every_full_block_keyed else 0
     most = -(-req.prompt_tokens // req.block_size)
-    if len(req.block_keys) > most:
+    if not least <= len(req.block_keys) <= most:
+        bound = f"at most {most}" if len(req.block_keys) > most else f"at least {least}, one per full block"
         raise TraceFormatError(
             path,
             line,
             fields["block_keys"],
             f"{len(req.block_keys)} blocks for {req.prompt_tokens} tokens of {req.block_size} per block "
-            f"(at most {most}); is the block size right?",
+            f"({bound}); is the block size right?",
         )
