@@ -6,6 +6,7 @@ import bz2
 import gzip
 import json
 import lzma
+from pathlib import Path
 
 import msgspec
 import pytest
@@ -395,3 +396,50 @@ def test_native_sessions_read_back_their_own_keys_after_the_whole_trace(tmp_path
     write_trace(reqs, path, "native")
     back = list(read_trace(path))
     assert [key_list(r.block_keys) for r in back] == [r.block_keys for r in reqs]
+
+
+def _session_rows(path: Path, *rows: dict) -> Path:
+    path.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    return path
+
+
+def test_a_later_turn_before_its_sessions_previous_turn_is_refused(tmp_path):
+    """Turn 2 extends turn 1's prompt and answer, so it cannot arrive first; read as given, turn 1
+    would hit the blocks turn 2 brought."""
+    path = _session_rows(
+        tmp_path / "back.jsonl",
+        {"session_id": "a", "timestamp": 1000, "input_length": 600, "output_length": 5, "hash_ids": [1, 2]},
+        {"session_id": "a", "timestamp": 500, "input_length": 100, "output_length": 5, "hash_ids": [3]},
+    )
+    with pytest.raises(TraceFormatError) as info:
+        list(read_trace(path, "aiperf-sessions"))
+    assert (info.value.line, info.value.field) == (2, "timestamp")
+    assert "previous turn" in str(info.value)
+
+
+def test_sessions_given_one_after_another_are_detected_and_read_in_arrival_order(tmp_path):
+    """AIPerf session rows with a timestamp on every turn, grouped by session (arrivals go back at
+    the second session's first row): read as aiperf-sessions, which sorts them, not as Mooncake rows
+    that must be in arrival order."""
+    path = _session_rows(
+        tmp_path / "grouped.jsonl",
+        {"session_id": "s1", "timestamp": 0, "input_length": 600, "output_length": 5, "hash_ids": [1, 2]},
+        {"session_id": "s1", "timestamp": 5000, "input_length": 100, "output_length": 5, "hash_ids": [3]},
+        {"session_id": "s2", "timestamp": 1000, "input_length": 600, "output_length": 5, "hash_ids": [1, 4]},
+    )
+    assert detect_format(path) == "aiperf-sessions"
+    reqs = list(read_trace(path))
+    assert [(r.session_id, r.arrival_s) for r in reqs] == [("s1", 0.0), ("s2", 1.0), ("s1", 5.0)]
+    named = list(read_trace(path, "aiperf-sessions"))
+    assert [list(r.block_keys) for r in reqs] == [list(r.block_keys) for r in named]
+    assert [r.prompt_tokens for r in reqs] == [600, 600, 705]  # s1's turn 2: 600 + 5 + 100
+
+
+def test_jsonl_rows_in_a_json_file_are_not_taken_for_a_conversation(tmp_path):
+    """``.json`` names a kv-cache-tester conversation, unless its first line is a whole trace row."""
+    rows = [{"timestamp": 0, "input_length": 600, "output_length": 5, "hash_ids": [1, 2]}]
+    path = _session_rows(tmp_path / "moon.json", *rows, {**rows[0], "timestamp": 1})
+    assert detect_format(path) == "mooncake"
+    assert len(list(read_trace(path))) == 2
+    conversation = {"id": "c", "block_size": 64, "requests": [{"t": 0, "in": 100, "out": 5, "hash_ids": [1]}]}
+    assert detect_format(_session_rows(tmp_path / "c.json", conversation)) == "kv-cache-tester"

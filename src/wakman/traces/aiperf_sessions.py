@@ -19,11 +19,11 @@ each followed by the answer the server generated for it, then turn k's ``input_l
 
 The keys no trace gives are ``splitmix64`` of the session's 64-bit name (``session_key``: the first
 8 bytes of the BLAKE2b digest of its id) plus a counter times the golden ratio: distinct from each
-other and, with probability ~n / 2**64, from the trace's ids. ``timestamp`` (ms) is on a session's first turn;
-``delay`` (ms, after the previous turn's arrival) or ``timestamp`` on later ones. Rows of different
-sessions may come in any order, so reading buffers the whole trace to sort it by arrival (memory
-grows with the trace, unlike the other readers); a ``mooncake`` file whose rows carry a
-``session_id`` is read the same way (``mooncake.read``).
+other and, with probability ~n / 2**64, from the trace's ids. ``timestamp`` (ms) is on a session's
+first turn; ``delay`` (ms, after the previous turn's arrival) or ``timestamp`` (not before it) on
+later ones. Rows of different sessions may come in any order, so reading buffers the whole trace
+to sort it by arrival (memory grows with the trace, unlike the other readers); a ``mooncake`` file
+whose rows carry a ``session_id`` is read the same way (``mooncake.read``).
 
 Writing gives each session's turns as AIPerf will replay them, so a turn must extend its previous
 turn's prompt and answer: its prompt at least their tokens, its keys starting with the previous
@@ -160,6 +160,14 @@ def read(path: str | Path, block_size: int = DEFAULT_BLOCK_SIZE) -> Iterator[Req
             arrival = chats.last_arrival_s(row.session_id) + row.delay / 1000.0
         elif row.timestamp is not None:
             arrival = row.timestamp / 1000.0
+            if arrival < (previous := chats.last_arrival_s(row.session_id)):
+                raise TraceFormatError(
+                    path,
+                    number,
+                    "timestamp",
+                    f"{arrival:.6f} s is before its session's previous turn ({previous:.6f} s); a turn "
+                    "is sent after the turn it extends",
+                )
         else:
             raise TraceFormatError(
                 path, number, "delay", "a session's later turn needs a delay or a timestamp"

@@ -7,6 +7,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import msgspec
+
 from wakman.traces import aiperf_sessions, bailian, kvcache_tester, mooncake, native
 from wakman.traces.io import iter_lines
 from wakman.traces.model import Request
@@ -38,21 +40,50 @@ def detect_format(path: str | Path) -> str:
     path = Path(path)
     if path.is_dir() or kvcache_tester.is_archive(path):
         return "kv-cache-tester"
-    if path.name.endswith(kvcache_tester.CONVERSATION_SUFFIXES):
-        return "kv-cache-tester"
     lines = iter_lines(path)
     _, first = next(lines)
+    if path.name.endswith(kvcache_tester.CONVERSATION_SUFFIXES) and not _is_jsonl_row(first):
+        return "kv-cache-tester"
     if b'"wakman-trace"' in first or (b'"arrival_s"' in first and b'"block_keys"' in first):
         return "native"  # (a native row without its header: the native reader says what is missing)
     if b'"chat_id"' in first:
         return "bailian"
-    if b'"session_id"' in first:  # session rows put "delay" on later turns; Mooncake rows never do
+    if b'"session_id"' in first:
+        # session rows put "delay" on later turns, or give sessions' turns out of arrival order (the
+        # aiperf-sessions reader sorts them); Mooncake rows do neither
+        latest = _timestamp(first)
         for number, line in lines:
             if b'"delay"' in line:
                 return "aiperf-sessions"
+            stamp = _timestamp(line)
+            if stamp is not None and latest is not None and stamp < latest:
+                return "aiperf-sessions"
+            latest = stamp if latest is None or (stamp is not None and stamp > latest) else latest
             if number > 1000:
                 break
     return "mooncake"
+
+
+class _Stamped(msgspec.Struct):
+    timestamp: float | None = None
+
+
+_stamped = msgspec.json.Decoder(_Stamped)
+
+
+def _timestamp(line: bytes) -> float | None:
+    """A row's ``timestamp`` (ms), if it has one that reads as a number; the reader checks the rest."""
+    try:
+        return _stamped.decode(line).timestamp
+    except msgspec.MsgspecError:
+        return None
+
+
+def _is_jsonl_row(first: bytes) -> bool:
+    """The first line is one whole trace row (Mooncake, AIPerf, Bailian or native), not the start
+    of a kv-cache-tester conversation (an object holding ``requests``, often over many lines)."""
+    whole = first.startswith(b"{") and first.endswith(b"}") and b'"requests"' not in first
+    return whole and any(key in first for key in (b'"hash_ids"', b'"block_keys"', b'"wakman-trace"'))
 
 
 def read_trace(path: str | Path, fmt: str | None = None, **options: Any) -> Iterator[Request]:
