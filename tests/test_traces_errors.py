@@ -288,3 +288,49 @@ def test_a_wrong_block_size_is_refused_by_the_key_count(tmp_path, block_size, bo
         list(read_trace(path, "mooncake", block_size=block_size))
     assert (info.value.line, info.value.field) == (1, "hash_ids")
     assert bound in str(info.value) and "block size" in str(info.value)
+
+
+def _nested(depth: int) -> str:
+    return "[" * depth + "]" * depth
+
+
+@pytest.mark.parametrize("fmt", ["mooncake", "native-header", "kv-cache-tester"])
+def test_json_nested_past_the_stack_names_the_line(tmp_path, fmt):
+    """An extra field nested thousands deep (valid JSON) exhausts the decoder's recursion: one error
+    naming the file and line, not a RecursionError traceback."""
+    deep = _nested(5000)
+    if fmt == "kv-cache-tester":
+        path = tmp_path / "c.json"
+        path.write_text(f'{{"id": "c", "block_size": 64, "x": {deep}, "requests": []}}')
+        line = 0
+    elif fmt == "native-header":  # (a native row refuses any field it does not know)
+        path = tmp_path / "n.jsonl"
+        path.write_text(f'{{"format": "wakman-trace", "version": 1, "x": {deep}}}\n')
+        line = 1
+    else:
+        path = tmp_path / "m.jsonl"
+        path.write_text(rows(GOOD) + json.dumps(GOOD)[:-1] + f', "x": {deep}}}\n')
+        line = 2
+    with pytest.raises(TraceFormatError) as info:
+        list(read_trace(path, fmt.removesuffix("-header")))
+    assert info.value.line == line and "nested too deeply" in str(info.value)
+
+
+@pytest.mark.parametrize(
+    ("line", "field"),
+    [
+        ('{"format": "wakman-trace", "version": 1}', "format"),
+        ("[1, 2]", "-"),
+        ('{"sesion_id": "s"}', "sesion_id"),
+    ],
+)
+def test_valid_json_of_the_wrong_shape_is_not_called_invalid_json(tmp_path, line, field):
+    """A second header (two native traces concatenated), an array, a misspelt field: valid JSON that
+    is not a row; the error names the field where there is one and never says "not valid JSON"."""
+    first = {"arrival_s": 0, "block_keys": [1], "prompt_tokens": 64, "output_tokens": 1, "block_size": 64}
+    path = tmp_path / "n.jsonl"
+    path.write_text('{"format": "wakman-trace", "version": 1}\n' + rows(first) + line + "\n")
+    with pytest.raises(TraceFormatError) as info:
+        list(read_trace(path, "native"))
+    assert (info.value.line, info.value.field) == (3, field)
+    assert "not valid JSON" not in str(info.value)

@@ -10,7 +10,7 @@ from typing import Any
 import msgspec
 
 from wakman.traces import aiperf_sessions, bailian, kvcache_tester, mooncake, native
-from wakman.traces.io import iter_lines
+from wakman.traces.io import DECODE_ERRORS, iter_lines
 from wakman.traces.model import Request
 
 
@@ -75,7 +75,7 @@ def _timestamp(line: bytes) -> float | None:
     """A row's ``timestamp`` (ms), if it has one that reads as a number; the reader checks the rest."""
     try:
         return _stamped.decode(line).timestamp
-    except msgspec.MsgspecError:
+    except DECODE_ERRORS:
         return None
 
 

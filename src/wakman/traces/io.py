@@ -66,15 +66,22 @@ def iter_lines(path: str | Path) -> Iterator[tuple[int, bytes]]:
         raise TraceFormatError(path, 0, "-", "empty trace: no rows")
 
 
-def decode_error(path: Path, line: int, exc: msgspec.MsgspecError) -> TraceFormatError:
-    """Turn a msgspec error into one that names the field (``$.field`` in msgspec's message)."""
+# what a decoder raises on a bad line: msgspec's errors, and Python's on JSON nested past its stack
+DECODE_ERRORS = (msgspec.MsgspecError, RecursionError)
+
+
+def decode_error(path: Path | str, line: int, exc: Exception) -> TraceFormatError:
+    """Turn a decoder's error (``DECODE_ERRORS``) into one that names the field (``$.field``, a
+    missing or unknown field in msgspec's message); only a line that is not JSON is called so."""
     text = str(exc)
     field = "-"
-    if "at `$." in text:
+    if isinstance(exc, RecursionError):
+        text = "JSON nested too deeply to read"
+    elif "at `$." in text:
         field = text.split("at `$.", 1)[1].split("`", 1)[0]
-    elif "missing required field `" in text:
-        field = text.split("missing required field `", 1)[1].split("`", 1)[0]
-    elif isinstance(exc, msgspec.DecodeError):
+    elif "required field `" in text or "unknown field `" in text:
+        field = text.split("field `", 1)[1].split("`", 1)[0]
+    elif isinstance(exc, msgspec.DecodeError) and not isinstance(exc, msgspec.ValidationError):
         text = f"not valid JSON ({text})"
     return TraceFormatError(path, line, field, text)
 
@@ -86,7 +93,7 @@ def decode_rows(
     for number, line in lines if lines is not None else iter_lines(path):
         try:
             yield number, decoder.decode(line)
-        except msgspec.MsgspecError as exc:
+        except DECODE_ERRORS as exc:
             raise decode_error(path, number, exc) from exc
 
 

@@ -51,7 +51,7 @@ from typing import IO, Any, NamedTuple
 import msgspec
 import numpy as np
 
-from wakman.traces.io import GZIP_MAGIC, open_decompressed
+from wakman.traces.io import DECODE_ERRORS, GZIP_MAGIC, decode_error, open_decompressed
 from wakman.traces.model import MAX_ARRIVAL_S, KeyChain, Request, TraceFormatError, validate_request
 
 # The tar archives read (and detected as this format): the compressions tarfile's stream mode reads.
@@ -287,9 +287,8 @@ def read(path: str | Path, rate: float = DEFAULT_RATE, seed: int = DEFAULT_SEED)
     for source, raw in _sources(path):
         try:
             conv = _conversation.decode(raw)
-        except msgspec.MsgspecError as exc:
-            field = str(exc).split("at `$.", 1)[1].split("`", 1)[0] if "at `$." in str(exc) else "-"
-            raise TraceFormatError(source, 0, field, str(exc)) from exc
+        except DECODE_ERRORS as exc:
+            raise decode_error(source, 0, exc) from exc
         named.append((source.rsplit("!", 1)[-1].removesuffix(".gz"), source, conv.id, _store(conv, source)))
         del conv, raw  # the raw text is held by the decoded ids until here
     if not named:

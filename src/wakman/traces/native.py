@@ -17,7 +17,7 @@ from pathlib import Path
 
 import msgspec
 
-from wakman.traces.io import JSON_ENCODER, atomic_output, iter_lines, read_rows
+from wakman.traces.io import DECODE_ERRORS, JSON_ENCODER, atomic_output, decode_error, iter_lines, read_rows
 from wakman.traces.model import REQUEST_FIELDS, KeyChain, Request, TraceFormatError, key_array, key_list
 
 FORMAT_NAME = "wakman-trace"
@@ -50,9 +50,10 @@ def read(path: str | Path) -> Iterator[Request]:
     number, first = next(lines)
     try:
         header = _header.decode(first)
-    except msgspec.MsgspecError as exc:
+    except DECODE_ERRORS as exc:
         expected = JSON_ENCODER.encode(Header(FORMAT_NAME, VERSION)).decode()
-        message = f"not a wakman trace header ({exc}): a native trace starts with the line {expected}"
+        detail = decode_error(path, number, exc).message
+        message = f"not a wakman trace header ({detail}): a native trace starts with the line {expected}"
         raise TraceFormatError(path, number, "format", message) from exc
     if header.format != FORMAT_NAME or header.version != VERSION:
         raise TraceFormatError(
