@@ -6,6 +6,7 @@ import bz2
 import gzip
 import json
 import lzma
+import os
 from pathlib import Path
 
 import pytest
@@ -334,3 +335,19 @@ def test_valid_json_of_the_wrong_shape_is_not_called_invalid_json(tmp_path, line
         list(read_trace(path, "native"))
     assert (info.value.line, info.value.field) == (3, field)
     assert "not valid JSON" not in str(info.value)
+
+
+def test_a_folder_a_pipe_and_a_corrupt_bz2_say_what_they_are(tmp_path):
+    """Each was once "no such file" or (a file system error) "corrupt compressed data"."""
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)
+    corrupt = tmp_path / "bad.jsonl"
+    corrupt.write_bytes(b"BZh9" + bytes(range(200)))
+    for path, says in [
+        (tmp_path, "is a folder, not a trace file"),
+        (fifo, "not a regular file"),
+        (tmp_path / "nope.jsonl", "no such file"),
+        (corrupt, "corrupt compressed data"),
+    ]:
+        with pytest.raises(TraceFormatError, match=says):
+            list(read_trace(path, "mooncake"))

@@ -44,11 +44,18 @@ def iter_lines(path: str | Path) -> Iterator[tuple[int, bytes]]:
     """Yield ``(line_number, line)`` for non-blank lines; gzip, bzip2 and xz are detected by their
     magic bytes.
 
-    A missing file, an empty file and a truncated or corrupt gzip stream raise ``TraceFormatError``.
+    A missing file, a folder, a pipe or device (readers may open a trace more than once), an empty
+    file, a file that cannot be read and a truncated or corrupt compressed stream raise
+    ``TraceFormatError``.
     """
     path = Path(path)
-    if not path.is_file():
+    if path.is_dir():
+        raise TraceFormatError(path, 0, "-", "is a folder, not a trace file")
+    if not path.exists():
         raise TraceFormatError(path, 0, "-", "no such file")
+    if not path.is_file():
+        message = "not a regular file (a pipe or a device; a trace may be read twice): save it first"
+        raise TraceFormatError(path, 0, "-", message)
     count = 0
     number = 0
     try:
@@ -58,7 +65,10 @@ def iter_lines(path: str | Path) -> Iterator[tuple[int, bytes]]:
                 if line:
                     count += 1
                     yield number, line
-    except (EOFError, zlib.error, gzip.BadGzipFile, lzma.LZMAError, OSError) as exc:
+    except (EOFError, zlib.error, lzma.LZMAError, OSError) as exc:
+        if isinstance(exc, OSError) and exc.errno is not None:  # the file system's (permissions, I/O)
+            raise TraceFormatError(path, number + 1, "-", f"cannot be read ({exc.strerror})") from exc
+        # the data's (gzip's BadGzipFile and bz2's "Invalid data stream" are OSErrors without errno)
         raise TraceFormatError(
             path, number + 1, "-", f"truncated or corrupt compressed data ({exc})"
         ) from exc
