@@ -864,6 +864,8 @@ def test_a_replays_json_simulates_the_requests_as_the_replay_served_them(trace, 
     clean_error(invoke(*base, "--limit", 0), "--limit", ">= 1")
     replay_json.write_text(json.dumps({"mode": "vllm", "limit": "all", "server_model": settings}))
     clean_error(invoke(*base, "--server-model", replay_json), "limit must be an integer")
+    replay_json.write_text(json.dumps({"mode": "vllm", "limit": 10**21, "server_model": settings}))
+    clean_error(invoke(*base, "--server-model", replay_json), str(replay_json), "limit must be at most")
     replay_json.write_text(
         json.dumps({"mode": "vllm", "output_keys_ignored": "yes", "server_model": settings})
     )

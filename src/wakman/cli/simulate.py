@@ -153,8 +153,9 @@ def _replay_view(path: Path, data: dict) -> TraceView:
         ("limit", view.limit),
         ("block_size", view.replayed_block_size),
     ):
-        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int)):
             raise ValueError(f"--server-model: {path}: {name} must be an integer >= 1")
+        check_numbers((f"--server-model: {path}: {name}", value, ">=1"))  # and at most the flags' bound
     return view
 
 
