@@ -351,3 +351,36 @@ def test_a_folder_a_pipe_and_a_corrupt_bz2_say_what_they_are(tmp_path):
     ]:
         with pytest.raises(TraceFormatError, match=says):
             list(read_trace(path, "mooncake"))
+
+
+def test_a_block_size_that_changes_within_a_trace_is_refused(tmp_path):
+    """One cache holds blocks of one size: a native trace, a kv-cache-tester folder and requests
+    built by hand whose block size changes are refused where it changes (convert once wrote such
+    a native trace to Mooncake rows at the first request's size, silently)."""
+    from wakman.simulation import simulate
+    from wakman.traces import Request
+
+    row = {"arrival_s": 0, "block_keys": [1], "prompt_tokens": 600, "output_tokens": 1, "block_size": 512}
+    native = tmp_path / "mixed.jsonl"
+    small = {**row, "arrival_s": 1, "prompt_tokens": 16, "block_size": 16}
+    native.write_text(rows({"format": "wakman-trace", "version": 1}, row, small))
+    with pytest.raises(TraceFormatError) as info:
+        list(read_trace(native))
+    assert (info.value.line, info.value.field) == (3, "block_size")
+    assert "16-token blocks after 512-token ones" in str(info.value)
+
+    folder = tmp_path / "conversations"
+    folder.mkdir()
+    for name, size, start in (("a", 64, 0), ("b", 32, 1)):
+        request = {"t": start, "type": "n", "in": 100, "out": 5, "hash_ids": [1]}
+        conv = {"id": name, "block_size": size, "requests": [request]}
+        (folder / f"{name}.json").write_text(json.dumps(conv))
+    with pytest.raises(TraceFormatError, match="a trace has one block size"):
+        list(read_trace(folder, "kv-cache-tester"))
+
+    requests = [
+        Request(arrival_s=float(i), block_keys=[1], prompt_tokens=32, output_tokens=1, block_size=size)
+        for i, size in enumerate((32, 16))
+    ]
+    with pytest.raises(ValueError, match=r"request 1.*16-token blocks after 32-token ones"):
+        simulate(requests, "lru", 10)

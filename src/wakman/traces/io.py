@@ -117,14 +117,14 @@ def read_rows(
     """Decode, convert and check every row by the reader rules (file order is arrival order); a key
     ``to_request`` cannot hold (``KeyRangeError``) is reported with the file and line; errors name
     the fields as the format does (``fields``, ``validate_request``'s)."""
-    previous = 0.0
+    previous, block_size = 0.0, None
     for number, row in decode_rows(path, decoder, lines):
         try:
             req = to_request(row)
         except KeyRangeError as exc:
             raise TraceFormatError(path, number, exc.field, exc.message) from None
-        validate_request(req, path, number, previous, fields)
-        previous = req.arrival_s
+        validate_request(req, path, number, previous, fields, trace_block_size=block_size)
+        previous, block_size = req.arrival_s, req.block_size
         yield req
 
 

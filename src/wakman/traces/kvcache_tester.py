@@ -318,7 +318,7 @@ def read(path: str | Path, rate: float = DEFAULT_RATE, seed: int = DEFAULT_SEED)
     del named
     timeline.sort(key=lambda x: x[:3])
     chains: dict[tuple[int, str], KeyChain] = {}  # each open session's keys so far
-    previous_arrival = 0.0
+    previous_arrival, block_size = 0.0, None
     for arrival, c, _, req in timeline:
         session = (c, req.session)
         tail = req.tail.astype(np.uint64) | np.uint64((c + 1) << 32)  # conversation c + 1's namespace
@@ -338,8 +338,8 @@ def read(path: str | Path, rate: float = DEFAULT_RATE, seed: int = DEFAULT_SEED)
             session_id=session_ids[session],
             label=req.label,
         )
-        validate_request(out, sources[c], 0, previous_arrival, _FIELDS)
-        previous_arrival = arrival
+        validate_request(out, sources[c], 0, previous_arrival, _FIELDS, trace_block_size=block_size)
+        previous_arrival, block_size = arrival, out.block_size
         yield out
 
 
