@@ -62,8 +62,11 @@ def test_bad_values_are_refused_with_the_variable_named(env, message):
 
 
 def test_an_empty_variable_means_unset():
-    """`WAKMAN_REPLAY= vllm serve ...` (set but empty) is the default, as for WAKMAN_SESSIONS."""
+    """`WAKMAN_REPLAY= vllm serve ...` (set but empty) is the default, as for WAKMAN_SESSIONS and
+    WAKMAN_POLICY."""
     assert PluginSettings.from_env({"WAKMAN_REPLAY": " "}).replay == PluginSettings.from_env({}).replay
+    assert PluginSettings.from_env({"WAKMAN_POLICY": ""}).policy == "lru"
+    assert PluginSettings.from_env({}).policy == "lru"
     assert PluginSettings.from_env({"WAKMAN_POLICY": "chain-lru", "WAKMAN_SESSIONS": ""}).sessions is False
 
 

@@ -48,7 +48,7 @@ class PluginSettings:
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> PluginSettings:
         env = os.environ if env is None else env
-        policy = env.get("WAKMAN_POLICY", "lru").strip().lower()
+        policy = env.get("WAKMAN_POLICY", "").strip().lower() or "lru"  # set but empty: unset
         replay = env.get("WAKMAN_REPLAY", "").strip().lower() or "thread"  # set but empty: unset
         if replay not in REPLAY_MODES:
             raise SettingsError(f"WAKMAN_REPLAY={replay!r}: choose {' or '.join(REPLAY_MODES)}")
