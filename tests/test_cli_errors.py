@@ -176,6 +176,7 @@ CONFLICTS = [
     (["advise", "{trace}", "--capacity-blocks", "9", "--max-running", "4"], "--max-running"),
     (["replay", "{trace}", "--policy", "lruu", "--capacity-blocks", "64"], "--policy"),
     (["replay", "{trace}", "--policy", "lru", "--capacity-blocks", "64", "--per-request"], "--per-request"),
+    ([*REPLAY, "stock", "--capacity-blocks", "64", "--check-invariants"], "--check-invariants"),
     ([*REPLAY, "stock", "--capacity-blocks", "64", "--sessions"], "--sessions"),
     ([*REPLAY, "chain-lru", "--capacity-blocks", "64", "--session-ends"], "--session-ends"),
 ]

@@ -116,6 +116,8 @@ def replay(
         choices = (*STATIC_POLICIES, *ADAPTIVE_PRESETS, "stock")
         if policy not in choices:
             raise ValueError(f"--policy: unknown policy {policy!r}; choose from {', '.join(choices)}")
+        if check and policy == "stock":
+            raise ValueError("--check-invariants checks wakman's pool; --policy stock runs vLLM's own")
         if per_request and not as_json:
             raise ValueError("--per-request needs --json (a value per request)")
         session_mode(policy, sessions, 0.0 if session_ends else None, "--session-ends")
@@ -177,7 +179,7 @@ def replay(
                 from wakman.vllm_plugin.replay import replay as run_replay
             except ImportError as exc:
                 raise ValueError(f"{NEEDS_VLLM} ({exc})") from None
-            after = (lambda s: s.kv_cache_manager.block_pool.check()) if check and policy != "stock" else None
+            after = (lambda s: s.kv_cache_manager.block_pool.check()) if check else None
             with progress_bars(
                 "replay",
                 disable=as_json,
