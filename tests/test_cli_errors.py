@@ -178,6 +178,7 @@ CONFLICTS = [
     (["replay", "{trace}", "--policy", "lru", "--capacity-blocks", "64", "--per-request"], "--per-request"),
     ([*REPLAY, "stock", "--capacity-blocks", "64", "--check-invariants"], "--check-invariants"),
     ([*REPLAY, "stock", "--capacity-blocks", "64", "--sessions"], "--sessions"),
+    ([*REPLAY, "lru", "--capacity-blocks", "1000000000"], "GB free on this machine"),
     ([*REPLAY, "chain-lru", "--capacity-blocks", "64", "--session-ends"], "--session-ends"),
 ]
 READS_THE_TRACE = {"simulate": "simulate", "sweep": "simulate", "stats": "traces", "advise": "advise"}

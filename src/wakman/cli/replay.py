@@ -27,7 +27,7 @@ from wakman.cli.common import (
 )
 from wakman.simulation.server import MAX_STEP_S
 from wakman.traces import detect_format
-from wakman.vllm_plugin.engine import plugin_environment, step_budget
+from wakman.vllm_plugin.engine import available_memory_bytes, kv_cache_bytes, plugin_environment, step_budget
 from wakman.vllm_plugin.replay import REPLAY_DEFAULTS
 from wakman.vllm_plugin.settings import STATIC_POLICIES, PluginSettings, SettingsError
 
@@ -158,6 +158,12 @@ def replay(
             raise ValueError(
                 f"--max-num-batched-tokens {max_batched}{raised} is below --max-num-seqs {max_num_seqs}: "
                 "vLLM needs a step's token budget of at least one token per sequence"
+            )
+        kv_bytes, available = kv_cache_bytes(capacity, trace_bs), available_memory_bytes()
+        if available is not None and kv_bytes > available:  # vLLM would fail allocating it, after a minute
+            raise ValueError(
+                f"--capacity-blocks {capacity:,} of {trace_bs}-token blocks: the engine's KV cache would "
+                f"take {kv_bytes / 1e9:,.1f} GB, more than the {available / 1e9:,.1f} GB free on this machine"
             )
         if policy != "stock":  # the WAKMAN_* settings the engine's plugin will read, checked now
             engine_env = {**REPLAY_DEFAULTS, **os.environ, **plugin_environment(policy, sessions)}
