@@ -190,6 +190,21 @@ def test_serve_mode_reports_ttft(trace_file):
         assert {"saturated", "prefill_utilization"} <= set(row)  # the simulator's one saturation rule
 
 
+@pytest.mark.parametrize("mode", ["cache", "serve"])
+def test_the_comparison_with_lru_holds_when_lru_is_not_asked_for(trace_file, reqs, mode):
+    """`--policies s3fifo` still says what it gains over vLLM's default at your size: against LRU's
+    own run there (serve mode) or the curve's exact value (cache mode), which is not listed."""
+    args = ["advise", str(trace_file), "--mode", mode, "--capacity-blocks", "1500", "--points", "2"]
+    result = CliRunner().invoke(app, [*args, "--policies", "s3fifo", "--jobs", "1", "--json"])
+    assert result.exit_code == 0, result.output
+    at = json.loads(result.stdout)["at_capacity"]
+    assert [r["policy"] for r in at["rows"]] == ["s3fifo"]
+    lru, s3 = (simulate(reqs, name, 1500, mode=mode) for name in ("lru", "s3fifo"))
+    assert at["rows"][0]["points_vs_lru"] == pytest.approx(100 * (s3.hit_rate - lru.hit_rate))
+    assert at["gain_points_vs_lru"] == pytest.approx(100 * (s3.hit_rate - lru.hit_rate))
+    assert at["prefill_tokens_saved_vs_lru"] == s3.hit_tokens - lru.hit_tokens
+
+
 def test_hint_mode_runs_beside_the_policies_and_is_never_the_best(trace_file, reqs):
     """``--sessions`` adds chain-lru's hint mode (told each request's session id and each session's
     end, ``--session-ends-after-s`` after its last request, 0 s by default) at every sweep size: the

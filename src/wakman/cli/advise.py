@@ -208,11 +208,24 @@ def advise(
                 on_done=lambda _row: progress.advance(task),
                 variants=variants,
             )
+            baseline = None  # serve mode, LRU left out of --policies: its run at your size, to compare with
+            if capacity is not None and "lru" not in names and chosen == "serve":
+                baseline = run_grid(requests, ["lru"], [capacity], mode=chosen, server=server, jobs=1)[0]
         del requests
         if "lru" in names and chosen == "cache":
             rows = [adv.curve_row(curve, c) for c in sizes] + rows
         result = adv.build_report(
-            path, curve, layout, chosen, target, names + list(variants), sizes, rows, capacity, warnings
+            path,
+            curve,
+            layout,
+            chosen,
+            target,
+            names + list(variants),
+            sizes,
+            rows,
+            capacity,
+            warnings,
+            lru_baseline=baseline,
         )
         if sessions:
             result["hint_mode"] = {

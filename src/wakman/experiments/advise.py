@@ -215,7 +215,12 @@ def build_report(
     rows: list[dict[str, Any]],
     capacity: int | None,
     warnings: list[str],
+    lru_baseline: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
+    """The advice: smallest cache within ``target`` of the ceiling per policy, the sweep, and at
+    ``capacity`` each policy against LRU, vLLM's default: the ``lru`` row there, or where ``names``
+    leave LRU out, ``lru_baseline`` (its run at ``capacity``; in cache mode the curve's exact
+    value serves), which is compared with and not listed."""
     rows = [{k: row[k] for k in ROW_KEYS if k in row} for row in rows]
     threshold = target * curve.ceiling
     smallest: dict[str, Any] = {}
@@ -236,6 +241,8 @@ def build_report(
     if capacity is not None:
         here = [r for r in rows if r["capacity_blocks"] == capacity]
         lru = next((r for r in here if r["policy"] == "lru"), None)
+        if lru is None:
+            lru = lru_baseline if lru_baseline is not None or mode != "cache" else curve_row(curve, capacity)
         for row in here:
             row["prefill_tokens_saved"] = row["hit_tokens"]
             if lru is not None:
