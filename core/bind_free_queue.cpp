@@ -257,9 +257,21 @@ struct PyFreeQueue {
     check_fits(as_policy(policy), usable);
     if (as_policy(policy).size() != 0)
       throw std::invalid_argument("free queue: the policy must start empty (every block of the pool is free)");
+    if (!as_policy(policy).claim(this))
+      throw std::invalid_argument("free queue: the policy already serves another pool; give each pool its own");
     queue = FreeQueue(blocks.size(), null_block, &as_policy(policy));
+    queue.policy().reset();    // a ghost a used policy kept would stand for no block of this pool
     queue.policy().reserve();  // a serving pool: no table grows while it serves
     each_block(free_blocks, [&](PyObject* b) { queue.start_free(block_id(b)); });
+  }
+
+  ~PyFreeQueue() { release_policy(); }
+  PyFreeQueue(const PyFreeQueue&) = delete;
+  PyFreeQueue& operator=(const PyFreeQueue&) = delete;
+
+  // The policy may outlive the queue (a caller holds it): it serves no pool any more.
+  void release_policy() {
+    if (policy_obj.is_valid()) as_policy(policy_obj).release(this);
   }
 
   PyObject* block(int32_t id) const { return blocks[static_cast<size_t>(id)].ptr(); }
@@ -468,6 +480,7 @@ int queue_traverse(PyObject* self, visitproc visit, void* arg) {
 int queue_clear(PyObject* self) {
   PyFreeQueue* q = nb::inst_ptr<PyFreeQueue>(self);
   q->blocks.clear();
+  q->release_policy();
   q->policy_obj.reset();
   return 0;
 }
@@ -625,8 +638,11 @@ void bind_free_queue(nb::module_& m) {
           [](PyFreeQueue& q, nb::object policy) {
             Policy& next = as_policy(policy);
             PyFreeQueue::check_fits(next, q.queue.policy().capacity());
+            if (!next.claim(&q))
+              throw std::invalid_argument("free queue: switch to a policy that serves no pool (this one or another)");
             next.reserve();
             handover(q.queue.policy(), next);
+            q.release_policy();
             q.queue.set_policy(&next);
             q.policy_obj = policy;
           },

@@ -86,6 +86,7 @@ class FreeQueue {
     }
     for (Key k : victims_) {
       int32_t b = block_of_.find(k);
+      if (b < 0) throw std::logic_error("free queue: the policy evicted key " + std::to_string(k) + ", no block's");
       block_of_.erase(k);
       has_key_[b] = 0;
       out.push_back(b);

@@ -114,6 +114,18 @@ class Policy {
   // infinite ceiling never reaches it).
   int64_t bound() const { return bound_; }
 
+  // The host that serves a pool from this policy (vLLM's free queue; none: nullptr). A policy serves
+  // one pool at a time: claim() takes it for `host`, false if another host (or `host` itself) holds
+  // it; release() gives it up, by its holder only.
+  bool claim(const void* host) {
+    if (host_ != nullptr) return false;
+    host_ = host;
+    return true;
+  }
+  void release(const void* host) {
+    if (host_ == host) host_ = nullptr;
+  }
+
   virtual size_t size() const = 0;
   virtual size_t num_pinned() const = 0;
   size_t num_evictable() const { return size() - num_pinned(); }
@@ -194,6 +206,9 @@ class Policy {
 
   int64_t capacity_;
   int64_t bound_;
+
+ private:
+  const void* host_ = nullptr;  // written by claim() and release() only
 };
 
 // `n` victims at once (the pools' batched eviction): all or nothing.

@@ -451,3 +451,35 @@ def test_policy_keys_are_the_same_in_every_process():
         outs.append((keys, python_hash))
     assert outs[0][0] == outs[1][0]
     assert outs[0][1] != outs[1][1]  # the check can fail: Python's own hash did change
+
+
+def test_a_policy_serves_one_pool_at_a_time():
+    """A policy already live behind a pool is refused by a second pool's install and by any switch,
+    this pool's own included (one pool reported 12 free blocks of 8, and its next eviction crashed
+    the process on a key of the other pool's); once its pool is gone, it may serve another."""
+    import gc
+
+    from wakman.vllm_plugin import install
+
+    policy = make_policy("lru", 8)
+    first = install(BlockPool(9, enable_caching=True, hash_block_size=16), policy)
+    with pytest.raises(ValueError, match="already serves another pool"):
+        install(BlockPool(9, enable_caching=True, hash_block_size=16), policy)
+    serve_one(first, vllm_keys(range(4)), 4)
+    first.check()
+    with pytest.raises(ValueError, match="serves no pool"):
+        first.free_block_queue.switch(policy)
+    second = install(BlockPool(9, enable_caching=True, hash_block_size=16), make_policy("s3fifo", 8))
+    with pytest.raises(ValueError, match="serves no pool"):
+        second.free_block_queue.switch(policy)
+    first.free_block_queue.switch(make_policy("lru", 8))
+    first.check()
+    second.free_block_queue.switch(make_policy("lru", 8))
+    del first
+    gc.collect()
+    third = install(BlockPool(9, enable_caching=True, hash_block_size=16), make_policy("lru", 8))
+    taken = second.free_block_queue.policy
+    del second
+    gc.collect()
+    install(BlockPool(9, enable_caching=True, hash_block_size=16), taken).check()  # its pool is gone
+    third.check()

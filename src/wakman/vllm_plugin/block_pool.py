@@ -130,8 +130,9 @@ def install(
     pool: BlockPool, policy: EvictionPolicy, coordinator: Any = None, manager: Any = None
 ) -> BlockPool:
     """Put ``policy`` behind ``pool``'s free queue. ``pool`` must be fresh (every block free, none
-    cached, no wakman policy yet) and ``policy`` new (empty, its capacity the pool's usable blocks,
-    ``num_gpu_blocks - 1``). ``coordinator`` (the ``KVCacheCoordinator`` owning the pool) marks
+    cached, no wakman policy yet) and ``policy`` empty, serving no other pool (a ``ValueError``
+    otherwise), its capacity the pool's usable blocks, ``num_gpu_blocks - 1``; ghosts it kept from
+    earlier use are forgotten. ``coordinator`` (the ``KVCacheCoordinator`` owning the pool) marks
     which touches are hits; ``manager`` (the ``KVCacheManager`` owning it) tells the policy an
     admission's misses before its evictions. Afterwards ``pool.check()`` asserts the invariants."""
     if is_installed(pool):
