@@ -205,6 +205,20 @@ def test_the_comparison_with_lru_holds_when_lru_is_not_asked_for(trace_file, req
     assert at["prefill_tokens_saved_vs_lru"] == s3.hit_tokens - lru.hit_tokens
 
 
+def test_the_sweep_table_marks_sizes_where_requests_were_rejected(trace_file):
+    """Serve mode at a cache smaller than the longest prompts rejects them and measures the rest:
+    the table marks that hit rate (it can exceed the ceiling, over a few short requests)."""
+    args = ["advise", str(trace_file), "--mode", "serve", "--capacity-blocks", "8", "--policies", "lru"]
+    result = CliRunner().invoke(app, [*args, "--points", "2", "--jobs", "1"])
+    assert result.exit_code == 0, result.output
+    line = next(x for x in result.stdout.splitlines() if x.strip().startswith("8 *"))
+    assert line.rstrip().endswith(" r"), line
+    assert "r: some requests were too long for that cache" in result.stdout
+    as_json = CliRunner().invoke(app, [*args, "--points", "2", "--jobs", "1", "--json"])
+    rows = json.loads(as_json.stdout)["sweep"]
+    assert any(r["capacity_blocks"] == 8 and r["rejected"] > 0 for r in rows)
+
+
 def test_hint_mode_runs_beside_the_policies_and_is_never_the_best(trace_file, reqs):
     """``--sessions`` adds chain-lru's hint mode (told each request's session id and each session's
     end, ``--session-ends-after-s`` after its last request, 0 s by default) at every sweep size: the

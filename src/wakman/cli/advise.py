@@ -244,6 +244,13 @@ def advise(
     _print(result)
 
 
+def _sweep_cell(row: dict[str, Any] | None) -> str:
+    """A sweep cell: the hit rate in percent, marked ``r`` where requests were rejected."""
+    if row is None:
+        return "-"
+    return f"{100 * row['hit_rate']:z.2f}" + (" r" if row.get("rejected") else "")
+
+
 def _gib_text(gib: float) -> str:
     return f"{gib:,.0f}" if gib >= 100 else f"{gib:z.2f}"
 
@@ -288,11 +295,17 @@ def _print(result: dict[str, Any]) -> None:
         cells = [f"{c:,}" + (" *" if c == yours else "")]
         if gib:
             cells.append(_gib_text(c * kv["block_bytes"] / 2**30))
-        cells += [f"{100 * by[(n, c)]['hit_rate']:z.2f}" if (n, c) in by else "-" for n in policies]
+        cells += [_sweep_cell(by.get((n, c))) for n in policies]
         table.add_row(*cells)
     console.print(table)
     if yours is not None:
         console.print("* your size", highlight=False)
+    if any(r.get("rejected") for r in result["sweep"]):
+        console.print(
+            "r: some requests were too long for that cache and were rejected; the hit rate is over the "
+            "others only (JSON: rejected)",
+            highlight=False,
+        )
     t = Table(
         box=box.SIMPLE_HEAD,
         title=f"smallest cache within {result['target']:g} of the ceiling "
