@@ -48,7 +48,10 @@ def test_sessions_put_chain_lru_in_session_mode_wherever_it_runs():
         ({"WAKMAN_POLICY": "lru", "WAKMAN_HYSTERESIS": "1"}, "only apply to wakman / wakman-plus"),
         ({"WAKMAN_POLICY": "wakman-plus", "WAKMAN_HYSTERESIS": "two"}, "not a number of points"),
         ({"WAKMAN_POLICY": "wakman-plus", "WAKMAN_HYSTERESIS": "-1"}, "in [0, 100) points"),
-        ({"WAKMAN_POLICY": "wakman", "WAKMAN_INTERVAL_S": "0"}, "must be > 0 seconds"),
+        ({"WAKMAN_POLICY": "wakman", "WAKMAN_INTERVAL_S": "0"}, "WAKMAN_INTERVAL_S='0': interval_s must be"),
+        # AdaptiveConfig's own bound (a millisecond), not a looser copy of it
+        ({"WAKMAN_POLICY": "wakman", "WAKMAN_INTERVAL_S": "0.0005"}, "WAKMAN_INTERVAL_S='0.0005'"),
+        ({"WAKMAN_POLICY": "wakman-plus", "WAKMAN_WINDOW_S": "inf"}, "WAKMAN_WINDOW_S='inf': window_s"),
         ({"WAKMAN_POLICY": "wakman", "WAKMAN_CANDIDATES": "lru"}, "give two or more"),
         ({"WAKMAN_REPLAY": "later"}, "WAKMAN_REPLAY='later'"),
         ({"WAKMAN_POLICY": "chain-lru", "WAKMAN_SESSIONS": "yes"}, "WAKMAN_SESSIONS='yes'"),

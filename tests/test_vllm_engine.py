@@ -224,7 +224,7 @@ def test_failing_replay_keeps_the_policy_and_metrics_show_it(monkeypatch):
     def broken(window, capacity):
         raise RuntimeError("shadow replay exploded")
 
-    runtime.replay_hook = broken
+    runtime.manager.replay_hook = broken
     result = replay(requests, "wakman", CAPACITY, llm=llm)
     decisions = result.adaptive["decisions"]
     assert decisions and all("exploded" in d["error"] for d in decisions if d["requests"])
@@ -254,7 +254,7 @@ def test_plus_feeds_decoded_blocks_to_its_long_lived_shadows(monkeypatch):
         fed.extend(window)
         return runtime.manager.replay(window, capacity)
 
-    runtime.replay_hook = recording
+    runtime.manager.replay_hook = recording
     result = replay(requests, "wakman-plus", CAPACITY, llm=llm)
     assert result.adaptive["decisions"] and not [d for d in result.adaptive["decisions"] if d["error"]]
     assert len(fed) == len({id(r) for r in fed}) > 0  # every logged request fed once

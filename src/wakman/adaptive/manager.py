@@ -84,7 +84,8 @@ class AdaptiveManager:
     config: AdaptiveConfig
     capacity: int
     decisions: list[Decision] = field(default_factory=list)
-    replay_hook: Any = None  # tests inject a failing replay here
+    # replaces replay(window, capacity) -> rates for every host (cache mode, vLLM, the offload tier)
+    replay_hook: Any = None  # tests inject a failing or recording replay here
     shadow_hits: Mapping[str, Sequence[int]] | None = None
 
     def __post_init__(self) -> None:

@@ -27,7 +27,6 @@ from wakman.vllm_plugin.sessions import SessionHints
 from wakman.vllm_plugin.settings import PluginSettings
 
 log = logging.getLogger(__name__)
-Replay = Callable[[list, int], dict[str, float]]
 
 
 class PolicyRuntime:
@@ -57,7 +56,6 @@ class PolicyRuntime:
         self._ends_timer: threading.Timer | None = None
         # None: the pool's groups do not cache the request's hash blocks, so no request hints
         self._group = request_group(manager, pool) if manager is not None else 0
-        self.replay_hook: Replay | None = None  # tests inject a failing replay here
         self._executor = (
             ThreadPoolExecutor(1, thread_name_prefix="wakman-replay")
             if self.manager and settings.replay == "thread"
@@ -155,7 +153,7 @@ class PolicyRuntime:
         if pending is None:
             self._publish()
             return
-        replay = self.replay_hook or self.manager.replay
+        replay = self.manager.replay_hook or self.manager.replay
         if self._executor is None:
             self._apply(pending, *timed_replay(replay, pending))
         else:

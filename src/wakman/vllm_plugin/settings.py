@@ -17,7 +17,6 @@ Environment variables reach the engine-core processes vLLM spawns, and work the 
 
 from __future__ import annotations
 
-import math
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -28,6 +27,14 @@ from wakman.policies import ONLINE_POLICIES
 STATIC_POLICIES = tuple(p for p in ONLINE_POLICIES if p != "s3fifo-v0")
 REPLAY_MODES = ("thread", "inline")
 ADAPTIVE_VARS = ("WAKMAN_INTERVAL_S", "WAKMAN_WINDOW_S", "WAKMAN_CANDIDATES", "WAKMAN_HYSTERESIS")
+# the variable that sets each AdaptiveConfig field (its errors name the field)
+FIELD_VARS = {
+    "interval_s": "WAKMAN_INTERVAL_S",
+    "first_decision_s": "WAKMAN_INTERVAL_S",
+    "window_s": "WAKMAN_WINDOW_S",
+    "hysteresis": "WAKMAN_HYSTERESIS",
+    "candidates": "WAKMAN_CANDIDATES",
+}
 
 
 class SettingsError(ValueError):
@@ -70,12 +77,9 @@ class PluginSettings:
         for var, field in (("WAKMAN_INTERVAL_S", "interval_s"), ("WAKMAN_WINDOW_S", "window_s")):
             if env.get(var):
                 try:
-                    value = float(env[var])
+                    changes[field] = float(env[var])  # its bounds are AdaptiveConfig's, checked below
                 except ValueError:
                     raise SettingsError(f"{var}={env[var]!r} is not a number of seconds") from None
-                if not (math.isfinite(value) and value > 0):
-                    raise SettingsError(f"{var} must be > 0 seconds and finite, got {env[var]!r}")
-                changes[field] = value
         if env.get("WAKMAN_HYSTERESIS"):
             try:
                 points = float(env["WAKMAN_HYSTERESIS"])
@@ -102,8 +106,10 @@ class PluginSettings:
                 changes["start_policy"] = names[0]
         try:
             config = config.with_options(**changes)
-        except ValueError as exc:
-            raise SettingsError(f"WAKMAN_*: {exc}") from None
+        except ValueError as exc:  # AdaptiveConfig's message names its field: name the variable too
+            var = FIELD_VARS.get(str(exc).split(" ", 1)[0])
+            shown = f"{var}={env[var]!r}" if var in env else "WAKMAN_*"
+            raise SettingsError(f"{shown}: {exc}") from None
         if sessions:
             try:
                 config = config.with_sessions()
