@@ -6,9 +6,11 @@ over time so that each window's time-weighted mean is exact (``free_log``, the c
 Python; the count read before an event is processed is logged from the previous event's time,
 since it held from then; vLLM's scheduler logs the count after each step's allocations and after
 each step's frees, the two moments it changes). Memory is bounded: at most ``max_blocks`` logged
-keys (one 8-byte reference each; the keys themselves are the requests' own objects), the oldest
-requests dropped first; the default 4 M keys is 32 MB of references. The free-block log holds one
-24-byte segment per event since the oldest window start a decision still reads.
+prompt keys, the oldest requests dropped first. Each request's keys are the uint64 array it came
+with (a trace's requests share their reader's arrays; the vLLM plugin builds one per request), 8
+bytes a key: the default 4 M keys is 32 MB. A request's output keys (wakman-plus logs them: in vLLM a
+view of the request's own block hashes) are not counted in that bound. The free-block log holds
+one 24-byte segment per event since the oldest window start a decision still reads.
 """
 
 from __future__ import annotations

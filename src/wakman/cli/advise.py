@@ -10,6 +10,7 @@ import typer
 from rich import box
 from rich.table import Table
 
+from wakman.adaptive.config import ADAPTIVE_PRESETS
 from wakman.adaptive.run import POLICY_NAMES
 from wakman.cli.common import (
     MAX_BLOCKS,
@@ -34,8 +35,9 @@ from wakman.experiments import advise as adv
 from wakman.experiments.kv_memory import KVLayout, config_layout, dtype_bytes, model_layout
 from wakman.experiments.plots import plot_advice
 from wakman.experiments.sweep import HINT_MODE, HINT_OPTIONS, run_grid
+from wakman.policies import SERVABLE_POLICIES
 
-DEFAULT_POLICIES = "lru,fifo,s3fifo,sieve,arc,chain-lru,wakman,wakman-plus"
+DEFAULT_POLICIES = ",".join((*SERVABLE_POLICIES, *ADAPTIVE_PRESETS))  # what a server can run
 # serve mode simulates every request's prefill and decode in time; past these the run takes too long
 SERVE_MAX_MEAN_PROMPT = 32_768
 SERVE_MAX_PROMPT_TOKENS = 200_000_000

@@ -10,7 +10,6 @@ the largest stack distance over its prefix is < C (``_core.TraceScan.replay_requ
 
 from __future__ import annotations
 
-import math
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -157,10 +156,6 @@ def human_tokens(tokens: float) -> str:
     if tokens >= 1e3:
         return f"{tokens / 1e3:z.1f} k"
     return f"{tokens:z.0f}"
-
-
-def finite(value: float | None) -> float | None:
-    return None if value is None or (isinstance(value, float) and math.isnan(value)) else value
 
 
 def size_entry(blocks: int | None, curve: LruCurve, layout: KVLayout | None) -> dict[str, Any] | None:

@@ -26,6 +26,9 @@ POLICIES: dict[str, type[EvictionPolicy]] = {
     cls.name: cls for cls in (LRU, FIFO, S3FIFO, S3FIFOv0, Sieve, ARC, ChainLRU, Belady, Infinite)
 }
 ONLINE_POLICIES = ("lru", "fifo", "s3fifo", "s3fifo-v0", "sieve", "arc", "chain-lru")
+# the online policies a server runs (vLLM's GPU cache and offload tier, advise's default set);
+# s3fifo-v0, the SOSP artifact's variant, is kept for comparison with it
+SERVABLE_POLICIES = tuple(p for p in ONLINE_POLICIES if p != "s3fifo-v0")
 
 
 MAX_CAPACITY: int = _core.MAX_CAPACITY  # blocks: the core's node slots are 32-bit
@@ -69,6 +72,7 @@ __all__ = [
     "ONLINE_POLICIES",
     "POLICIES",
     "S3FIFO",
+    "SERVABLE_POLICIES",
     "Belady",
     "ChainLRU",
     "EvictionPolicy",

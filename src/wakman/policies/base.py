@@ -21,8 +21,9 @@ libCacheSim's order:
 - ``adopt(keys)`` (hand-over, oldest first), ``reset()``.
 
 The drivers: ``access(key)`` and ``replay(keys)`` (one loop for every policy: find, hit or miss,
-evict while full, insert; a numpy uint64 array is read in place), cache mode and the adaptive
-manager's shadows (``wakman.simulation.cache_mode``), the serve-mode pool
+evict while full, insert; a numpy uint64 array is read in place), a request's replay through a
+plain cache (``wakman.drivers.replay_request``: cache mode and the adaptive manager's shadows),
+the serve-mode pool
 (``wakman.simulation.pool``) and vLLM's free-block queue (``wakman.vllm_plugin.free_queue``).
 
 Keys are 64-bit unsigned integers (block hashes); a Python int is taken modulo 2**64.

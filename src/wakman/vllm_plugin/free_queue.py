@@ -60,8 +60,9 @@ class PolicyFreeQueue(FreeBlockQueue):
     """``FreeBlockQueue(blocks, free_blocks, policy)``: ``blocks`` is every block of the pool (index =
     block id), ``free_blocks`` the free ones in stock queue order, none of them cached (the state
     right after ``BlockPool.__init__``). Beside the stock protocol, the pool's hooks call
-    ``cached(block, hash)`` (a block's first hash), ``uncached(block)`` (a hash removed outside
-    eviction), ``hit(blocks)`` (prefix hits), ``clear_cache()`` (a reset) and ``switch(policy)``."""
+    ``sync(blocks)`` (after vLLM set or removed hashes: a block's first hash makes it a policy key,
+    a removed one takes it out), ``hit(blocks)`` (prefix hits), ``expect_misses`` (an admission's
+    misses, before its evictions), ``clear_cache()`` (a reset) and ``switch(policy)``."""
 
     def check(self, blocks: Sequence[Any]) -> None:
         """Assert the invariants over every non-null block (tests and the soak run call this)."""

@@ -88,7 +88,7 @@ from collections.abc import Callable, Iterable, Sequence
 
 from wakman.adaptive.config import ADAPTIVE_PRESETS
 from wakman.adaptive.manager import AdaptiveManager, timed_replay
-from wakman.policies import EvictionPolicy, handover, make_policy
+from wakman.policies import SERVABLE_POLICIES, EvictionPolicy, handover, make_policy
 from wakman.vllm_plugin.compat import check_offload_vllm_version, offload_import_failed
 from wakman.vllm_plugin.free_queue import policy_key
 from wakman.vllm_plugin.offload_lru import VllmLruOrder
@@ -101,7 +101,7 @@ except ImportError as exc:  # a vLLM whose offload modules moved: the version ch
 
 log = logging.getLogger(__name__)
 
-STATIC = ("lru", "fifo", "s3fifo", "sieve", "arc", "chain-lru")
+STATIC = SERVABLE_POLICIES
 ADAPTIVE = tuple(ADAPTIVE_PRESETS)  # "wakman", "wakman-plus"
 ENV_VAR = "WAKMAN_OFFLOAD_POLICY"
 # Policies whose hit is recency only (fifo's hit does nothing): a chunk a request only stored is

@@ -18,6 +18,8 @@ from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
+import numpy as np
+
 from wakman.adaptive.manager import AdaptiveManager, PendingDecision, timed_replay
 from wakman.policies import make_policy
 from wakman.vllm_plugin.block_pool import install, request_group
@@ -84,7 +86,8 @@ class PolicyRuntime:
         if self._group is not None:
             self.pool.free_block_queue.request_arrived(block_hashes, self._group, arrival_s)
         if self.manager is not None:
-            prompt = [policy_key(h) for h in block_hashes]
+            # 8 bytes a key in the estimator's log (a list of Python ints would take about 40)
+            prompt = np.fromiter(map(policy_key, block_hashes), dtype=np.uint64, count=len(block_hashes))
             outputs = OutputBlocks(block_hashes, len(prompt)) if self.manager.config.log_outputs else ()
             self.manager.estimator.record(arrival_s, prompt, block_size, prompt_tokens, outputs)
 

@@ -22,9 +22,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from wakman.adaptive.config import ADAPTIVE_PRESETS, SESSION_POLICY, AdaptiveConfig
-from wakman.policies import ONLINE_POLICIES
+from wakman.policies import SERVABLE_POLICIES
 
-STATIC_POLICIES = tuple(p for p in ONLINE_POLICIES if p != "s3fifo-v0")
+STATIC_POLICIES = SERVABLE_POLICIES
 REPLAY_MODES = ("thread", "inline")
 ADAPTIVE_VARS = ("WAKMAN_INTERVAL_S", "WAKMAN_WINDOW_S", "WAKMAN_CANDIDATES", "WAKMAN_HYSTERESIS")
 # the variable that sets each AdaptiveConfig field (its errors name the field)
