@@ -144,3 +144,32 @@ def test_the_mirror_copies_on_its_own_with_no_traffic(tmp_path):
     assert _value(text, 'wakman:switches_total{engine="0"}') == 3.0
     assert _value(text, 'wakman:live_policy{engine="0",policy="lru"}') == 1.0
     assert _value(text, 'wakman:live_policy{engine="0",policy="s3fifo"}') == 0.0
+
+
+ZERO_WRITER = """
+import json, sys
+from pathlib import Path
+from wakman.vllm_plugin.metrics import MultiprocessMirror
+path, state = json.loads(sys.argv[1])
+Path(path).write_text(json.dumps(state))
+MultiprocessMirror().refresh()
+"""
+
+
+def test_counters_still_at_zero_are_scraped_as_in_one_process(tmp_path):
+    """A healthy server's replay errors and a fresh one's decisions are 0: with several API servers
+    they are scraped as 0, as with one (they were missing, so an alert on their increase or their
+    absence could not tell a healthy server from a broken one)."""
+    prom, states = tmp_path / "prom", tmp_path / "states"
+    prom.mkdir()
+    states.mkdir()
+    env = {**os.environ, "PROMETHEUS_MULTIPROC_DIR": str(prom), "WAKMAN_METRICS_DIR": str(states)}
+    zero = {**_state(0, "lru"), "switches": 0, "replay_errors": 0, "session_ends": 0}
+    published = [str(states / f"engine-{os.getpid()}-0.json"), zero]
+    proc = subprocess.run(
+        [sys.executable, "-c", ZERO_WRITER, json.dumps(published)], env=env, capture_output=True, text=True
+    )
+    assert proc.returncode == 0, proc.stderr
+    text = _scrape(prom)
+    for name in ("decisions", "switches", "replay_errors", "replay_seconds", "session_ends"):
+        assert _value(text, f'wakman:{name}_total{{engine="0"}}') == 0.0

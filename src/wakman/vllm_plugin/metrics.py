@@ -233,8 +233,9 @@ class MultiprocessMirror:
                 for key, counter in self.counters.items():
                     value = float(getattr(state, key))
                     delta = value - self._copied.get((key, engine), 0.0)
+                    child = counter.labels(engine)  # a counter at 0 is scraped too, as in one process
                     if delta > 0:  # an engine that restarted counts from its old total on
-                        counter.labels(engine).inc(delta)
+                        child.inc(delta)
                         self._copied[(key, engine)] = value
 
     def safe_refresh(self) -> None:
