@@ -54,3 +54,48 @@ def test_plugin_register_refuses_a_bad_setting_in_one_line(env, variable):
     assert proc.returncode == 1, proc.stderr[-2000:]
     assert "Traceback" not in proc.stderr, proc.stderr[-2000:]
     assert ours == lines[-1:] and lines[-1].startswith("wakman: ") and variable in lines[-1], lines
+
+
+@pytest.mark.vllm
+@pytest.mark.bare_vllm
+@pytest.mark.parametrize(
+    ("env", "argv", "needle"),
+    [
+        (  # the offload tier's policy is checked at start-up too, not when vLLM builds the tier
+            {"WAKMAN_OFFLOAD_POLICY": "bogus"},
+            [
+                "vllm",
+                "serve",
+                "M",
+                "--kv-transfer-config",
+                '{"cache_policy_module_path": "wakman.vllm_plugin.offload"}',
+            ],
+            "WAKMAN_OFFLOAD_POLICY='bogus'",
+        ),
+        (  # the wakman scheduler without the prefix cache it orders (was vLLM's engine-init traceback)
+            {"WAKMAN_POLICY": "s3fifo"},
+            [
+                "vllm",
+                "serve",
+                "M",
+                "--scheduler-cls",
+                "wakman.vllm_plugin.WakmanScheduler",
+                "--no-enable-prefix-caching",
+            ],
+            "--no-enable-prefix-caching",
+        ),
+    ],
+)
+def test_plugin_register_refuses_what_the_command_line_asks_in_one_line(env, argv, needle):
+    from vllm_support import need_vllm
+
+    need_vllm()
+    code = f"import sys; sys.argv = {argv!r}; from wakman.vllm_plugin.plugin import register; register()"
+    full = {k: v for k, v in os.environ.items() if not k.startswith("WAKMAN_") or k == "WAKMAN_REQUIRE_VLLM"}
+    proc = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, env={**full, **env}, timeout=300
+    )
+    lines = proc.stderr.strip().splitlines()
+    assert proc.returncode == 1, proc.stderr[-2000:]
+    assert "Traceback" not in proc.stderr, proc.stderr[-2000:]
+    assert lines[-1].startswith("wakman: ") and needle in lines[-1], lines

@@ -82,7 +82,6 @@ from __future__ import annotations
 
 import functools
 import logging
-import os
 import time
 from collections.abc import Callable, Iterable, Sequence
 
@@ -92,6 +91,7 @@ from wakman.policies import SERVABLE_POLICIES, EvictionPolicy, handover, make_po
 from wakman.vllm_plugin.compat import check_offload_vllm_version, offload_import_failed
 from wakman.vllm_plugin.free_queue import policy_key
 from wakman.vllm_plugin.offload_lru import VllmLruOrder
+from wakman.vllm_plugin.settings import OFFLOAD_VAR, offload_policy_from_env
 
 try:
     from vllm.v1.kv_offload.base import OffloadKey, ReqContext
@@ -103,7 +103,7 @@ log = logging.getLogger(__name__)
 
 STATIC = SERVABLE_POLICIES
 ADAPTIVE = tuple(ADAPTIVE_PRESETS)  # "wakman", "wakman-plus"
-ENV_VAR = "WAKMAN_OFFLOAD_POLICY"
+ENV_VAR = OFFLOAD_VAR
 # Policies whose hit is recency only (fifo's hit does nothing): a chunk a request only stored is
 # still hit at its finish, as vLLM's LRU re-ranks it. Elsewhere a hit counts as a reuse.
 _HIT_STORED = frozenset({"lru", "fifo"})
@@ -442,12 +442,7 @@ class WakmanPolicy(WakmanCachePolicy):
     """The policy named by ``WAKMAN_OFFLOAD_POLICY`` (``lru`` when unset), read when vLLM builds it."""
 
     def __init__(self, cache_capacity: int) -> None:
-        name = os.environ.get(ENV_VAR, "lru").strip().lower()
-        if not name:
-            raise ValueError(
-                f"{ENV_VAR} is empty: set it to one of {', '.join(STATIC + ADAPTIVE)} (unset: lru)"
-            )
-        super().__init__(cache_capacity, name)
+        super().__init__(cache_capacity, offload_policy_from_env())
 
 
 __all__ = [

@@ -44,15 +44,14 @@ def register() -> None:
         check_vllm_version,
     )
     from wakman.vllm_plugin.metrics import metrics_dir
-    from wakman.vllm_plugin.settings import PluginSettings, SettingsError
+    from wakman.vllm_plugin.settings import PluginSettings, SettingsError, offload_policy_from_env
 
     # the scheduler (WAKMAN_POLICY, --scheduler-cls) and the offload tier (--kv-transfer-config)
     # rely on different vLLM code, each checked where it is asked for; a refusal says how to drop
     # every part asked for
     offload_module = "wakman.vllm_plugin.offload"
-    scheduler = bool(os.environ.get("WAKMAN_POLICY")) or any(
-        "wakman.vllm_plugin" in arg.replace(offload_module, "") for arg in sys.argv
-    )
+    wakman_scheduler = any("wakman.vllm_plugin" in arg.replace(offload_module, "") for arg in sys.argv)
+    scheduler = bool(os.environ.get("WAKMAN_POLICY")) or wakman_scheduler
     offload = any(offload_module in arg for arg in sys.argv)
     stop = " and ".join([SCHEDULER_STOP] * scheduler + [OFFLOAD_STOP] * offload)
     try:
@@ -65,8 +64,15 @@ def register() -> None:
     log_through_vllm()
     try:
         PluginSettings.from_env()  # bad WAKMAN_* values fail here, at start-up
+        if offload:
+            offload_policy_from_env()
     except SettingsError as exc:  # one line on stderr, no traceback
         raise SystemExit(f"wakman: {exc}") from None
+    if wakman_scheduler and "--no-enable-prefix-caching" in sys.argv:
+        raise SystemExit(
+            "wakman: the wakman scheduler orders the prefix cache's blocks: drop --no-enable-prefix-caching, "
+            "or run stock vLLM without --scheduler-cls"
+        )
     try:
         metrics_dir()
     except OSError as exc:  # WAKMAN_METRICS_DIR names a file, or a folder it cannot make

@@ -123,3 +123,17 @@ def _sessions(env: Mapping[str, str]) -> bool:
     if value not in ("0", "1"):
         raise SettingsError(f"WAKMAN_SESSIONS={value!r}: 1 (follow vLLM's session ids) or 0")
     return value == "1"
+
+
+OFFLOAD_VAR = "WAKMAN_OFFLOAD_POLICY"
+
+
+def offload_policy_from_env(env: Mapping[str, str] | None = None) -> str:
+    """The CPU offload tier's policy (``WakmanPolicy``): ``WAKMAN_OFFLOAD_POLICY``, ``lru`` when
+    unset or empty, else one of the servable policies and adaptive presets (``SettingsError``)."""
+    env = os.environ if env is None else env
+    name = env.get(OFFLOAD_VAR, "").strip().lower() or "lru"
+    choices = (*STATIC_POLICIES, *ADAPTIVE_PRESETS)
+    if name not in choices:
+        raise SettingsError(f"{OFFLOAD_VAR}={name!r}: choose one of {', '.join(choices)}")
+    return name
