@@ -173,3 +173,25 @@ def test_counters_still_at_zero_are_scraped_as_in_one_process(tmp_path):
     text = _scrape(prom)
     for name in ("decisions", "switches", "replay_errors", "replay_seconds", "session_ends"):
         assert _value(text, f'wakman:{name}_total{{engine="0"}}') == 0.0
+
+
+def test_a_metrics_dir_wakman_made_is_removed_when_its_maker_exits(tmp_path):
+    """Without WAKMAN_METRICS_DIR each server made a temporary folder and left it behind; the
+    process that made it removes it at exit, a child that inherited it does not, and a folder the
+    user named stays."""
+    code = (
+        "import os, subprocess, sys; from wakman.vllm_plugin.metrics import metrics_dir; d = metrics_dir(); "
+        "(d / 'engine-1-0.json').write_text('{}'); "
+        "subprocess.run([sys.executable, '-c', 'from wakman.vllm_plugin.metrics import metrics_dir; "
+        'assert str(metrics_dir()) == __import__("os").environ["WAKMAN_METRICS_DIR"]\'], check=True); '
+        "assert d.exists(); print(d)"
+    )
+    env = {k: v for k, v in os.environ.items() if k != "WAKMAN_METRICS_DIR"}
+    made = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
+    assert made.returncode == 0, made.stderr
+    assert not Path(made.stdout.strip()).exists()
+    named = tmp_path / "mine"
+    env["WAKMAN_METRICS_DIR"] = str(named)
+    kept = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
+    assert kept.returncode == 0, kept.stderr
+    assert named.is_dir() and (named / "engine-1-0.json").exists()

@@ -28,8 +28,10 @@ Metrics, the same in both modes:
 
 from __future__ import annotations
 
+import atexit
 import logging
 import os
+import shutil
 import tempfile
 import threading
 import time
@@ -65,13 +67,21 @@ class EngineState(msgspec.Struct, kw_only=True):
 
 
 def metrics_dir() -> Path:
-    """The shared directory; created (and exported to children) on first use in this process tree."""
+    """The shared directory: ``WAKMAN_METRICS_DIR``, or else a temporary one, created (and exported
+    to children) on first use in this process tree and removed when the process that made it exits
+    (a user's ``WAKMAN_METRICS_DIR`` is left as it is)."""
     path = os.environ.get(ENV_DIR)
     if not path:
         path = tempfile.mkdtemp(prefix="wakman-metrics-")
         os.environ[ENV_DIR] = path
+        atexit.register(_remove_made_dir, path, os.getpid())
     Path(path).mkdir(parents=True, exist_ok=True)
     return Path(path)
+
+
+def _remove_made_dir(path: str, maker: int) -> None:
+    if os.getpid() == maker:  # not a forked child that inherited the hook
+        shutil.rmtree(path, ignore_errors=True)
 
 
 def publish_state(runtime: Any) -> None:
