@@ -46,7 +46,7 @@ class ServeLoop : LoopState {
       const ServeRequest& r = reqs_[i];
       Run& run = runs_[i];
       run.total = (r.prompt_tokens + r.block_size - 1) / r.block_size;
-      run.max_hit = std::min<int64_t>(static_cast<int64_t>(r.n_keys), (r.prompt_tokens - 1) / r.block_size);
+      run.max_hit = hit_limit(static_cast<int64_t>(r.n_keys), r.prompt_tokens, r.block_size);
       run.last = r.prompt_tokens + std::max<int64_t>(r.output_tokens, 1) - 1;
     }
   }

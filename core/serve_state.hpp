@@ -17,6 +17,7 @@
 
 #include "block_pool.hpp"
 #include "policies/belady.hpp"
+#include "prefix.hpp"
 
 namespace wakman {
 
@@ -112,7 +113,7 @@ class LoopState {
         full_(reqs_.size()) {
     for (size_t i = 0; i < reqs_.size(); ++i) {
       const ServeRequest& r = reqs_[i];
-      full_[i] = std::min<int64_t>(static_cast<int64_t>(r.n_keys), r.prompt_tokens / r.block_size);
+      full_[i] = full_blocks(static_cast<int64_t>(r.n_keys), r.prompt_tokens, r.block_size);
     }
     pool_.reserve_runs(reqs_.size());
     out_.first_hit_tokens.assign(reqs_.size(), -1);

@@ -188,7 +188,7 @@ class StepLoop : LoopState {
     const int64_t known = total / bs;
     chain_.clear();
     for (int64_t j = 0; j < known; ++j) chain_.push_back(block_key(index, j));
-    int64_t limit = (total - 1) / bs;
+    int64_t limit = hit_limit(known, total, bs);  // (known >= it: the prompt and the tokens since)
     if (r.generated == 0) limit = std::min(limit, full(index));
     seek_belady(index);
     const int64_t hits = static_cast<int64_t>(pool_.look_up(chain_.data(), static_cast<size_t>(limit)));

@@ -30,6 +30,8 @@ from functools import lru_cache
 import msgspec
 import numpy as np
 
+from wakman import _core
+
 
 @lru_cache(maxsize=65536)
 def session_key(session_id: str) -> int:
@@ -39,14 +41,15 @@ def session_key(session_id: str) -> int:
 
 
 def full_blocks(num_keys: int, prompt_tokens: int, block_size: int) -> int:
-    """Prompt blocks vLLM can cache: only full blocks are hashed."""
-    return min(num_keys, prompt_tokens // block_size)
+    """Prompt blocks vLLM can cache: only full blocks are hashed (the core's rule, prefix.hpp, which
+    the serve loops use)."""
+    return _core.full_blocks(num_keys, prompt_tokens, block_size)
 
 
 def hit_limit(num_keys: int, prompt_tokens: int, block_size: int) -> int:
     """Blocks that may hit under vLLM's rule: full blocks covering at most ``prompt_tokens - 1``
-    tokens (the last prompt token is always computed)."""
-    return min(num_keys, (prompt_tokens - 1) // block_size)
+    tokens (the last prompt token is always computed; the core's rule, prefix.hpp)."""
+    return _core.hit_limit(num_keys, prompt_tokens, block_size)
 
 
 def read_only(keys: np.ndarray) -> np.ndarray:
