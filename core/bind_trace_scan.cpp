@@ -8,6 +8,7 @@
 
 #include "bind_numpy.hpp"
 #include "key_batch.hpp"
+#include "prefix.hpp"
 #include "stack_distance.hpp"
 
 namespace nb = nanobind;
@@ -53,10 +54,10 @@ void bind_trace_scan(nb::module_& m) {
             const size_t n = batch.size();
             const size_t hit = s.lookup(batch.data(), std::min(limit, n), weight);
             full = std::min(full, n);
-            std::vector<wakman::Key> order;  // vLLM's release order: outputs, then the prompt, deepest first
+            std::vector<wakman::Key> order;
             order.reserve(out.size() + full);
-            for (size_t i = out.size(); i-- > 0;) order.push_back(out.data()[i]);
-            for (size_t i = full; i-- > 0;) order.push_back(batch.data()[i]);
+            wakman::for_each_released(batch.data(), full, out.data(), out.size(),
+                                      [&order](wakman::Key k) { order.push_back(k); });
             s.scan(order.data(), order.size(), time_s, -1);
             return hit;
           },

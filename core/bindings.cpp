@@ -271,7 +271,7 @@ NB_MODULE(_core, m) {
           "of_requests",
           [](nb::handle requests, bool deepest_first) {
             // One pass to size the sequence, one to fill it: the future is the only copy of its keys.
-            std::vector<Key> scratch;
+            std::vector<Key> scratch, scratch_out;
             std::vector<size_t> fulls;
             std::vector<int64_t> offsets{0};
             for (nb::handle r : requests) {
@@ -284,17 +284,16 @@ NB_MODULE(_core, m) {
             size_t index = 0;
             for (nb::handle r : requests) {
               if (index == fulls.size()) throw nb::value_error("BeladyFuture.of_requests: needs a sequence, not an iterator");
-              const size_t start = sequence.size(), full = fulls[index++];
-              {
-                py::Keys k(r.attr("block_keys"), scratch);
-                if (full > k.size()) throw nb::value_error("BeladyFuture.of_requests: full_blocks > len(block_keys)");
-                sequence.insert(sequence.end(), k.data(), k.data() + full);
+              const size_t full = fulls[index++];
+              py::Keys keys(r.attr("block_keys"), scratch), outputs(r.attr("output_keys"), scratch_out);
+              if (full > keys.size()) throw nb::value_error("BeladyFuture.of_requests: full_blocks > len(block_keys)");
+              if (deepest_first) {  // cache mode's access order
+                for_each_released(keys.data(), full, outputs.data(), outputs.size(),
+                                  [&sequence](Key k) { sequence.push_back(k); });
+              } else {  // the serve loops' order: the prompt, then the outputs
+                sequence.insert(sequence.end(), keys.data(), keys.data() + full);
+                sequence.insert(sequence.end(), outputs.data(), outputs.data() + outputs.size());
               }
-              {
-                py::Keys k(r.attr("output_keys"), scratch);
-                sequence.insert(sequence.end(), k.data(), k.data() + k.size());
-              }
-              if (deepest_first) std::reverse(sequence.begin() + static_cast<ptrdiff_t>(start), sequence.end());
             }
             if (index != fulls.size() || static_cast<int64_t>(sequence.size()) != offsets.back())
               throw nb::value_error("BeladyFuture.of_requests: needs a sequence of requests that does not change");
@@ -337,6 +336,10 @@ NB_MODULE(_core, m) {
       },
       "policy"_a, "keys"_a, "limit"_a,
       "vLLM's first-miss rule: blocks of the longest prefix of keys[:limit] resident in policy.");
+  m.def("full_blocks", &full_blocks, "num_keys"_a, "tokens"_a, "block_size"_a,
+        "Blocks of a prompt vLLM caches: min(num_keys, tokens // block_size), only full blocks hashed.");
+  m.def("hit_limit", &hit_limit, "num_keys"_a, "tokens"_a, "block_size"_a,
+        "Blocks that may hit: min(num_keys, (tokens - 1) // block_size); the last token is always computed.");
 
   nb::class_<DecayedScores>(m, "DecayedScores",
                             "wakman-plus's per-request shadow scores over the last window (core/decayed_scores.hpp).")
