@@ -16,6 +16,11 @@ def regret_points(hit_rate: dict[str, float], policy: str) -> float:
     return 100 * (max(hit_rate["lru"], hit_rate["s3fifo"]) - hit_rate[policy])
 
 
+def lru_lead_points(hit_rate: dict[str, float]) -> float:
+    """How far static LRU is ahead of static S3-FIFO, in points (negative: behind)."""
+    return 100 * (hit_rate["lru"] - hit_rate["s3fifo"])
+
+
 def static_winner(hit_rate: dict[str, float]) -> str:
     """The better of static LRU and S3-FIFO (``lru`` only when strictly ahead)."""
     return "lru" if hit_rate["lru"] > hit_rate["s3fifo"] else "s3fifo"

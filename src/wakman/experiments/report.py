@@ -10,7 +10,15 @@ from pathlib import Path
 from typing import Any
 
 from wakman.experiments.regret import ALL_POLICIES as POLICIES
-from wakman.experiments.regret import BEHIND_POINTS, NEW, ONLINE, behind_summary, regret_points, static_winner
+from wakman.experiments.regret import (
+    BEHIND_POINTS,
+    NEW,
+    ONLINE,
+    behind_summary,
+    lru_lead_points,
+    regret_points,
+    static_winner,
+)
 from wakman.experiments.workload_map import AXES
 from wakman.traces.io import atomic_path
 
@@ -336,7 +344,7 @@ def _who_wins(payload: dict[str, Any]) -> str:
     defaults = payload.get("workload")
     pure_multi = next((m for m in mixes if m["fractions"] == [0.0, 1.0, 0.0]), None)
     if defaults and pure_multi is not None:
-        lead = 100 * (pure_multi["hit_rate"]["lru"] - pure_multi["hit_rate"]["s3fifo"])
+        lead = lru_lead_points(pure_multi["hit_rate"])
         text += (
             f" The generator's multi-turn sessions (median {defaults['turns_median']['multi_turn']:g} turns, "
             f"{defaults['gap_s_median']['multi_turn']:g} s human gaps) favour "
@@ -374,8 +382,7 @@ def _gap_sentence(payload: dict[str, Any]) -> str | None:
     if not rows:
         return None
     steps = ", ".join(
-        f"{a['name'].split('-')[0][3:]} s: LRU {100 * (a['hit_rate']['lru'] - a['hit_rate']['s3fifo']):+z.1f}"
-        for a in rows
+        f"{a['name'].split('-')[0][3:]} s: LRU {lru_lead_points(a['hit_rate']):+z.1f}" for a in rows
     )
     winners = [static_winner(a["hit_rate"]) for a in rows]
     verdict = (

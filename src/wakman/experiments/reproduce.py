@@ -36,7 +36,6 @@ from wakman.adaptive.config import ADAPTIVE_PRESETS, PLUS
 from wakman.experiments.regret import (
     ADAPTIVE,
     ALL_POLICIES,
-    BEHIND_POINTS,
     NEW,
     ONLINE,
     behind_summary,
@@ -502,30 +501,28 @@ def summarize(mixes: list[dict[str, Any]]) -> dict[str, Any]:
 
 def new_policy_summary(mixes: list[dict[str, Any]], policy: str) -> dict[str, dict[str, Any]]:
     """Per capacity (blocks, as a string): ``policy``'s gain over the better static policy of each mix
-    (points; the negated regret), the gap from that policy to Belady (points) and the share of it
+    (``behind_summary``'s figures), the gap from that policy to Belady (points) and the share of it
     closed (mean gain / mean gap, %), over the mixes that ran both at that capacity."""
     out: dict[str, dict[str, Any]] = {}
     capacities = sorted({int(c) for m in mixes for c in m["by_capacity"]})
     for capacity in map(str, capacities):
         rows = [
-            (m["name"], m["by_capacity"][capacity])
+            {"name": m["name"], "hit_rate": m["by_capacity"][capacity]}
             for m in mixes
             if policy in m["by_capacity"].get(capacity, {}) and "belady" in m["by_capacity"][capacity]
         ]
-        if not rows:
+        behind = behind_summary(rows, policy)
+        if behind is None:
             continue
-        gains = [(name, -regret_points(r, policy)) for name, r in rows]
-        gaps = [-regret_points(r, "belady") for _, r in rows]
-        worst = min(gains, key=lambda g: g[1])
-        mean_gain, mean_gap = statistics.mean(g for _, g in gains), statistics.mean(gaps)
+        mean_gap = statistics.mean(-regret_points(r["hit_rate"], "belady") for r in rows)
         out[capacity] = {
-            "mixes": len(rows),
-            "mean_gain_points": mean_gain,
-            "worst_mix": worst[0],
-            "worst_gain_points": worst[1],
+            "mixes": behind["rows"],
+            "mean_gain_points": behind["mean_gain_points"],
+            "worst_mix": behind["worst"],
+            "worst_gain_points": behind["worst_gain_points"],
             "mean_gap_to_belady_points": mean_gap,
-            "gap_closed_pct": 100 * mean_gain / mean_gap if mean_gap > 0 else None,
-            "mixes_over_half_point_below": [name for name, g in gains if g < -BEHIND_POINTS],
+            "gap_closed_pct": 100 * behind["mean_gain_points"] / mean_gap if mean_gap > 0 else None,
+            "mixes_over_half_point_below": behind["over_half_point_below"],
         }
     return out
 

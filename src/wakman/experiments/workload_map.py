@@ -16,7 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from wakman.experiments.regret import regret_points, static_winner
+from wakman.experiments.regret import lru_lead_points, regret_points, static_winner
 
 MAP_POLICIES = ("lru", "s3fifo", "wakman", "wakman-plus")
 
@@ -51,6 +51,6 @@ def cell(axis: str, value: float, capacity: int, hit_rate: dict[str, float]) -> 
         "capacity": capacity,
         "hit_rate": hit_rate,
         "winner": static_winner(hit_rate),
-        "lead_points": 100 * (hit_rate["lru"] - hit_rate["s3fifo"]),
+        "lead_points": lru_lead_points(hit_rate),
         "regret_points": {p: regret_points(hit_rate, p) for p in ("wakman", "wakman-plus")},
     }
