@@ -149,7 +149,7 @@ def _target(path: Path) -> tuple[Path, bool]:
     link's final target is replaced, the link kept."""
     hop = Path(os.path.abspath(path))
     for _ in range(40):  # the kernel's own limit on a link chain
-        if str(hop).startswith(("/proc/", "/dev/fd/")):
+        if _is_stream(hop):
             return path, True
         if not hop.is_symlink():
             break
@@ -160,17 +160,24 @@ def _target(path: Path) -> tuple[Path, bool]:
     return real, False
 
 
-def _make_parents(folder: Path) -> list[Path]:
-    """Create ``folder`` and its missing parents; the folders created, deepest first."""
+def _is_stream(path: Path) -> bool:
+    """A process's file descriptor: ``/dev/fd/N`` or ``/proc/<pid or self>/fd/N``."""
+    parts = path.parts
+    return parts[1:3] == ("dev", "fd") or (len(parts) > 3 and parts[1] == "proc" and parts[3] == "fd")
+
+
+def _make_parents(folder: Path, created: list[Path]) -> None:
+    """Create ``folder`` and its missing parents, shallowest first, each put at the front of
+    ``created`` as it is made (deepest first, so a failure part way leaves the ones made listed)."""
     missing = []
     while not folder.exists():
         missing.append(folder)
         if folder.parent == folder:
             break
         folder = folder.parent
-    for created in reversed(missing):
-        created.mkdir(exist_ok=True)
-    return missing
+    for made in reversed(missing):
+        made.mkdir(exist_ok=True)
+        created.insert(0, made)
 
 
 @contextmanager
@@ -191,8 +198,9 @@ def atomic_path(path: str | Path) -> Iterator[Path]:
         if in_place:
             yield path
             return
-        created = _make_parents(target.parent)
+        created: list[Path] = []
         try:
+            _make_parents(target.parent, created)
             tmp = _new_temp(target)
             try:
                 yield tmp
