@@ -161,12 +161,10 @@ def check_intervals(requests: Sequence[Request], interval_s: float, name: str = 
 def _check_requests(requests: Sequence[Request]) -> None:
     """The readers' rules (``validate_request``) for requests built by hand: arrival times finite,
     >= 0 and non-decreasing (the serve loops' interval series starts at 0 and a NaN or a step back
-    never ends), a prompt token at least, outputs >= 0, a block size, no more keys than blocks (a
-    hand-built request may key fewer: its other tokens are misses), one block size."""
+    never ends), a prompt token at least, outputs >= 0, a block size, no more keys than blocks (fewer:
+    the other tokens are misses), one block size."""
     previous, block_size = 0.0, None
     for index, req in enumerate(requests):
         where = f"request {index}"
-        validate_request(
-            req, where, 0, previous, REQUEST_FIELDS, every_full_block_keyed=False, trace_block_size=block_size
-        )
+        validate_request(req, where, 0, previous, REQUEST_FIELDS, trace_block_size=block_size)
         previous, block_size = req.arrival_s, req.block_size

@@ -226,16 +226,15 @@ def validate_request(
     line: int,
     previous_arrival_s: float,
     fields: dict[str, str] = MOONCAKE_FIELDS,
-    every_full_block_keyed: bool = True,
     trace_block_size: int | None = None,
 ) -> None:
     """Rules every reader applies: non-negative and non-decreasing arrival times up to
     ``MAX_ARRIVAL_S`` (file order is arrival order); at least one prompt token; non-negative output;
     positive block size; lengths and block size at most ``MAX_TOKENS`` and ``MAX_BLOCK_SIZE``; at most
-    one key per (possibly partial) block, and, with ``every_full_block_keyed`` (a trace file's rows),
-    a key for each of the prompt's full blocks, as vLLM hashes them: a wrong block size shows there;
-    the block size of the trace's earlier requests (``trace_block_size``, None for its first): one
-    cache holds blocks of one size.
+    one key per (possibly partial) block (fewer is allowed: AIPerf's prefix-only rows key the cached
+    prefix only, the rest of the prompt a miss; ``stats`` counts such requests); the block size of
+    the trace's earlier requests (``trace_block_size``, None for its first): one cache holds blocks
+    of one size.
     An error names the field as the format
     does (``fields``: the ``Request`` field's name in it)."""
     if not 0 <= req.arrival_s <= MAX_ARRIVAL_S:
@@ -269,14 +268,12 @@ def validate_request(
             fields["block_size"],
             f"{req.block_size}-token blocks after {trace_block_size}-token ones: a trace has one block size",
         )
-    least = req.prompt_tokens // req.block_size if every_full_block_keyed else 0
     most = -(-req.prompt_tokens // req.block_size)
-    if not least <= len(req.block_keys) <= most:
-        bound = f"at most {most}" if len(req.block_keys) > most else f"at least {least}, one per full block"
+    if len(req.block_keys) > most:
         raise TraceFormatError(
             path,
             line,
             fields["block_keys"],
             f"{len(req.block_keys)} blocks for {req.prompt_tokens} tokens of {req.block_size} per block "
-            f"({bound}); is the block size right?",
+            f"(at most {most}); is the block size right?",
         )

@@ -61,6 +61,9 @@ class TraceStats:
     prompt_tokens: int
     infinite_token_hit_ratio: float
     mean_prompt_tokens: float
+    # requests with fewer block keys than their prompt's full blocks: AIPerf's prefix-only rows (the
+    # rest of the prompt uncached), or every request when the block size read is wrong
+    short_keyed_requests: int
     reuse_time_percentiles_s: dict[str, float]
     per_label: dict[str, dict[str, float]]
     lru_hits_by_capacity: np.ndarray | None  # [c] = LRU block hits with c blocks, c = 0..distinct
@@ -85,6 +88,7 @@ class TraceStats:
             "prompt_tokens": self.prompt_tokens,
             "infinite_token_hit_ratio": self.infinite_token_hit_ratio,
             "mean_prompt_tokens": self.mean_prompt_tokens,
+            "short_keyed_requests": self.short_keyed_requests,
         }
         out.update({f"reuse_time_{k}_s": v for k, v in self.reuse_time_percentiles_s.items()})
         for label, values in self.per_label.items():
@@ -102,7 +106,7 @@ def compute_stats(requests: Iterable[Request], lru_curve: bool = True) -> TraceS
     ceiling = make_policy("infinite", 1)  # the full prompt and output blocks an infinite vLLM pool holds
     labels: dict[str, tuple[int, LabelStats]] = {}  # label -> (its index in scan, counts)
     sessions: set[str] = set()
-    n = prompt_tokens = hit_tokens = 0
+    n = prompt_tokens = hit_tokens = short_keyed = 0
     first = last = 0.0
     for req in requests:
         if n == 0:
@@ -114,6 +118,7 @@ def compute_stats(requests: Iterable[Request], lru_curve: bool = True) -> TraceS
             sessions.add(req.session_id)
         keys = req.block_keys
         full = req.full_blocks
+        short_keyed += len(keys) < req.prompt_tokens // req.block_size
         depth = _core.cached_prefix(ceiling, keys, req.max_hit_blocks)
         hit_tokens += depth * req.block_size
         if full > depth:  # keys[:depth] are resident already: replaying them would change nothing
@@ -149,6 +154,7 @@ def compute_stats(requests: Iterable[Request], lru_curve: bool = True) -> TraceS
         prompt_tokens=prompt_tokens,
         infinite_token_hit_ratio=hit_tokens / prompt_tokens if prompt_tokens else math.nan,
         mean_prompt_tokens=prompt_tokens / n if n else 0.0,
+        short_keyed_requests=short_keyed,
         reuse_time_percentiles_s={f"p{q}": v for q, v in zip(REUSE_QUANTILES, percentiles, strict=True)},
         per_label={k: stats.summary(scan, i) for k, (i, stats) in sorted(labels.items())},
         lru_hits_by_capacity=curve,
