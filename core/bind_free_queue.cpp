@@ -248,21 +248,28 @@ struct PyFreeQueue {
       if (block_id(b) != static_cast<int32_t>(blocks.size()))
         throw std::invalid_argument("free queue: blocks must be listed by id, from 0");
       if (is_null_block(b)) null_block = block_id(b);
-      // The stock queue's links are dropped with it: no block points into a queue any more.
-      if (PyObject_SetAttr(b, prev_slot, Py_None) < 0 || PyObject_SetAttr(b, next_slot, Py_None) < 0)
-        throw nb::python_error();
       blocks.push_back(nb::borrow(b));
     });
+    // Every refusal comes before the pool's blocks change: a refused install leaves the pool as stock.
     const int64_t usable = static_cast<int64_t>(blocks.size()) - (null_block != FreeQueue::kNone);
     check_fits(as_policy(policy), usable);
     if (as_policy(policy).size() != 0)
       throw std::invalid_argument("free queue: the policy must start empty (every block of the pool is free)");
     if (!as_policy(policy).claim(this))
       throw std::invalid_argument("free queue: the policy already serves another pool; give each pool its own");
-    queue = FreeQueue(blocks.size(), null_block, &as_policy(policy));
-    queue.policy().reset();    // a ghost a used policy kept would stand for no block of this pool
-    queue.policy().reserve();  // a serving pool: no table grows while it serves
-    each_block(free_blocks, [&](PyObject* b) { queue.start_free(block_id(b)); });
+    try {
+      // The stock queue's links are dropped with it: no block points into a queue any more.
+      for (const nb::object& b : blocks)
+        if (PyObject_SetAttr(b.ptr(), prev_slot, Py_None) < 0 || PyObject_SetAttr(b.ptr(), next_slot, Py_None) < 0)
+          throw nb::python_error();
+      queue = FreeQueue(blocks.size(), null_block, &as_policy(policy));
+      queue.policy().reset();    // a ghost a used policy kept would stand for no block of this pool
+      queue.policy().reserve();  // a serving pool: no table grows while it serves
+      each_block(free_blocks, [&](PyObject* b) { queue.start_free(block_id(b)); });
+    } catch (...) {
+      as_policy(policy).release(this);  // no destructor runs for a constructor that throws
+      throw;
+    }
   }
 
   ~PyFreeQueue() { release_policy(); }
@@ -640,8 +647,13 @@ void bind_free_queue(nb::module_& m) {
             PyFreeQueue::check_fits(next, q.queue.policy().capacity());
             if (!next.claim(&q))
               throw std::invalid_argument("free queue: switch to a policy that serves no pool (this one or another)");
-            next.reserve();
-            handover(q.queue.policy(), next);
+            try {
+              next.reserve();
+              handover(q.queue.policy(), next);
+            } catch (...) {  // the live policy is unchanged; next serves no pool
+              next.release(&q);
+              throw;
+            }
             q.release_policy();
             q.queue.set_policy(&next);
             q.policy_obj = policy;

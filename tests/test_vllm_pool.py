@@ -463,8 +463,18 @@ def test_a_policy_serves_one_pool_at_a_time():
 
     policy = make_policy("lru", 8)
     first = install(BlockPool(9, enable_caching=True, hash_block_size=16), policy)
+    refused = BlockPool(9, enable_caching=True, hash_block_size=16)
     with pytest.raises(ValueError, match="already serves another pool"):
-        install(BlockPool(9, enable_caching=True, hash_block_size=16), policy)
+        install(refused, policy)
+    # refused before any block changed: the pool keeps vLLM's own queue, and takes a new policy
+    assert len(refused.free_block_queue.get_all_free_blocks()) == 8
+    install(refused, make_policy("lru", 8)).check()
+    # a queue whose construction fails after the claim gives the policy back
+    spare, lone = BlockPool(9, enable_caching=True, hash_block_size=16), make_policy("lru", 8)
+    free = spare.free_block_queue.get_all_free_blocks()
+    with pytest.raises(AttributeError):
+        type(first.free_block_queue)(spare.blocks, [*free, object()], lone)
+    install(BlockPool(9, enable_caching=True, hash_block_size=16), lone).check()
     serve_one(first, vllm_keys(range(4)), 4)
     first.check()
     with pytest.raises(ValueError, match="serves no pool"):
