@@ -731,14 +731,21 @@ def _in_interpreter_start(err: str) -> bool:
 def _before_wakman_ran(err: str, script: Path) -> bool:
     """A KeyboardInterrupt traceback from the console script's import line whose frames are none of
     wakman's files (the interpreter's or an editable install's import hooks): the interrupt came
-    before any of wakman's code ran."""
+    before any of wakman's code ran. Python may report it as the cause of another error (an
+    interrupt inside a class's ``__set_name__`` is raised as a ``RuntimeError`` from it): the last
+    traceback is the one that starts at the script's line."""
     import wakman
 
     package = str(Path(wakman.__file__).parent)
     frames = [line.strip() for line in err.splitlines() if line.strip().startswith("File ")]
-    first_line = frames[:1] == [f'File "{script}", line 3, in <module>']
+    last = err.rsplit("Traceback (most recent call last):", 1)[-1]
+    last_frames = [line.strip() for line in last.splitlines() if line.strip().startswith("File ")]
+    first_line = last_frames[:1] == [f'File "{script}", line 3, in <module>']
+    interrupted = err.rstrip().endswith("KeyboardInterrupt") or (
+        "\nKeyboardInterrupt\n" in err and "direct cause of the following exception" in err
+    )
     return (
-        err.rstrip().endswith("KeyboardInterrupt")
+        interrupted
         and (first_line or _in_interpreter_start(err))
         and not any(package in frame for frame in frames)
     )
@@ -790,7 +797,7 @@ def test_ctrl_c_while_the_cli_starts_is_clean(tmp_path):
         _, err = proc.communicate(timeout=60)
         assert "Traceback" not in err or _before_wakman_ran(err, script), (delay, err)
         # -SIGINT: the signal came before the interpreter set up its handler (nothing printed at all)
-        early = _in_interpreter_start(err) and _before_wakman_ran(err, script)
+        early = _before_wakman_ran(err, script)  # Python exits 1: a fatal start, a wrapped interrupt
         expected = (0, 130, -signal.SIGINT) + ((1,) if early else ())
         assert proc.returncode in expected, (delay, proc.returncode, err)
 
@@ -1314,3 +1321,22 @@ def test_sweep_csv_cells_are_json(trace, tmp_path):
         json.loads(rows[0]["decisions"])
         == json.loads((tmp_path / "s" / "sweep.json").read_text())["results"][0]["decisions"]
     )
+
+
+def test_a_regular_file_under_proc_is_written_all_or_nothing(tmp_path, monkeypatch):
+    """Only a process's stream (/proc/<pid>/fd/N, /dev/fd/N) is written in place: a file reached
+    through /proc/self/cwd is replaced whole or not at all."""
+    monkeypatch.chdir(tmp_path)
+    bad = tmp_path / "bad.jsonl"
+    row = '{"timestamp": 0, "input_length": 600, "output_length": 1, "hash_ids": [1, 2]}'
+    bad.write_text(f"{row}\nnot json\n")
+    clean_error(invoke("convert", bad, "/proc/self/cwd/out.jsonl", "--to", "native"), "bad.jsonl:2")
+    assert sorted(tmp_path.iterdir()) == [bad]
+
+
+def test_a_folder_that_cannot_be_made_leaves_none_behind(trace, tmp_path):
+    """The first folder is made, the next one's name is too long: the first is removed again."""
+    out = tmp_path / "new" / ("x" * 300) / "out.jsonl"
+    result = invoke("convert", trace, out, "--to", "native")
+    assert result.exit_code == 2, result.output
+    assert list(tmp_path.iterdir()) == []

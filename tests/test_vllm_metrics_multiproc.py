@@ -184,6 +184,8 @@ def test_a_metrics_dir_wakman_made_is_removed_when_its_maker_exits(tmp_path):
         "(d / 'engine-1-0.json').write_text('{}'); "
         "subprocess.run([sys.executable, '-c', 'from wakman.vllm_plugin.metrics import metrics_dir; "
         'assert str(metrics_dir()) == __import__("os").environ["WAKMAN_METRICS_DIR"]\'], check=True); '
+        # a forked child (vLLM's engine processes may be forks) inherits the exit hook, not the folder
+        "pid = os.fork(); pid or sys.exit(0); os.waitpid(pid, 0); "
         "assert d.exists(); print(d)"
     )
     env = {k: v for k, v in os.environ.items() if k != "WAKMAN_METRICS_DIR"}

@@ -108,7 +108,7 @@ class PluginSettings:
             config = config.with_options(**changes)
         except ValueError as exc:  # AdaptiveConfig's message names its field: name the variable too
             var = FIELD_VARS.get(str(exc).split(" ", 1)[0])
-            shown = f"{var}={env[var]!r}" if var in env else "WAKMAN_*"
+            shown = f"{var}={env[var]!r}" if var is not None and var in env else "WAKMAN_*"
             raise SettingsError(f"{shown}: {exc}") from None
         if sessions:
             try:
