@@ -336,25 +336,9 @@ NB_MODULE(_core, m) {
       },
       "policy"_a, "keys"_a, "limit"_a,
       "vLLM's first-miss rule: blocks of the longest prefix of keys[:limit] resident in policy.");
-  // (a block size of 0 or less is refused here: the serve loops take requests checked by the readers)
-  auto block_size_checked = [](int64_t block_size) {
-    if (block_size < 1) throw nb::value_error("block_size must be >= 1 tokens");
-  };
-  m.def(
-      "full_blocks",
-      [block_size_checked](int64_t num_keys, int64_t tokens, int64_t block_size) {
-        block_size_checked(block_size);
-        return full_blocks(num_keys, tokens, block_size);
-      },
-      "num_keys"_a, "tokens"_a, "block_size"_a,
-      "Blocks of a prompt vLLM caches: min(num_keys, tokens // block_size), only full blocks hashed.");
-  m.def(
-      "hit_limit",
-      [block_size_checked](int64_t num_keys, int64_t tokens, int64_t block_size) {
-        block_size_checked(block_size);
-        return hit_limit(num_keys, tokens, block_size);
-      },
-      "num_keys"_a, "tokens"_a, "block_size"_a,
+  m.def("full_blocks", &full_blocks, "num_keys"_a, "tokens"_a, "block_size"_a,
+        "Blocks of a prompt vLLM caches: min(num_keys, tokens // block_size), only full blocks hashed.");
+  m.def("hit_limit", &hit_limit, "num_keys"_a, "tokens"_a, "block_size"_a,
       "Blocks that may hit: min(num_keys, (tokens - 1) // block_size); the last token is always computed.");
 
   nb::class_<DecayedScores>(m, "DecayedScores",

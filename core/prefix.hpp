@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
+#include <stdexcept>
 
 #include "policy.hpp"
 
@@ -14,12 +15,17 @@ namespace wakman {
 // Of a prompt of `tokens` tokens with `num_keys` block keys of `block_size` tokens: the blocks vLLM
 // caches (only full blocks are hashed), and the blocks that may hit (full blocks covering at most
 // tokens - 1 tokens: the last prompt token is always computed). Every caller's one rule (the serve
-// loops here; Python's Request.full_blocks and max_hit_blocks through wakman._core).
+// loops here; Python's Request.full_blocks and max_hit_blocks through wakman._core). A block size
+// below 1 is an invalid_argument (a ValueError in Python), never a division by zero.
+inline int64_t checked_block_size(int64_t block_size) {
+  if (block_size < 1) throw std::invalid_argument("block_size must be >= 1 tokens");
+  return block_size;
+}
 inline int64_t full_blocks(int64_t num_keys, int64_t tokens, int64_t block_size) {
-  return std::min(num_keys, tokens / block_size);
+  return std::min(num_keys, tokens / checked_block_size(block_size));
 }
 inline int64_t hit_limit(int64_t num_keys, int64_t tokens, int64_t block_size) {
-  return std::min(num_keys, (tokens - 1) / block_size);
+  return std::min(num_keys, (tokens - 1) / checked_block_size(block_size));
 }
 
 // A request's cacheable blocks in vLLM's release order, the order cache mode accesses them after its
