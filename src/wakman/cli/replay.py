@@ -25,9 +25,10 @@ from wakman.cli.common import (
     session_mode,
     stdout_to_stderr,
 )
+from wakman.experiments.kv_memory import kv_layout
 from wakman.simulation.server import MAX_STEP_S
 from wakman.traces import detect_format
-from wakman.vllm_plugin.engine import available_memory_bytes, kv_cache_bytes, plugin_environment, step_budget
+from wakman.vllm_plugin.engine import TINY_LLAMA, available_memory_bytes, plugin_environment, step_budget
 from wakman.vllm_plugin.replay import REPLAY_DEFAULTS
 from wakman.vllm_plugin.settings import STATIC_POLICIES, PluginSettings, SettingsError
 
@@ -159,7 +160,9 @@ def replay(
                 f"--max-num-batched-tokens {max_batched}{raised} is below --max-num-seqs {max_num_seqs}: "
                 "vLLM needs a step's token budget of at least one token per sequence"
             )
-        kv_bytes, available = kv_cache_bytes(capacity, trace_bs), available_memory_bytes()
+        # the KV cache vLLM allocates: every usable block and its null block, at the tiny model's layout
+        kv_bytes = (capacity + 1) * kv_layout(TINY_LLAMA, "the replay's tiny model").block_bytes(trace_bs)
+        available = available_memory_bytes()
         if available is not None and kv_bytes > available:  # vLLM would fail allocating it, after a minute
             raise ValueError(
                 f"--capacity-blocks {capacity:,} of {trace_bs}-token blocks: the engine's KV cache would "

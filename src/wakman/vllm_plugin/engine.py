@@ -85,15 +85,6 @@ def step_budget(max_num_batched_tokens: int, block_size: int) -> int:
     return max(max_num_batched_tokens, block_size)
 
 
-def kv_cache_bytes(capacity_blocks: int, block_size: int) -> int:
-    """Bytes of KV cache the tiny model's engine allocates for ``capacity_blocks`` usable blocks of
-    ``block_size`` tokens, vLLM's null block included: keys and values, float32, every layer and
-    KV head."""
-    model = TINY_LLAMA
-    per_token = 2 * model["num_hidden_layers"] * model["num_key_value_heads"] * model["head_dim"] * 4
-    return (capacity_blocks + 1) * block_size * per_token
-
-
 def available_memory_bytes() -> int | None:
     """The memory the kernel says a new allocation can have (``MemAvailable``, Linux); None where
     it does not say."""
