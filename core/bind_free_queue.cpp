@@ -13,11 +13,11 @@
 #endif
 
 #include <algorithm>
-#include <cstring>
 #include <string>
 #include <vector>
 
 #include "free_queue.hpp"
+#include "vllm_key.hpp"
 
 namespace nb = nanobind;
 using namespace nb::literals;
@@ -110,44 +110,10 @@ int32_t block_id(PyObject* block) { return static_cast<int32_t>(block_id_field()
 long ref_cnt(PyObject* block) { return ref_cnt_field().get_int(block); }
 bool is_null_block(PyObject* block) { return is_null_field().get(block).ptr() == Py_True; }
 
-// The policy key rule (wakman.vllm_plugin.free_queue.policy_key): a vLLM hash key is the BlockHash's
-// bytes, then the KV-cache group id as 4 big-endian bytes (BlockHashWithGroupId, and the offload
-// tier's OffloadKey alike). Its policy key chains splitmix64 over the BlockHash's 8-byte big-endian
-// words (the last one shorter where the length is not a multiple of 8), then over the group id and
-// the hash's length: every byte counts, and the key is the same in every process (no PYTHONHASHSEED).
-// The `len` (<= 8) bytes at p as a big-endian number.
-Key big_endian(const char* p, size_t len) {
-  Key word = 0;
-  for (size_t j = 0; j < len; ++j) word = (word << 8) | static_cast<unsigned char>(p[j]);
-  return word;
-}
-// big_endian(p, 8) with one load where the compiler says how to swap the bytes.
-Key big_endian_word(const char* p) {
-#if defined(__BYTE_ORDER__) && (__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__ || __BYTE_ORDER__ == __ORDER_BIG_ENDIAN__)
-  uint64_t w;
-  std::memcpy(&w, p, 8);
-  return __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__ ? __builtin_bswap64(w) : w;
-#else
-  return big_endian(p, 8);
-#endif
-}
-Key hash_key(const char* hash, size_t n, uint32_t group) {
-  Key k = 0;
-  size_t i = 0;
-  for (; i + 8 <= n; i += 8) k = splitmix64(k ^ big_endian_word(hash + i));
-  if (i < n) k = splitmix64(k ^ big_endian(hash + i, n - i));  // the last, shorter word
-  return splitmix64(k ^ (static_cast<Key>(group) | (static_cast<Key>(n) << 32)));
-}
-// The key of a hash key's bytes object (hash, then group id); another object's: Python's hash.
+// The key of a hash key's bytes object (vllm_key.hpp's rule); another object's: Python's hash.
 Key object_key(PyObject* obj) {
-  if (PyBytes_Check(obj)) {
-    const char* data = PyBytes_AS_STRING(obj);
-    const size_t n = static_cast<size_t>(PyBytes_GET_SIZE(obj));
-    if (n < 4) return hash_key(data, n, 0);
-    uint32_t group = 0;
-    for (size_t i = n - 4; i < n; ++i) group = (group << 8) | static_cast<unsigned char>(data[i]);
-    return hash_key(data, n - 4, group);
-  }
+  if (PyBytes_Check(obj))
+    return hash_key_bytes(PyBytes_AS_STRING(obj), static_cast<size_t>(PyBytes_GET_SIZE(obj)));
   Py_hash_t h = PyObject_Hash(obj);
   if (h == -1 && PyErr_Occurred()) throw nb::python_error();
   return static_cast<Key>(h);
@@ -168,15 +134,12 @@ Key group_key(PyObject* block_hash, uint32_t group) {
   char* data = nullptr;
   Py_ssize_t size = 0;
   if (PyBytes_AsStringAndSize(block_hash, &data, &size) < 0) throw nb::python_error();
-  return hash_key(data, static_cast<size_t>(size), group);
+  return block_hash_key(data, static_cast<size_t>(size), group);
 }
 
-// append_n for one block (id b): a keyed block is unpinned; an unkeyed one with a hash becomes a
-// free key; the others join reserve's tail (handed out last: vLLM's unpin_blocks).
+// append_n for one block (id b): FreeQueue::release, reading the block's hash.
 void release(FreeQueue& q, int32_t b, PyObject* block) {
-  Key h = 0;
-  if (!q.has_key(b) && block_hash(block, h)) q.cached(b, h, false);  // a new key, free at once
-  else q.release_to_tail(b);
+  q.release(b, [block](Key& h) { return block_hash(block, h); });
 }
 
 // blocks[start:stop] (stop < 0: to the end) of an iterable of blocks, to range over (a list is read
@@ -373,101 +336,20 @@ struct PyFreeQueue {
 
   nb::list all_free() const {
     std::vector<int32_t> out;
-    for (int32_t b = queue.blank_head(); b != FreeQueue::kNone; b = queue.next_in_list(b)) out.push_back(b);
-    std::vector<Key> order;
-    queue.policy().eviction_order(order);
-    for (Key k : order) out.push_back(queue.block_of(k));
-    for (int32_t b = queue.reserve_head(); b != FreeQueue::kNone; b = queue.next_in_list(b)) out.push_back(b);
+    queue.free_blocks(out);
     return as_list(out);
   }
 };
 
-// iter_blocks_after's iterator: blank blocks, then the policy's eviction order, read in chunks that
-// double (the first k blocks cost O(k) and the keys the order's dry run passes over, not O(free
-// blocks); after a cursor, LRU and FIFO walk on from its key, other policies run their order from
-// its start), then reserve's blocks. Like the stock queue's walk, it reads the live queue: do not
-// change the queue while iterating.
+// iter_blocks_after's iterator: free_queue.hpp's FreeOrder, its block ids as the pool's blocks.
 struct FreeBlockIter {
   nb::object owner;  // the FreeBlockQueue
   PyFreeQueue* q;
-  int32_t next_blank;  // the next blank block to yield, or kNone: then the policy's order
-  size_t pos = 0;      // index into the policy's order of the next key to yield
-  std::vector<Key> order;
-  size_t limit = 0;
-  bool complete = false;  // `order` holds the policy's whole order
-  bool in_reserve = false;  // past the policy's order: next_reserve is the next block to yield
-  int32_t next_reserve = FreeQueue::kNone;
-  // After a cursor, where the policy walks on from a key (Policy::eviction_order_after): `order`
-  // holds the chunk of keys after `last`, not the order from its start.
-  bool walks_on = false;
-  Key last = 0;
-
-  FreeBlockIter(nb::object owner_, PyFreeQueue* q_, int32_t first_blank)
-      : owner(std::move(owner_)), q(q_), next_blank(first_blank) {}
-
-  // The walk goes on in reserve, at block `first` (kNone: nothing more).
-  void continue_in_reserve(int32_t first) {
-    order.clear();
-    complete = in_reserve = true;
-    next_reserve = first;
-  }
-
-  bool fetch_more() {
-    if (complete) return false;
-    limit = std::max<size_t>(64, 2 * limit);
-    if (walks_on) {
-      if (!order.empty()) last = order.back();
-      order.clear();
-      pos = 0;
-      q->queue.policy().eviction_order_after(last, order, limit);
-    } else {
-      order.clear();
-      q->queue.policy().eviction_order(order, limit);
-    }
-    complete = order.size() < limit;
-    return true;
-  }
-
-  // Position just after `key` in the policy's order (false if the key is not there): O(the keys
-  // after it that are read) where the policy walks on from a key, else O(its depth).
-  bool seek_after(Key key) {
-    const Policy& policy = q->queue.policy();
-    if (policy.is_pinned(key)) return false;  // in use: not in the order
-    order.clear();
-    if (policy.eviction_order_after(key, order, limit = 64)) {
-      walks_on = true;
-      last = key;
-      complete = order.size() < limit;
-      return true;
-    }
-    limit = 0;
-    for (size_t i = 0;; ++i) {
-      while (i >= order.size())
-        if (!fetch_more()) return false;
-      if (order[i] == key) {
-        pos = i + 1;
-        return true;
-      }
-    }
-  }
+  FreeOrder walk;
 
   nb::object next() {
-    if (next_blank != FreeQueue::kNone) {
-      int32_t b = next_blank;
-      next_blank = q->queue.next_in_list(b);
-      return nb::borrow(q->block(b));
-    }
-    while (!in_reserve) {
-      if (pos >= order.size()) {
-        if (!fetch_more()) continue_in_reserve(q->queue.reserve_head());
-        continue;
-      }
-      int32_t b = q->queue.block_of(order[pos++]);
-      if (b >= 0) return nb::borrow(q->block(b));
-    }
-    if (next_reserve == FreeQueue::kNone) throw nb::stop_iteration();
-    int32_t b = next_reserve;
-    next_reserve = q->queue.next_in_list(b);
+    const int32_t b = walk.next();
+    if (b == FreeQueue::kNone) throw nb::stop_iteration();
     return nb::borrow(q->block(b));
   }
 };
@@ -589,19 +471,8 @@ void bind_free_queue(nb::module_& m) {
           [](nb::handle self, nb::handle cursor) {
             PyFreeQueue& q = nb::cast<PyFreeQueue&>(self);
             nb::object owner = nb::borrow(self);
-            if (cursor.is_none()) return FreeBlockIter(owner, &q, q.queue.blank_head());
-            int32_t b = block_id(cursor.ptr());
-            if (q.queue.in_blank(b)) return FreeBlockIter(owner, &q, q.queue.next_in_list(b));
-            FreeBlockIter it(owner, &q, FreeQueue::kNone);
-            if (q.queue.in_reserve(b)) {
-              it.continue_in_reserve(q.queue.next_in_list(b));
-              return it;
-            }
-            if (!q.queue.has_key(b) || !it.seek_after(q.queue.key_of(b))) {  // not free: nothing after it
-              it.order.clear();
-              it.complete = true;
-            }
-            return it;
+            if (cursor.is_none()) return FreeBlockIter{owner, &q, FreeOrder(q.queue)};
+            return FreeBlockIter{owner, &q, FreeOrder::after(q.queue, block_id(cursor.ptr()))};
           },
           "cursor"_a.none(), "Free blocks in eviction order after cursor (None: from the head), read lazily.")
       .def(

@@ -105,6 +105,15 @@ class FreeQueue {
     if (has_key_[check(b)]) policy_->unpin(key_of_[b]);
     else push(reserve_, kReserve, b, false);
   }
+  // append_n as vLLM calls it, for block b: an unkeyed block that has a hash (set on a path no hook
+  // saw) becomes a free key; any other goes as release_to_tail. read_hash(Key& h) -> bool reads
+  // b's hash (false: none); it is called for an unkeyed block only.
+  template <class ReadHash>
+  void release(int32_t b, ReadHash&& read_hash) {
+    Key h = 0;
+    if (!has_key_[check(b)] && read_hash(h)) cached(b, h, false);
+    else release_to_tail(b);
+  }
   // A free block at start-up (stock queue order): blank's tail.
   void start_free(int32_t b) { push(blank_, kBlank, check(b), false); }
   // prepend_n: a block to hand out first, before any policy key: its key goes, if it has one. Either
@@ -198,6 +207,14 @@ class FreeQueue {
   }
   // Prefix hits passed to the policies so far.
   uint64_t num_hits() const { return hits_; }
+  // get_all_free_blocks: every free block in take_victims' order (blank, the policy's, reserve's).
+  void free_blocks(std::vector<int32_t>& out) const {
+    for (int32_t b = blank_.head; b != kNone; b = next_[b]) out.push_back(b);
+    std::vector<Key> order;
+    policy_->eviction_order(order);
+    for (Key k : order) out.push_back(block_of_.find(k));
+    for (int32_t b = reserve_.head; b != kNone; b = next_[b]) out.push_back(b);
+  }
   // reset_prefix_cache succeeded (every block free): the cached blocks join blank's tail in eviction
   // order, then reserve's blocks, oldest first, and the policy forgets everything, ghosts included.
   void clear_cache() {
@@ -272,6 +289,109 @@ class FreeQueue {
   KeyMap block_of_;
   std::vector<Key> expected_;  // misses of the admission under way (expect_misses)
   std::vector<Key> victims_;   // reused by take_victims
+};
+
+// FreeOrder: a walk over a FreeQueue's free blocks in take_victims' order (blank blocks, then the
+// policy's eviction order, then reserve's), read lazily: vLLM's iter_blocks_after. The policy's order
+// is read in chunks that double, so the first k blocks cost O(k) and the keys the order's dry run
+// passes over, not O(free blocks); after a cursor in the policy's order, LRU and FIFO walk on from
+// its key (Policy::eviction_order_after), other policies run their order from its start. Like the
+// stock queue's walk it reads the live queue: the queue must not change while walking.
+class FreeOrder {
+ public:
+  static constexpr int32_t kNone = FreeQueue::kNone;
+
+  // From the head.
+  explicit FreeOrder(const FreeQueue& q) : q_(&q), next_blank_(q.blank_head()) {}
+
+  // The blocks after free block b (none after a block that is not free).
+  static FreeOrder after(const FreeQueue& q, int32_t b) {
+    FreeOrder walk(q);
+    walk.next_blank_ = kNone;
+    if (q.in_blank(b)) walk.next_blank_ = q.next_in_list(b);
+    else if (q.in_reserve(b)) walk.continue_in_reserve(q.next_in_list(b));
+    else if (!q.has_key(b) || !walk.seek_after(q.key_of(b))) walk.continue_in_reserve(kNone);
+    return walk;
+  }
+
+  // The next free block's id, or kNone past the last.
+  int32_t next() {
+    if (next_blank_ != kNone) {
+      const int32_t b = next_blank_;
+      next_blank_ = q_->next_in_list(b);
+      return b;
+    }
+    while (!in_reserve_) {
+      if (pos_ >= order_.size()) {
+        if (!fetch_more()) continue_in_reserve(q_->reserve_head());
+        continue;
+      }
+      const int32_t b = q_->block_of(order_[pos_++]);
+      if (b >= 0) return b;
+    }
+    const int32_t b = next_reserve_;
+    if (b != kNone) next_reserve_ = q_->next_in_list(b);
+    return b;
+  }
+
+ private:
+  // The walk goes on in reserve, at block `first` (kNone: nothing more).
+  void continue_in_reserve(int32_t first) {
+    order_.clear();
+    complete_ = in_reserve_ = true;
+    next_reserve_ = first;
+  }
+
+  // The next chunk of the policy's order (twice the last); false once it was all read.
+  bool fetch_more() {
+    if (complete_) return false;
+    limit_ = std::max<size_t>(64, 2 * limit_);
+    if (walks_on_) {
+      if (!order_.empty()) last_ = order_.back();
+      order_.clear();
+      pos_ = 0;
+      q_->policy().eviction_order_after(last_, order_, limit_);
+    } else {
+      order_.clear();
+      q_->policy().eviction_order(order_, limit_);
+    }
+    complete_ = order_.size() < limit_;
+    return true;
+  }
+
+  // Position just after `key` in the policy's order (false if the key is not there): O(the keys
+  // after it that are read) where the policy walks on from a key, else O(its depth).
+  bool seek_after(Key key) {
+    const Policy& policy = q_->policy();
+    if (policy.is_pinned(key)) return false;  // in use: not in the order
+    order_.clear();
+    if (policy.eviction_order_after(key, order_, limit_ = 64)) {
+      walks_on_ = true;
+      last_ = key;
+      complete_ = order_.size() < limit_;
+      return true;
+    }
+    limit_ = 0;
+    for (size_t i = 0;; ++i) {
+      while (i >= order_.size())
+        if (!fetch_more()) return false;
+      if (order_[i] == key) {
+        pos_ = i + 1;
+        return true;
+      }
+    }
+  }
+
+  const FreeQueue* q_;
+  int32_t next_blank_;          // the next blank block, or kNone: then the policy's order
+  size_t pos_ = 0;              // index in order_ of the next key
+  std::vector<Key> order_;      // a chunk of the policy's order
+  size_t limit_ = 0;            // the chunk's size asked
+  bool complete_ = false;       // order_ holds the rest of the policy's order
+  bool in_reserve_ = false;     // past the policy's order: next_reserve_ is the next block
+  int32_t next_reserve_ = kNone;
+  bool walks_on_ = false;       // order_ holds the keys after last_, not the order from its start
+  Key last_ = 0;
 };
 
 }  // namespace wakman

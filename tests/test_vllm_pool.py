@@ -364,6 +364,8 @@ def test_unpinned_pages_are_handed_out_after_every_cached_block_as_in_stock(poli
     # a page taken again (touched: a prefix-cache-style re-pin) leaves the queue, as in stock
     for p in (stock, pool):
         p.touch([pages[id(p)][0]])
+        # in use again: nothing comes after it, not even the pages still in reserve (stock's walk)
+        assert list(p.free_block_queue.iter_blocks_after(pages[id(p)][0])) == []
     assert pool.free_block_queue.num_reserve_blocks == 2
     pool.check()
     # every blank and cached block goes first; the pages' watchers fire as each is handed out
