@@ -482,7 +482,8 @@ void bind_free_queue(nb::module_& m) {
           "Reconcile blocks[start:stop] with their hashes, after a pool call that set or removed some: a\n"
           "first hash makes the block the policy key policy_key(block_hash) (copy_key(key, n) for the\n"
           "first free n while another block holds that key), pinned while ref_cnt > 0; a lost hash takes the key out of\n"
-          "the policy in O(1) (a free block then joins blank's head); a changed hash re-keys the block.")
+          "the policy in O(1) (a free block keeps its place under a key of its own where the policy can rekey: lru,\n"
+          "fifo; else it joins blank's head); a changed hash re-keys the block.")
       .def("expect_misses", &PyFreeQueue::expect_misses, "block_hashes"_a, "start"_a, "groups"_a,
            "An admission is under way whose lookup missed from block_hashes[start] on (vLLM BlockHash\n"
            "bytes of a request's full blocks, in KV-cache groups `groups`): at its first popleft_n,\n"
@@ -537,10 +538,15 @@ void bind_free_queue(nb::module_& m) {
             if (!q.queue.has_key(id)) return nb::none();
             return nb::steal(PyLong_FromUnsignedLongLong(q.queue.key_of(id)));
           },
-          "block"_a, "The block's policy key, or None while it is not cached.")
+          "block"_a,
+          "The block's policy key, or None while it is not cached (a hashless block's is its own, see is_hashless).")
       .def(
           "in_blank", [](const PyFreeQueue& q, nb::handle b) { return q.queue.in_blank(block_id(b.ptr())); },
           "block"_a)
+      .def(
+          "is_hashless", [](const PyFreeQueue& q, nb::handle b) { return q.queue.is_hashless(block_id(b.ptr())); },
+          "block"_a,
+          "A free block that lost its hash and keeps its place in the policy's order (lru, fifo), as in stock.")
       .def(
           "in_reserve", [](const PyFreeQueue& q, nb::handle b) { return q.queue.in_reserve(block_id(b.ptr())); },
           "block"_a)

@@ -147,6 +147,12 @@ NB_MODULE(_core, m) {
             for (size_t i = 0; i < batch.size(); ++i) p.adopt(batch.data()[i]);
           },
           "keys"_a, "Take over unpinned keys, oldest (first victim) first.")
+      .def(
+          "rekey", [](Policy& p, nb::handle from, nb::handle to) { return p.rekey(to_key(from), to_key(to)); },
+          "key"_a, "new_key"_a,
+          "A resident key is known as new_key (unknown to the policy) from now on, in place (position,\n"
+          "segment, counters, pin). True where the policy does this (LRU, FIFO: one queue); else False,\n"
+          "nothing changed.")
       .def("reset", &Policy::reset, "Forget everything: resident keys, pins, ghosts, adaptive state.")
       .def("reserve", &Policy::reserve,
            "Allocate now the tables for every key the policy can hold at once (resident and ghosts), so "

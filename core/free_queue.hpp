@@ -5,6 +5,10 @@
 //   - key_of_[b]: block b's policy key while it is cached (has_key_[b]); block_of_ maps key -> b;
 //     hash_of_[b]: the hash its key was made from. A block is a policy key from its first hash
 //     (cached()) until eviction or until it loses that hash (uncached(), or reconcile() seeing it).
+//     A free block that loses its hash keeps its place in the policy's order where the policy can
+//     rename a key in place (Policy::rekey: LRU, FIFO), as stock vLLM leaves it in its one list: it
+//     stays a policy key, now hashless_[b], under a key of its own (hashless_key) that no hash maps
+//     to, until it is handed out; under any other policy it leaves the policy for blank's head.
 //   - blank: free blocks without a key, head first (a doubly linked list over block ids). vLLM
 //     hands out uncached blocks before cached ones; prepend puts a block at the head, as vLLM does.
 //   - the policy: every keyed block, pinned while vLLM holds it (ref_cnt > 0), evictable at 0.
@@ -14,7 +18,8 @@
 //
 // Invariants: a non-null block is free iff it is in blank, in reserve or an unpinned policy key
 // (in one list at most: list_of_); num_free() == blank size + policy.num_evictable() + reserve size;
-// every policy key is some block's key_of_; the null block never enters a list or the policy.
+// every policy key is some block's key_of_; a hashless block is free; the null block never enters a
+// list or the policy.
 // Steady-state operations allocate nothing.
 #pragma once
 
@@ -39,6 +44,7 @@ class FreeQueue {
         key_of_(num_blocks, 0),
         hash_of_(num_blocks, 0),
         has_key_(num_blocks, 0),
+        hashless_(num_blocks, 0),
         list_of_(num_blocks, kNoList),
         prev_(num_blocks, kNone),
         next_(num_blocks, kNone),
@@ -57,6 +63,8 @@ class FreeQueue {
   bool in_blank(int32_t b) const { return list_of_[check(b)] == kBlank; }
   bool in_reserve(int32_t b) const { return list_of_[check(b)] == kReserve; }
   bool has_key(int32_t b) const { return has_key_[check(b)]; }
+  // A free block that lost its hash and keeps its place in the policy's order (a key, no hash).
+  bool is_hashless(int32_t b) const { return has_key_[check(b)] && hashless_[b]; }
   Key key_of(int32_t b) const { return key_of_[check(b)]; }
   int32_t block_of(Key k) const { return block_of_.find(k); }
   int32_t blank_head() const { return blank_.head; }
@@ -93,10 +101,12 @@ class FreeQueue {
     }
     for (; from_reserve > 0; --from_reserve) out.push_back(pop_head(reserve_));
   }
-  // remove: block b leaves the free queue (ref_cnt 0 -> 1); a cached block is pinned.
+  // remove: block b leaves the free queue (ref_cnt 0 -> 1); a cached block is pinned, a hashless
+  // one loses its key (it holds nothing to keep).
   void take(int32_t b) {
-    if (has_key_[check(b)]) policy_->pin(key_of_[b]);
-    else unlink(b);
+    if (!has_key_[check(b)]) unlink(b);
+    else if (hashless_[b]) drop_key(b);
+    else policy_->pin(key_of_[b]);
   }
   // append_n: b's ref_cnt reached 0; a cached block re-enters the policy's order, an uncached one
   // joins reserve's tail (stock vLLM appends only unpin_blocks' pages uncached: its free_blocks
@@ -117,8 +127,7 @@ class FreeQueue {
   // A free block at start-up (stock queue order): blank's tail.
   void start_free(int32_t b) { push(blank_, kBlank, check(b), false); }
   // prepend_n: a block to hand out first, before any policy key: its key goes, if it has one. Either
-  // it lost its hash while in use (a path that removes hashes unseen: the key goes as uncached()
-  // drops it), or vLLM 0.34 frees it with evict_first (`keeps_hash`: its contents live in another
+  // it lost its hash while in use (a path that removes hashes unseen: its key goes), or vLLM 0.34 frees it with evict_first (`keeps_hash`: its contents live in another
   // tier): it keeps its hash in vLLM's table until it is handed out, and a prefix hit before that
   // takes it from blank; at its next release (append_n) it becomes a key again. Its key leaves
   // through the policy's evict_key, so the policy keeps the ghost its own eviction would (a key that
@@ -126,7 +135,7 @@ class FreeQueue {
   void release_to_head(int32_t b, bool keeps_hash) {
     if (has_key_[check(b)]) {
       if (!keeps_hash) {
-        uncached(b, false);
+        drop_key(b);
       } else {
         const Key k = key_of_[b];
         policy_->evict_key(k);
@@ -158,14 +167,26 @@ class FreeQueue {
     policy_->insert(k, pinned);
     key_of_[b] = k;
     has_key_[b] = 1;
+    hashless_[b] = 0;
     block_of_.insert(k, b);
     return k;
   }
   // Block b lost its hash outside eviction (a connector's evict_blocks, a hash move); `free` says
-  // whether vLLM holds it no more (it then joins blank's head). O(1); no-op for an uncached block.
+  // whether vLLM holds it no more: it then keeps its place under hashless_key(b) where the policy
+  // can rekey, else joins blank's head. O(1); no-op for an uncached or already hashless block.
   void uncached(int32_t b, bool free) {
-    if (!has_key_[check(b)]) return;
-    Key k = key_of_[b];
+    if (!has_key_[check(b)] || hashless_[b]) return;
+    const Key k = key_of_[b];
+    if (free && b != null_) {
+      const Key own = hashless_key(b);
+      if (policy_->rekey(k, own)) {
+        block_of_.erase(k);
+        block_of_.insert(own, b);
+        key_of_[b] = own;
+        hashless_[b] = 1;
+        return;
+      }
+    }
     policy_->remove(k);
     block_of_.erase(k);
     has_key_[b] = 0;
@@ -179,8 +200,8 @@ class FreeQueue {
       return;
     }
     if (has_key_[check(b)]) {
-      if (hash_of_[b] == h) return;
-      uncached(b, false);
+      if (!hashless_[b] && hash_of_[b] == h) return;
+      drop_key(b);
     }
     cached(b, h, in_use);
   }
@@ -199,9 +220,9 @@ class FreeQueue {
         });
     expected_.clear();
   }
-  // A prefix hit on block b (free or pinned); an uncached block is ignored.
+  // A prefix hit on block b (free or pinned); an uncached or hashless block is ignored.
   void hit(int32_t b) {
-    if (!has_key_[check(b)]) return;
+    if (!has_key_[check(b)] || hashless_[b]) return;
     policy_->hit(key_of_[b]);
     ++hits_;
   }
@@ -278,11 +299,25 @@ class FreeQueue {
     unlink(b);
     return b;
   }
+  // Block b's key leaves the policy outside eviction (O(1)); b joins no list.
+  void drop_key(int32_t b) {
+    const Key k = key_of_[b];
+    policy_->remove(k);
+    block_of_.erase(k);
+    has_key_[b] = 0;
+  }
+  // The key a hashless block b keeps its place under: one no block holds (and, 64-bit keys apart,
+  // no hash gives: a hash's key starts from a BlockHash's bytes, this one from the block id).
+  Key hashless_key(int32_t b) const {
+    return free_copy_key(splitmix64(kHashlessSeed ^ static_cast<Key>(b)),
+                         [this](Key c) { return block_of_.find(c) >= 0; });
+  }
+  static constexpr Key kHashlessSeed = 0x686173686C657373ULL;  // "hashless"
 
   Policy* policy_;
   int32_t null_;
   std::vector<Key> key_of_, hash_of_;
-  std::vector<uint8_t> has_key_, list_of_;
+  std::vector<uint8_t> has_key_, hashless_, list_of_;
   std::vector<int32_t> prev_, next_;
   BlockList blank_, reserve_;
   uint64_t hits_ = 0;

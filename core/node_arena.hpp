@@ -191,6 +191,14 @@ struct Store {
     index.erase(nodes[i].key);
     nodes.release(i);
   }
+  // Node i (known as its key) is known as `to` from now on; false, nothing changed, if `to` is known.
+  bool rekey(int32_t i, Key to) {
+    if (index.find(to) >= 0) return false;
+    index.erase(nodes[i].key);
+    index.insert(to, i);
+    nodes[i].key = to;
+    return true;
+  }
   // list.pop_tail(), then a head start on the next pop: the new tail's index entry and the node after
   // it start loading, so that a run of evictions (or ghost drops) from this list does not wait on
   // memory for each victim's node and index entry (the new tail's node is in the cache: unlinking the

@@ -573,3 +573,44 @@ def test_reserve_changes_no_decision_and_no_table_grows_after_it(name):
             assert grown.memory_bytes > 50 * empty  # without reserve() the trace grew the tables
         reserved.reset()
         grown.reset()
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    name=st.sampled_from([n for n in BOUNDED if n != "belady"]),  # Belady's keys are its future's
+    capacity=st.integers(4, 16),
+    before=st.lists(st.integers(0, 30), min_size=1, max_size=80),
+    pin=st.booleans(),
+    after=st.lists(st.integers(0, 30), max_size=80),
+)
+def test_rekey_renames_a_key_in_place_where_the_policy_can(name, capacity, before, pin, after):
+    """``rekey(k, new)`` on LRU and FIFO: from then on the policy is the one that knew the key as
+    ``new`` from the start (the same input, relabelled): the same hits and eviction orders with ``new``
+    for ``k``, pin included. Every other policy answers False and is unchanged."""
+    renamed, relabelled = build(name, capacity), build(name, capacity)
+    fresh = 1000
+    key = before[-1]
+    for k in before:
+        renamed.access(k)
+        relabelled.access(fresh if k == key else k)
+    if pin:
+        renamed.pin(key)
+        relabelled.pin(fresh)
+    order = renamed.eviction_order()
+    done = renamed.rekey(key, fresh)
+    assert done == (name in ("lru", "fifo"))
+    if not done:
+        assert key in renamed and fresh not in renamed and renamed.eviction_order() == order
+        return
+    assert key not in renamed and fresh in renamed and renamed.is_pinned(fresh) == pin
+    others = [k for k in renamed.eviction_order() if k != fresh]
+    if others:  # a name the policy knows is refused, as is a key it does not hold
+        assert not renamed.rekey(fresh, others[0]) and fresh in renamed
+    assert not renamed.rekey(fresh + 1, fresh + 2) and fresh + 2 not in renamed
+    if pin:
+        renamed.unpin(fresh)
+        relabelled.unpin(fresh)
+    for k in after:
+        k = fresh if k == key else k
+        assert renamed.access(k) == relabelled.access(k)
+        assert renamed.eviction_order() == relabelled.eviction_order()

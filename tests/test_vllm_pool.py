@@ -239,18 +239,64 @@ def test_iter_blocks_after_walks_the_free_order_from_any_cursor(policy):
 
 @pytest.mark.parametrize("policy", POLICIES)
 def test_removing_one_hash_keeps_every_other_block_in_place(policy):
-    """A connector eviction (BlockPool.evict_blocks) takes one block out of the policy and puts it at
-    the head of the blank blocks; the other blocks keep their order (their metadata is untouched)."""
+    """A connector eviction (BlockPool.evict_blocks) of a free block: under lru and fifo the block
+    keeps its place in the order (hashless, as in stock's one list); under the other policies it
+    leaves the policy for the head of the blank blocks. The other blocks keep their order (their
+    metadata is untouched)."""
     pool = _loaded_pool(policy)
     queue = pool.free_block_queue
     free = queue.get_all_free_blocks()
     victim = free[queue.num_blank_blocks + 5]
     pool.evict_blocks({victim.block_id})
-    assert victim.block_hash is None and queue.key_of(victim) is None
+    assert victim.block_hash is None
     after = queue.get_all_free_blocks()
-    assert after[0] is victim
-    assert after[1:] == [b for b in free if b is not victim]
+    if policy in ("lru", "fifo"):
+        assert queue.is_hashless(victim) and after == free
+    else:
+        assert queue.key_of(victim) is None and not queue.is_hashless(victim)
+        assert after[0] is victim and after[1:] == [b for b in free if b is not victim]
     pool.check()
+    taken = pool.get_new_blocks(len(after))  # every free block, in that order; the hashless one too
+    assert taken == after and not queue.is_hashless(victim) and queue.key_of(victim) is None
+    pool.free_blocks(taken)
+    pool.check()
+
+
+@settings(max_examples=80, deadline=None)
+@given(
+    capacity=st.integers(8, 40),
+    steps=st.lists(
+        st.tuples(
+            st.integers(0, 5),  # prefix root
+            st.integers(1, 10),  # full blocks
+            st.integers(0, 3),  # uncached extra blocks
+            st.sets(st.integers(0, 40), max_size=4),  # connector evictions while the request holds
+            st.sets(st.integers(0, 40), max_size=4),  # ... and after it freed its blocks
+        ),
+        min_size=1,
+        max_size=40,
+    ),
+)
+def test_lru_is_stock_across_connector_evictions(capacity, steps):
+    """lru behind vLLM's pool makes stock's decisions when a connector evicts blocks from the prefix
+    cache (``evict_blocks``: in use or free, cached or not): the same hits at every request and the
+    same free queue, block by block, after every step. Stock vLLM's pool is the reference."""
+    stock, ours = make_pool(capacity, None), make_pool(capacity, "lru")
+    for root, length, extra, held_evictions, free_evictions in steps:
+        keys = vllm_keys(root * 1000 + i for i in range(length))
+        if len(keys) + extra > capacity:
+            continue
+        hits = []
+        for p in (stock, ours):
+            ids = {i % len(p.blocks) for i in held_evictions}
+            hits.append(
+                serve_one(p, keys, len(keys) - 1, extra, while_held=lambda p, ids=ids: p.evict_blocks(ids))
+            )
+            p.evict_blocks({i % len(p.blocks) for i in free_evictions})
+        assert hits[0] == hits[1]
+        ours.check()
+        order = [[b.block_id for b in p.free_block_queue.get_all_free_blocks()] for p in (stock, ours)]
+        assert order[0] == order[1]
 
 
 def test_moved_hashes_follow_their_block():

@@ -58,6 +58,11 @@ class Recency final : public StoredPolicy {
     s_.drop(i);
   }
   void adopt(Key key) override { insert(key, false); }
+  // The key's node keeps its place in the queue (and its pin): the queue is all a key carries here.
+  bool rekey(Key from, Key to) override {
+    const int32_t i = s_.index.find(from);
+    return i >= 0 && s_.rekey(i, to);
+  }
   void reset() override {
     clear_store();
     order_.clear();

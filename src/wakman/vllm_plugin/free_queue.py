@@ -13,7 +13,11 @@
   pinned while ``ref_cnt > 0``, evictable (i.e. in the free queue) when it is 0. A second block
   cached under a hash that another block already holds (vLLM allows such duplicates) gets the first
   of ``copy_key(key, 1)``, ``(key, 2)``, ... that no block holds (the simulator's pool keys its
-  copies the same way). Ghost entries are keyed by hash, so they survive block-id reuse.
+  copies the same way). Ghost entries are keyed by hash, so they survive block-id reuse. A free
+  block that loses its hash (a connector's ``evict_blocks``, ``move_block_hashes``) keeps its place
+  in the order under a key of its own (``is_hashless``), as in stock vLLM's one list, where the
+  policy can rename a key in place (``rekey``: lru, fifo); under the other policies it goes to
+  blank's head, handed out before every cached block.
 - ``reserve``: free blocks without a hash that ``append_n`` released to the tail, oldest first, handed
   out after every evictable policy key. Stock vLLM appends uncached blocks only in ``unpin_blocks``
   (HiSparse's pages, readable until reused: "last-resort eviction candidates"; its ``free_blocks``
@@ -29,8 +33,9 @@ order's dry run passes over); after a cursor, lru and fifo walk on from its key,
 policies pay O(the cursor's depth) more.
 
 Invariants (``check``): a non-null block is free (in blank, in reserve or an evictable key) iff
-``ref_cnt == 0``; ``num_free_blocks == num_blank_blocks + policy.num_evictable +
-num_reserve_blocks``; ``popleft_n(n)`` never refuses while ``n <= num_free_blocks``.
+``ref_cnt == 0``; a key's block has a hash unless it is hashless, and a hashless block is free;
+``num_free_blocks == num_blank_blocks + policy.num_evictable + num_reserve_blocks``;
+``popleft_n(n)`` never refuses while ``n <= num_free_blocks``.
 """
 
 from __future__ import annotations
@@ -80,7 +85,10 @@ class PolicyFreeQueue(FreeBlockQueue):
                 assert block.block_hash is None or block.ref_cnt > 0 or in_blank, block
             else:
                 keyed += 1
-                assert block.block_hash is not None, f"{block!r} has a key but no hash"
+                if self.is_hashless(block):  # lost its hash while free; keeps its place (lru, fifo)
+                    assert block.block_hash is None and block.ref_cnt == 0, block
+                else:
+                    assert block.block_hash is not None, f"{block!r} has a key but no hash"
                 assert self.block_of(key) is block and key in policy, block
                 assert not self.in_blank(block) and not self.in_reserve(block), block
                 in_queue = not policy.is_pinned(key)

@@ -10,7 +10,7 @@ benchmark to time both on the same sequence. Keys become vLLM hashes (32 bytes) 
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any, NamedTuple
 
 from vllm.v1.core.block_pool import BlockPool
@@ -58,11 +58,13 @@ def serve_one(
     hit_limit: int,
     extra_blocks: int = 0,
     arrival_s: float | None = None,
+    while_held: Callable[[BlockPool], object] | None = None,
 ) -> int:
     """One request over ``prompt`` (its full blocks: a ``Prompt``, or hash keys) plus ``extra_blocks``
     uncached ones; returns the number of hit blocks (at most ``hit_limit``). With ``arrival_s``
     (seconds) a wakman pool's policy also gets the request hints the scheduler's hooks give
-    (``request_arrived`` at arrival, ``inserting_for`` before the allocation)."""
+    (``request_arrived`` at arrival, ``inserting_for`` before the allocation). ``while_held(pool)``
+    runs after the request's blocks are cached, before they are freed (a connector's call, say)."""
     if not isinstance(prompt, Prompt):
         prompt = Prompt.of(prompt)
     keys = prompt.keys
@@ -87,5 +89,7 @@ def serve_one(
     if counting:
         pool.free_block_queue.drop_expected_misses()
     pool.cache_full_blocks(prompt, blocks, len(hits), len(keys), pool.hash_block_size, 0)
+    if while_held is not None:
+        while_held(pool)
     pool.free_blocks(reversed(blocks))
     return len(hits)
