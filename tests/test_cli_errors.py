@@ -426,6 +426,70 @@ def test_ctrl_c_in_every_command_says_interrupted(trace, tmp_path, monkeypatch, 
     assert leftovers == []
 
 
+def _children(pid: int) -> set[int]:
+    """The processes whose parent is ``pid`` (from /proc)."""
+    out = set()
+    for stat_file in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat_file.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[1]) == pid:
+            out.add(int(stat_file.parent.name))
+    return out
+
+
+def _alive(pid: int) -> bool:
+    """Running (not gone, not a zombie waiting for its parent)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads the process table from /proc")
+def test_sigterm_to_reproduce_alone_stops_its_workers(tmp_path):
+    """SIGTERM to the main process only (``kill PID``, a process manager), not its group: the run
+    says it was interrupted (exit 130), writes nothing, and its worker processes end with it."""
+    proc = subprocess.Popen(
+        [*WAKMAN, "reproduce", "--quick", "--jobs", "2", "--out", tmp_path / "r"],
+        cwd=tmp_path,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    deadline, workers = time.monotonic() + 120, set()
+    while len(workers) < 2 and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.2)
+        workers = {w for w in _children(proc.pid) if _alive(w)}
+    assert len(workers) >= 2, "reproduce never started its workers"
+    proc.send_signal(signal.SIGTERM)
+    _, stderr = proc.communicate(timeout=60)
+    assert proc.returncode == 130, stderr
+    assert "interrupted" in stderr and "Traceback" not in stderr
+    assert not (tmp_path / "r").exists() or not any((tmp_path / "r").iterdir())
+    deadline = time.monotonic() + 10
+    while any(_alive(w) for w in workers) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    left = [w for w in workers if _alive(w)]
+    for w in left:
+        os.kill(w, signal.SIGKILL)
+    assert left == [], "worker processes outlived the interrupted run"
+
+
+def test_a_write_error_after_reproduces_run_is_one_line(tmp_path, monkeypatch):
+    """An OSError while the results are written (a full disk, a folder removed meanwhile) is one
+    line and exit code 2, as in the checks before the run, not a traceback."""
+
+    def full_disk(*_args, **_kwargs):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr("wakman.experiments.reproduce.run", lambda *a, **k: {})
+    monkeypatch.setattr("wakman.experiments.reproduce.write_outputs", full_disk)
+    result = invoke("reproduce", "--quick", "--out", tmp_path / "r")
+    clean_error(result, "No space left on device")
+
+
 def test_sweep_keeps_the_finished_runs_on_ctrl_c(trace, tmp_path, monkeypatch):
     from wakman.experiments import sweep as grid
 

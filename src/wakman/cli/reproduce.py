@@ -18,7 +18,6 @@ from wakman.cli.common import (
     cli_errors,
     console,
     err_console,
-    interrupted,
     progress_bars,
 )
 
@@ -114,19 +113,22 @@ def reproduce(
             highlight=False,
         )
     started = time.perf_counter()
-    try:
-        with progress_bars("{task.description:<12}", to=err_console) as progress:
-            bars: dict[str, int] = {}
+    # The run and the writing sit in cli_errors as the checks do: Ctrl-C, or SIGTERM to this process
+    # alone, stops the workers at once and says what was written (exit 130); an OSError (a full disk,
+    # a folder removed meanwhile) is one line and exit code 2. Each file is whole or not replaced.
+    with (
+        cli_errors(f"nothing was written to {out}"),
+        progress_bars("{task.description:<12}", to=err_console) as progress,
+    ):
+        bars: dict[str, int] = {}
 
-            def advance(stage: str, done: int, total: int) -> None:
-                if stage not in bars:
-                    bars[stage] = progress.add_task(stage, total=total)
-                progress.update(bars[stage], completed=done)
+        def advance(stage: str, done: int, total: int) -> None:
+            if stage not in bars:
+                bars[stage] = progress.add_task(stage, total=total)
+            progress.update(bars[stage], completed=done)
 
-            results = run(plan, jobs, advance)
-    except KeyboardInterrupt:
-        interrupted(f"nothing was written to {out}")
-    try:
+        results = run(plan, jobs, advance)
+    with cli_errors(f"while writing: each file in {out} (and --docs) is whole or not replaced"):
         payload = write_outputs(results, out)
         write_table1(payload, out / "table1.csv")
         figures = {p.name for p in write_figures(payload, out)} if draw else set()
@@ -138,8 +140,6 @@ def reproduce(
                     target.write_bytes((out / name).read_bytes())
             with atomic_path(docs) as target:
                 target.write_text(render_markdown(payload, f"{command} --docs {docs}", figures))
-    except KeyboardInterrupt:
-        interrupted(f"while writing: each file in {out} (and --docs) is whole or not replaced")
     s = payload["summary"]
     table = Table(
         "policy",

@@ -43,6 +43,7 @@ from wakman.experiments.regret import (
     static_winner,
 )
 from wakman.experiments.sweep import HINT_MODE, HINT_OPTIONS
+from wakman.experiments.workers import ignore_sigint, stopped_on_error
 from wakman.experiments.workload_map import AXES, MAP_POLICIES, cell
 from wakman.policies import make_policy
 from wakman.simulation import ServerModel
@@ -421,14 +422,17 @@ def _run_tasks(
             running[pool.submit(fn, task)] = (stage, i, pool)
             busy += 1
 
-    try:
+    executors: list[ProcessPoolExecutor] = []  # the pools, for stopped_on_error
+    with stopped_on_error(executors):
         if early_jobs:
-            early = ProcessPoolExecutor(early_jobs, mp_context=context)
+            early = ProcessPoolExecutor(early_jobs, mp_context=context, initializer=ignore_sigint)
+            executors.append(early)
             pools.append((early, early_jobs, False))
             feed(early, early_jobs, False)  # its worker forks now, without the archive
         if has_claude and context is not None:
             _claude_requests = _claude_archive(plan)  # read once: the workers forked next share it
-        late = ProcessPoolExecutor(jobs - early_jobs, mp_context=context)
+        late = ProcessPoolExecutor(jobs - early_jobs, mp_context=context, initializer=ignore_sigint)
+        executors.append(late)
         pools.append((late, jobs - early_jobs, True))
         while pending or running:
             for pool, workers, archive_ok in pools:
@@ -440,9 +444,6 @@ def _run_tasks(
                 done_in[stage] += 1
                 if progress:
                     progress(stage, done_in[stage], totals[stage])
-    finally:
-        for pool, _, _ in pools:
-            pool.shutdown(cancel_futures=True)
     return results
 
 

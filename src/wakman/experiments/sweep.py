@@ -8,12 +8,12 @@ from __future__ import annotations
 
 import multiprocessing as mp
 import os
-import signal
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from typing import Any
 
 from wakman.adaptive import simulate
+from wakman.experiments.workers import ignore_sigint, stopped_on_error
 from wakman.simulation import ServerModel, VllmServer
 from wakman.traces.model import Request
 
@@ -36,11 +36,6 @@ class GridInterrupted(KeyboardInterrupt):
     def __init__(self, rows: list[dict[str, Any]], total: int) -> None:
         super().__init__(f"{len(rows)} of {total} runs finished")
         self.rows, self.total = rows, total
-
-
-def _ignore_sigint() -> None:
-    """Workers leave Ctrl-C to the parent, which stops them (no traceback from each worker)."""
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
 def _run(task: Task) -> dict[str, Any]:
@@ -67,22 +62,15 @@ def _run_in_workers(
     """``tasks`` on ``jobs`` forked workers, each result into ``results`` by index as it finishes.
     On Ctrl-C the workers this call started are terminated at once (no waiting for their runs),
     and the interrupt goes on to the caller."""
-    context = mp.get_context("fork")
-    before = set(mp.active_children())
-    pool = ProcessPoolExecutor(jobs, mp_context=context, initializer=_ignore_sigint)
-    try:
+    pools: list[ProcessPoolExecutor] = []
+    with stopped_on_error(pools):
+        pool = ProcessPoolExecutor(jobs, mp_context=mp.get_context("fork"), initializer=ignore_sigint)
+        pools.append(pool)
         futures = {pool.submit(_run, task): i for i, task in enumerate(tasks)}
         for future in as_completed(futures):
             results[futures[future]] = future.result()
             if on_done:
                 on_done(results[futures[future]])
-    except BaseException:
-        pool.shutdown(wait=False, cancel_futures=True)
-        for worker in set(mp.active_children()) - before:
-            worker.terminate()
-        raise
-    finally:
-        pool.shutdown(wait=True, cancel_futures=True)
 
 
 def run_grid(

@@ -1,0 +1,35 @@
+"""What the experiments' worker pools (sweep's grid, reproduce's tasks) share: workers leave Ctrl-C
+to the parent, and a parent that is interrupted (Ctrl-C, or SIGTERM turned into one by the CLI) or
+fails stops its workers at once instead of waiting for their runs."""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import signal
+from collections.abc import Iterator
+from concurrent.futures import ProcessPoolExecutor
+from contextlib import contextmanager
+
+
+def ignore_sigint() -> None:
+    """A worker's initializer: Ctrl-C is the parent's to handle (no traceback from each worker)."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
+@contextmanager
+def stopped_on_error(pools: list[ProcessPoolExecutor]) -> Iterator[None]:
+    """Run the body that starts and feeds ``pools`` (a list it may still append to). On any exception
+    the pools' queued tasks are cancelled and the worker processes started inside are terminated, then
+    the exception goes on; on a normal exit the pools shut down after their last task."""
+    before = set(mp.active_children())
+    try:
+        yield
+    except BaseException:
+        for pool in pools:
+            pool.shutdown(wait=False, cancel_futures=True)
+        for worker in set(mp.active_children()) - before:
+            worker.terminate()
+        raise
+    finally:
+        for pool in pools:
+            pool.shutdown(wait=True, cancel_futures=True)
