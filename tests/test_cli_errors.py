@@ -671,6 +671,18 @@ def test_set_with_a_bad_value_names_the_flag_and_key(tmp_path):
     assert "default.toml" not in result.output
 
 
+def test_a_string_key_takes_a_number_as_its_text(tmp_path):
+    """``--set hash_seed=0``: PYTHONHASHSEED's value is a number; the key is a string (it was refused:
+    "Expected `str`, got `int`"). Read back: the same trace as the quoted form."""
+    out = [tmp_path / "a.jsonl", tmp_path / "b.jsonl"]
+    for path, value in zip(out, ["0", '"0"'], strict=True):
+        result = invoke(
+            "generate", "--duration", "10", "--set", "hash=sha256", "--set", f"hash_seed={value}", "-o", path
+        )
+        assert result.exit_code == 0, result.output
+    assert out[0].read_bytes() == out[1].read_bytes()
+
+
 def test_mix_off_one_says_the_sum_and_tolerance(tmp_path):
     result = invoke("generate", "-o", tmp_path / "t.jsonl", "--mix", "0.33,0.33,0.33")
     clean_error(result, "--mix", "0.99", "1e-06")
@@ -1155,6 +1167,26 @@ EXTREME_FLAGS = [
     (["generate", "-o", "{tmp}/t.jsonl", "--rate", "1e300"], "--rate"),
     (["generate", "-o", "{tmp}/t.jsonl", "--mix", "nan,0.5,0.5"], "--mix"),
     (["generate", "-o", "{tmp}/t.jsonl", "--set", "single_turn.catalog_size=0"], "catalog_size"),
+    # a negative bound on a positive law (it hung: expected_turns looped over 10^12 counts)
+    (["generate", "-o", "{tmp}/t.jsonl", "--set", "agentic.turns.min=-1e12"], "agentic.turns"),
+    (["generate", "-o", "{tmp}/t.jsonl", "--set", "multi_turn.gap_s.min=-1"], "multi_turn.gap_s"),
+    # rank 3's weight underflows to 0 (numpy warned of an overflow and went on)
+    (
+        [
+            "generate",
+            "-o",
+            "{tmp}/t.jsonl",
+            "--set",
+            "single_turn.zipf_s=1000",
+            "--set",
+            "single_turn.zipf_q=0",
+        ],
+        "single_turn.zipf_s",
+    ),
+    (["generate", "-o", "{tmp}/t.jsonl", "--mix", ""], "--mix"),  # was the default mix, silently
+    (["generate", "-o", "{tmp}/t.jsonl", "--mix", "1,0,0", "--set", "mix=[0,0,1]"], "--mix"),
+    (["generate", "-o", "{tmp}/t.jsonl", "--rate", "2", "--set", "rate=1"], "--rate"),
+    (["generate", "-o", "{tmp}/t.jsonl", "--duration", "20", "--set", "duration_s=5"], "--duration"),
 ]
 
 

@@ -85,7 +85,14 @@ def generate(
                 raise ValueError(f"--set needs key=value, got {item!r}")
             key, value = item.split("=", 1)
             overrides[key.strip()] = value.strip()
-        fractions = _fractions(mix) if mix else None
+        for flag, given, key in (
+            ("--mix", mix, "mix"),
+            ("--duration", duration, "duration_s"),
+            ("--rate", rate, "rate"),
+        ):
+            if given is not None and key in overrides:
+                raise ValueError(f"{flag} and --set {key}=... both set {key}: give one")
+        fractions = _fractions(mix) if mix is not None else None
         cfg = build_config(fractions, preset, config, overrides, duration, rate)
         with progress_bars(to=err_console, transient=True, disable=not err_console.is_terminal) as progress:
             progress.add_task("generating", total=None)

@@ -19,19 +19,20 @@ def build_config(
     duration_s: float | None = None,
     rate: float | None = None,
 ) -> WorkloadConfig:
-    """Defaults (or ``config_path``), then the preset's mix and overrides, then the explicit arguments."""
+    """Defaults (or ``config_path``), then the preset's mix and overrides, then ``overrides``, then the
+    explicit arguments (``mix``, ``duration_s``, ``rate``), each replacing what came before."""
     settings: dict[str, str] = {}
     if preset is not None:
         p = get_preset(preset)
         settings["mix"] = str(list(p.mix))
         settings.update(p.overrides)
+    settings.update(overrides or {})
     if mix is not None:
         settings["mix"] = str([float(x) for x in mix])
     if duration_s is not None:
         settings["duration_s"] = str(float(duration_s))
     if rate is not None:
         settings["rate"] = str(float(rate))
-    settings.update(overrides or {})
     return load_config(config_path, settings)
 
 

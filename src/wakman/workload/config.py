@@ -11,7 +11,7 @@ import tomllib
 from functools import cache
 from importlib.resources import files
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal, get_args, get_type_hints
 
 import msgspec
 
@@ -49,11 +49,11 @@ class LogNormal(msgspec.Struct, forbid_unknown_fields=True):
             and self.median > 0
             and 0 <= self.sigma <= MAX_SIGMA
             and math.isfinite(self.min)
-            and self.min <= self.median <= self.max
+            and 0 <= self.min <= self.median <= self.max
         ):
             raise ValueError(
                 f"{name}: need finite median > 0, sigma in [0, {MAX_SIGMA:g}], finite min and "
-                f"min <= median <= max, got {self}"
+                f"0 <= min <= median <= max (a log-normal law draws positive values), got {self}"
             )
         if most is not None and not self.max <= most:
             raise ValueError(f"{name}: max must be finite and at most {most:,} {unit}, got {self.max:g}")
@@ -106,7 +106,7 @@ class WorkloadConfig(msgspec.Struct, forbid_unknown_fields=True):
     version: int
     rate: float
     duration_s: float
-    warmup_s: float
+    warmup_s: float | Literal["auto"]  # seconds; "auto": the generator's steady_warmup_s
     mix: list[float]
     block_size: int
     vocab_size: int
@@ -119,18 +119,7 @@ class WorkloadConfig(msgspec.Struct, forbid_unknown_fields=True):
     def validate(self) -> WorkloadConfig:
         if self.version != CONFIG_VERSION:
             raise ValueError(f"workload config version {self.version} is not {CONFIG_VERSION}")
-        span = self.warmup_s + self.duration_s
-        if not (self.rate > 0 and self.duration_s > 0 and self.warmup_s >= 0 and span <= MAX_ARRIVAL_S):
-            raise ValueError(
-                f"rate (--rate) and duration_s (--duration) must be > 0, warmup_s >= 0, and warmup_s + "
-                f"duration_s at most {MAX_ARRIVAL_S:g} s (ten years); got {self.rate:g}, "
-                f"{self.duration_s:g}, {self.warmup_s:g}"
-            )
-        if self.rate * span > MAX_REQUESTS:
-            raise ValueError(
-                f"rate (--rate) {self.rate:g}/s over warmup_s + duration_s (--duration) {span:g} s makes "
-                f"{self.rate * span:.3g} requests; at most {MAX_REQUESTS:,}"
-            )
+        self.check_span(0.0 if self.warmup_s == "auto" else self.warmup_s)
         if (
             len(self.mix) != 3
             or not all(f >= 0 for f in self.mix)
@@ -154,12 +143,13 @@ class WorkloadConfig(msgspec.Struct, forbid_unknown_fields=True):
         ):
             if not 1 <= size <= MAX_CATALOG:
                 raise ValueError(f"{name} must be in [1, {MAX_CATALOG:,}], got {size}")
-        for prefix, (s, q) in (
-            ("single_turn.", (self.single_turn.zipf_s, self.single_turn.zipf_q)),
-            ("multi_turn.system_", (self.multi_turn.system_zipf_s, self.multi_turn.system_zipf_q)),
-            ("agentic.system_", (self.agentic.system_zipf_s, self.agentic.system_zipf_q)),
+        st, mt, ag = self.single_turn, self.multi_turn, self.agentic
+        for prefix, (s, q, n) in (
+            ("single_turn.", (st.zipf_s, st.zipf_q, st.catalog_size)),
+            ("multi_turn.system_", (mt.system_zipf_s, mt.system_zipf_q, mt.system_catalog_size)),
+            ("agentic.system_", (ag.system_zipf_s, ag.system_zipf_q, ag.system_catalog_size)),
         ):
-            _check_zipf(prefix, s, q)
+            _check_zipf(prefix, s, q, n)
         for section_name in SECTIONS:
             section = getattr(self, section_name)
             for name in section.__struct_fields__:
@@ -170,21 +160,42 @@ class WorkloadConfig(msgspec.Struct, forbid_unknown_fields=True):
             raise ValueError("agentic.long_call_probability must lie in [0, 1]")
         return self
 
+    def check_span(self, warmup_s: float) -> None:
+        """The arrival window ``[-warmup_s, duration_s)`` (seconds) and its expected requests are
+        within the readers' bounds (the generator checks an "auto" warm-up once it is resolved)."""
+        span = warmup_s + self.duration_s
+        if not (self.rate > 0 and self.duration_s > 0 and warmup_s >= 0 and span <= MAX_ARRIVAL_S):
+            raise ValueError(
+                f'rate (--rate) and duration_s (--duration) must be > 0, warmup_s >= 0 (or "auto"), and '
+                f"warmup_s + duration_s at most {MAX_ARRIVAL_S:g} s (ten years); got {self.rate:g}, "
+                f"{self.duration_s:g}, {warmup_s:g}"
+            )
+        if self.rate * span > MAX_REQUESTS:
+            raise ValueError(
+                f"rate (--rate) {self.rate:g}/s over warmup_s + duration_s (--duration) {span:g} s makes "
+                f"{self.rate * span:.3g} requests; at most {MAX_REQUESTS:,}"
+            )
+
     def to_toml_dict(self) -> dict[str, Any]:
         return msgspec.to_builtins(self)
 
 
-def _check_zipf(prefix: str, s: float, q: float) -> None:
-    """A catalog's Zipf-Mandelbrot law, rank k's weight 1 / (k + q) ** s for k >= 1, needs every
-    weight positive and finite: s >= 0 and q > -1, both finite, and 1 / (1 + q) ** s finite."""
-    try:
-        top = 1.0 / (1.0 + q) ** s if q > -1 else math.inf
-    except (OverflowError, ZeroDivisionError):
-        top = math.inf
-    if not (math.isfinite(s) and s >= 0 and math.isfinite(q) and q > -1 and 0 < top < math.inf):
+_MAX_WEIGHT_LOG = 700.0  # |log| of a Zipf weight, and of its power: exp(709) overflows a float
+
+
+def _check_zipf(prefix: str, s: float, q: float, n: int) -> None:
+    """A catalog of ``n`` prompts under Zipf-Mandelbrot, rank k's weight 1 / (k + q) ** s for
+    k = 1..n, needs every weight positive and finite, and (k + q) ** s too (the generator computes
+    it): s >= 0 and q > -1, both finite, and s * log(k + q) within +-700 at both ends, k = 1 and n
+    (it is monotone in k)."""
+    ok = math.isfinite(s) and s >= 0 and math.isfinite(q) and q > -1
+    if ok:
+        ok = all(abs(s * math.log(k + q)) <= _MAX_WEIGHT_LOG for k in (1, n))
+    if not ok:
         raise ValueError(
             f"{prefix}zipf_s and {prefix}zipf_q: rank k's weight is 1 / (k + q) ** s, so s must be >= 0 "
-            f"and q > -1 (finite, with 1 / (1 + q) ** s positive and finite); got s = {s:g}, q = {q:g}"
+            f"and q > -1 (finite), with every rank's weight of the {n:,} catalog prompts positive and "
+            f"finite (|s * ln(k + q)| <= {_MAX_WEIGHT_LOG:g}); got s = {s:g}, q = {q:g}"
         )
 
 
@@ -210,15 +221,26 @@ def _set_dotted(tree: dict[str, Any], dotted: str, raw: str) -> None:
         node[parts[-1]] = tomllib.loads(f"v = {raw}")["v"]
     except tomllib.TOMLDecodeError:
         node[parts[-1]] = raw  # a bare string
-    if isinstance(node[parts[-1]], int) and isinstance(_default_value(dotted), float):
-        node[parts[-1]] = float(node[parts[-1]])
+    value, kinds = node[parts[-1]], _field_kinds(parts)
+    if isinstance(value, int) and not isinstance(value, bool) and float in kinds and int not in kinds:
+        node[parts[-1]] = float(value)
+    elif isinstance(value, int | float) and kinds == {str}:
+        node[parts[-1]] = raw  # a string key given a number (hash_seed=0): its text
 
 
-def _default_value(dotted: str) -> Any:
-    node: Any = _default_tree()
-    for part in dotted.split("."):
-        node = node.get(part) if isinstance(node, dict) else None
-    return node
+def _field_kinds(parts: list[str]) -> set[Any]:
+    """The types a config key's value may take, from WorkloadConfig's annotations (a Literal counts
+    as its values' type; an unknown path: none)."""
+    kind: Any = WorkloadConfig
+    for part in parts:
+        hints = get_type_hints(kind) if isinstance(kind, type) and issubclass(kind, msgspec.Struct) else {}
+        if part not in hints:
+            return set()
+        kind = hints[part]
+    out: set[Any] = set()
+    for k in get_args(kind) or (kind,):
+        out |= {type(v) for v in get_args(k)} if getattr(k, "__origin__", None) is Literal else {k}
+    return out
 
 
 def load_config(path: str | Path | None = None, overrides: dict[str, str] | None = None) -> WorkloadConfig:

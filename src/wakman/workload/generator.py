@@ -2,9 +2,16 @@
 
 Sessions start as a Poisson process over ``[-warmup_s, duration_s)`` at rate
 ``rate / E[turns]`` (E[turns] is the mix-weighted mean of each profile's discretised turn count, so
-requests arrive at ``rate``); each session's profile is drawn from ``mix``. A session is generated
-whole from its own random stream (``SeedSequence([seed, session index])``), so it does not depend on
-the others. Turn ``k+1`` arrives ``gap`` seconds after turn ``k``; its prompt is turn k's prompt, the
+requests arrive at ``rate``); each session's profile is drawn from ``mix``. ``warmup_s = "auto"``
+is ``steady_warmup_s``: long enough that the sessions that would have started earlier carry at most
+1 % of the requests at time 0 (fewer later), so the trace starts in steady state. A session is generated
+whole from its own random stream (``SeedSequence([seed, 1, session index])``), so it does not depend
+on the others. (Caveat, kept so that traces stay as they were: numpy splits an entropy word past
+2**32 into 32-bit words, so catalog prompt 1's stream ``[seed, 2**40 + 1]`` is session 256's, and the
+multi-turn and agentic system prompt 1's are sessions 512's and 768's: those sessions' first
+tokens repeat the prompt's. Their keys differ, being chained from other prefixes.)
+
+Turn ``k+1`` arrives ``gap`` seconds after turn ``k``; its prompt is turn k's prompt, the
 answer (output tokens) and the new message or tool result, so its block keys extend turn k's.
 Requests outside ``[0, duration_s)`` are dropped. Keys come from ``BlockHasher`` over the token ids,
 as uint64 arrays (8 bytes a key); ``output_keys`` are the blocks decoding fills (vLLM caches them;
@@ -39,6 +46,54 @@ def draw(rng: np.random.Generator, dist: LogNormal, integer: bool = True) -> flo
         value = dist.median
     value = min(max(value, dist.min), dist.max)
     return _as_count(value) if integer else value
+
+
+def draw_many(rng: np.random.Generator, dist: LogNormal, n: int, integer: bool = True) -> np.ndarray:
+    """``n`` draws at once, by ``draw``'s rules (clip, then numpy's rounding: halves to even, at
+    least 1), from numpy's vectorized normal (not ``draw``'s stream)."""
+    if dist.sigma > 0:
+        values = np.exp(np.minimum(rng.normal(math.log(dist.median), dist.sigma, n), _MAX_LOG))
+    else:
+        values = np.full(n, float(dist.median))
+    values = np.clip(values, dist.min, dist.max)
+    return np.maximum(1, np.round(values)) if integer else values
+
+
+WARMUP_FLOOR_S = 1800.0  # the shortest "auto" warm-up (seconds): the fixed warm-up before 2026-12-07
+WARMUP_QUANTILE = 0.99  # of the requests' ages: the share an "auto" warm-up covers
+_WARMUP_SAMPLE = 20_000  # sessions per profile in the estimate
+_WARMUP_SEED = 0x7761726D  # the estimate's own stream ("warm"): the same warm-up for every trace seed
+
+
+def steady_warmup_s(config: WorkloadConfig) -> float:
+    """The warm-up (seconds) after which a trace is in steady state: the request age (seconds since
+    its session's first request) under which ``WARMUP_QUANTILE`` of all requests fall, over the mix
+    (each profile's requests in proportion to its sessions' turns; single-turn requests have age 0),
+    rounded up to a minute and at least ``WARMUP_FLOOR_S``. Sessions that would start before it carry
+    at most 1 - WARMUP_QUANTILE of the requests at time 0, fewer after. Estimated from
+    ``_WARMUP_SAMPLE`` sessions per profile drawn from the config's turn and gap laws, from a stream of
+    its own: deterministic, whatever the trace's seed."""
+    rng = np.random.default_rng(_WARMUP_SEED)
+    ages, weights = [np.zeros(1)], [np.array([config.mix[0]])]  # single-turn: one request, age 0
+    for fraction, section in ((config.mix[1], config.multi_turn), (config.mix[2], config.agentic)):
+        if fraction == 0:
+            continue
+        turns = draw_many(rng, section.turns, _WARMUP_SAMPLE).astype(np.int64)
+        gaps = draw_many(rng, section.gap_s, int((turns - 1).sum()), integer=False)
+        if section is config.agentic:
+            long_call = rng.random(len(gaps)) < section.long_call_probability
+            gaps += np.where(long_call, draw_many(rng, section.long_call_s, len(gaps), integer=False), 0.0)
+        elapsed = np.cumsum(gaps)  # per session: its gaps' running sum, minus what came before it
+        first = np.concatenate([[0], np.cumsum(turns - 1)[:-1]])
+        before = np.concatenate([[0.0], elapsed])[first]
+        later = elapsed - np.repeat(before, turns - 1)
+        ages += [np.zeros(_WARMUP_SAMPLE), later]  # each session's first request, then its later ones
+        weights.append(np.full(_WARMUP_SAMPLE + len(later), fraction / _WARMUP_SAMPLE))
+    age, weight = np.concatenate(ages), np.concatenate(weights)
+    order = np.argsort(age, kind="stable")
+    share = np.cumsum(weight[order]) / weight.sum()
+    quantile = float(age[order][min(len(age) - 1, int(np.searchsorted(share, WARMUP_QUANTILE)))])
+    return max(WARMUP_FLOOR_S, 60.0 * math.ceil(quantile / 60.0))
 
 
 def _as_count(value: float) -> int:
@@ -107,6 +162,8 @@ class WorkloadGenerator:
         turns = [1.0, expected_turns(mt.turns), expected_turns(ag.turns)]
         self.mean_turns = float(np.dot(config.mix, turns))
         self.session_rate = config.rate / self.mean_turns  # sessions per second
+        self.warmup_s = steady_warmup_s(config) if config.warmup_s == "auto" else float(config.warmup_s)
+        config.check_span(self.warmup_s)
 
     # ------------------------------------------------------------ token material
     def _tokens(self, rng: np.random.Generator, n: int) -> np.ndarray:
@@ -145,9 +202,9 @@ class WorkloadGenerator:
         """Start times (s) and profile index of every session, in start order."""
         cfg = self.config
         rng = np.random.default_rng(np.random.SeedSequence([self.seed, 0]))
-        span = cfg.warmup_s + cfg.duration_s
+        span = self.warmup_s + cfg.duration_s
         n = rng.poisson(self.session_rate * span)
-        starts = np.sort(rng.uniform(-cfg.warmup_s, cfg.duration_s, size=n))
+        starts = np.sort(rng.uniform(-self.warmup_s, cfg.duration_s, size=n))
         profiles = rng.choice(3, size=n, p=np.asarray(cfg.mix) / sum(cfg.mix))
         return starts, profiles
 
