@@ -598,6 +598,7 @@ def test_skipped_decisions_leave_their_requests_to_the_persistent_shadows():
         ({"hysteresis": -0.1}, "hysteresis"),
         ({"candidates": ("lru", "lru")}, "distinct"),
         ({"shadows": "persistent", "shadow_size": "free"}, "cannot resize"),
+        ({"half_life_s": 1.0}, "fresh shadows"),  # paper mode: it used to be described, and ignored
         ({"max_logged_blocks": 0}, "max_logged_blocks"),
         # each of these ran: every decision failed (a logged warning) or the manager never stopped
         ({"candidates": ("lru", "nosuch")}, "candidates must be a tuple of distinct online policies"),

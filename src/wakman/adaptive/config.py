@@ -90,6 +90,10 @@ class AdaptiveConfig:
             raise ValueError(f"shadow_size must be 'free' or 'pool', got {self.shadow_size!r}")
         if self.shadows == "persistent" and self.shadow_size != "pool":
             raise ValueError("persistent shadows keep one size: shadow_size='pool' (a shadow cannot resize)")
+        if self.shadows == "fresh" and self.half_life_s is not None:
+            raise ValueError(
+                "half_life_s weighs persistent shadows' scores: fresh shadows score one window alike"
+            )
         if self.start_policy not in self.candidates:
             raise ValueError("the start policy must be a candidate")
 

@@ -52,7 +52,7 @@ class Decision:
     choice: str
     switched: bool
     replay_wall_s: float
-    requests: int
+    requests: int  # fresh shadows: the window's requests; persistent ones: those fed since the last decision
     skipped: bool = False
     error: str | None = None
     taken_s: float | None = None  # the event at which it was taken (>= time_s), where the live cache switched

@@ -87,7 +87,7 @@ def render_markdown(
             "mean regret (points)",
             "max regret (points)",
             "mean gain over LRU (points)",
-            "mean gap to Belady (points)",
+            "mean gap to Belady: Belady - policy (points)",
         ],
         [
             [
@@ -448,6 +448,14 @@ def _kept_up(row: dict[str, Any]) -> str:
     return f"no (prefill utilization {util:z.2f})"
 
 
+MAP_TIE_POINTS = 0.1  # the map's verdicts: a lead under this (points) is a tie, not a winner
+
+
+def _winners(at: dict[tuple[float, int], dict[str, Any]], keys: list[tuple[float, int]]) -> set[str]:
+    """The static winners of the map cells ``keys`` (axis value, capacity), ties left out."""
+    return {at[k]["winner"] for k in keys if abs(at[k]["lead_points"]) >= MAP_TIE_POINTS}
+
+
 def _map_section(payload: dict[str, Any], figures: set[str]) -> str:
     cells = payload["map"]
     parts = []
@@ -464,7 +472,7 @@ def _map_section(payload: dict[str, Any], figures: set[str]) -> str:
                 [
                     f"{v:g}",
                     *[
-                        f"{at[v, c]['winner']} {at[v, c]['lead_points']:+z.1f}; wakman "
+                        f"{at[v, c]['winner']} {at[v, c]['lead_points']:+.2f}; wakman "
                         f"{_points(at[v, c]['regret_points']['wakman'])}, "
                         f"plus {_points(at[v, c]['regret_points']['wakman-plus'])}"
                         + (" (saturated)" if at[v, c].get("saturated") else "")
@@ -474,26 +482,27 @@ def _map_section(payload: dict[str, Any], figures: set[str]) -> str:
                 for v in values
             ],
         )
-        flips = [c for c in capacities if len({at[v, c]["winner"] for v in values}) > 1]
+        flips = [c for c in capacities if len(_winners(at, [(v, c) for v in values])) > 1]
         verdict = (
             f"The winner changes along this axis at {', '.join(f'{c:,}' for c in flips)} blocks."
             if flips
             else "The winner is the same along this axis at every capacity."
         )
-        by_cap = [c for c in values if len({at[c, cap]["winner"] for cap in capacities}) > 1]
+        by_cap = [v for v in values if len(_winners(at, [(v, c) for c in capacities])) > 1]
         if by_cap:
             short = label.split(" (")[0]
             at_values = ", ".join(f"{v:g}" for v in by_cap)
-            verdict += f" At a {short} of {at_values}, the cache size alone changes the winner."
+            verdict += f" At {short} = {at_values}, the cache size alone changes the winner."
         parts.append(f"**{label}.** {verdict}\n\n{table}")
     worst = {p: max(c["regret_points"][p] for c in cells) for p in ("wakman", "wakman-plus")}
     mean = {p: statistics.mean(c["regret_points"][p] for c in cells) for p in ("wakman", "wakman-plus")}
     lead = [abs(c["lead_points"]) for c in cells]
     intro = (
         "Each cell: the static winner and LRU's lead over S3-FIFO (points; negative: S3-FIFO ahead), "
-        "then each "
-        f"manager's regret (points behind the winner). Over the {len(cells)} cells the winner leads by "
-        f"{min(lead):z.1f}-{max(lead):z.1f} points; wakman's regret is {mean['wakman']:z.2f} on average "
+        f"then each manager's regret (points behind the winner); a winner changes only between leads of "
+        f"at least {MAP_TIE_POINTS:g} point (closer ones are ties). Over the {len(cells)} cells the "
+        f"winner leads by {min(lead):.2f}-{max(lead):.2f} points; wakman's regret is "
+        f"{mean['wakman']:z.2f} on average "
         f"(worst {worst['wakman']:z.2f}), wakman-plus's {mean['wakman-plus']:z.2f} (worst "
         f"{worst['wakman-plus']:z.2f})."
     )
@@ -601,7 +610,7 @@ def _new_policy_section(payload: dict[str, Any], policy: str, per_capacity: dict
             "mixes",
             "mean gain (points)",
             "worst mix (gain)",
-            "mean gap to Belady (points)",
+            "mean gap to Belady: Belady - better static (points)",
             "gap closed",
             f"mixes > {BEHIND_POINTS:g} below",
         ],
