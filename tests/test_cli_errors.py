@@ -202,6 +202,21 @@ def test_replay_refuses_a_kv_cache_larger_than_free_memory_before_the_engine(tra
     clean_error(result, "--capacity-blocks 1,000,000,000", "65,536.0 GB", "GB free on this machine")
 
 
+def test_replay_on_a_gpu_build_checks_the_gpus_free_memory(trace, monkeypatch):
+    """A GPU build's KV cache lives in GPU memory: the check reads CUDA's free memory on the device
+    (here a stand-in torch saying 8 GB of 80 are free), not the host's."""
+    import types
+
+    cuda = types.SimpleNamespace(
+        is_available=lambda: True, mem_get_info=lambda: (8_000_000_000, 80_000_000_000)
+    )
+    monkeypatch.setitem(sys.modules, "torch", types.SimpleNamespace(cuda=cuda))
+    monkeypatch.setattr("wakman.cli.replay._cpu_build", lambda: False)
+    monkeypatch.setattr("wakman.vllm_plugin.environment.check_environment", work_started)
+    result = invoke("replay", trace, "--policy", "lru", "--capacity-blocks", "200000")  # 13.1 GB
+    clean_error(result, "--capacity-blocks 200,000", "13.1 GB", "8.0 GB free on the GPU")
+
+
 def test_sessions_on_a_trace_without_session_ids_is_refused(tmp_path):
     import msgspec
 

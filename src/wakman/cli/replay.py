@@ -162,11 +162,13 @@ def replay(
             )
         # the KV cache vLLM allocates: every usable block and its null block, at the tiny model's layout
         kv_bytes = (capacity + 1) * kv_layout(TINY_LLAMA, "the replay's tiny model").block_bytes(trace_bs)
-        available = available_memory_bytes()
+        on_gpu = not _cpu_build()
+        available = available_memory_bytes(on_gpu)
         if available is not None and kv_bytes > available:  # vLLM would fail allocating it, after a minute
+            where = "on the GPU" if on_gpu else "on this machine"
             raise ValueError(
                 f"--capacity-blocks {capacity:,} of {trace_bs}-token blocks: the engine's KV cache would "
-                f"take {kv_bytes / 1e9:,.1f} GB, more than the {available / 1e9:,.1f} GB free on this machine"
+                f"take {kv_bytes / 1e9:,.1f} GB, more than the {available / 1e9:,.1f} GB free {where}"
             )
         if policy != "stock":  # the WAKMAN_* settings the engine's plugin will read, checked now
             engine_env = {**REPLAY_DEFAULTS, **os.environ, **plugin_environment(policy, sessions)}

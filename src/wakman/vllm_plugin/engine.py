@@ -85,9 +85,17 @@ def step_budget(max_num_batched_tokens: int, block_size: int) -> int:
     return max(max_num_batched_tokens, block_size)
 
 
-def available_memory_bytes() -> int | None:
-    """The memory the kernel says a new allocation can have (``MemAvailable``, Linux); None where
-    it does not say."""
+def available_memory_bytes(on_gpu: bool = False) -> int | None:
+    """The memory the KV cache can have, in bytes: on the host (``on_gpu`` False: a CPU build's cache)
+    what the kernel says a new allocation can have (``MemAvailable``, Linux); on the GPU what CUDA
+    reports free on the current device (``torch.cuda.mem_get_info``). None where neither says."""
+    if on_gpu:
+        try:
+            import torch
+
+            return int(torch.cuda.mem_get_info()[0]) if torch.cuda.is_available() else None
+        except (ImportError, RuntimeError):
+            return None
     try:
         with open("/proc/meminfo", encoding="ascii") as f:
             for line in f:
