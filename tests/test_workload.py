@@ -460,3 +460,17 @@ def test_the_engines_view_keeps_the_output_keys_the_capped_output_fills():
         len(r.output_keys) == 0 and r.output_tokens == q.output_tokens
         for r, q in zip(fresh, requests, strict=True)
     )
+
+
+def test_explicit_arguments_come_after_the_overrides():
+    """build_config's order: defaults, the preset, ``overrides``, then ``mix``, ``duration_s`` and
+    ``rate`` (the CLI refuses a --set of the same key beside its flag)."""
+    cfg = build_config(
+        mix=[1.0, 0.0, 0.0],
+        preset="mix02-pure-multi",
+        overrides={"mix": "[0, 0, 1]", "rate": "1", "duration_s": "5", "agentic.turns.median": "3"},
+        duration_s=20,
+        rate=2,
+    )
+    assert (cfg.mix, cfg.rate, cfg.duration_s, cfg.agentic.turns.median) == ([1.0, 0.0, 0.0], 2.0, 20.0, 3.0)
+    assert build_config(preset="mix02-pure-multi", overrides={"mix": "[0, 0, 1]"}).mix == [0.0, 0.0, 1.0]
