@@ -7,7 +7,7 @@ import sys
 
 SCRIPT = """
 import ctypes, os, sys
-from wakman.cli.common import stdout_to_stderr
+from wakman.cli.console import stdout_to_stderr
 with stdout_to_stderr():
     print("python print")
     os.write(1, b"raw fd 1\\n")

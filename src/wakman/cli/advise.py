@@ -12,23 +12,10 @@ from rich.table import Table
 
 from wakman.adaptive.config import ADAPTIVE_PRESETS
 from wakman.adaptive.run import POLICY_NAMES
-from wakman.cli.common import (
-    MAX_BLOCKS,
-    BlockSizeOption,
-    FormatOption,
-    check_numbers,
-    check_plot,
-    cli_errors,
-    console,
-    counted,
-    err_console,
-    json_text,
-    open_trace,
-    parse_names,
-    progress_bars,
-    require_session_ids,
-    stdout_to_stderr,
-)
+from wakman.cli.checks import MAX_BLOCKS, check_numbers, check_plot, parse_names
+from wakman.cli.console import console, counted, err_console, json_text, progress_bars, stdout_to_stderr
+from wakman.cli.errors import cli_errors
+from wakman.cli.inputs import BlockSizeOption, FormatOption, open_trace, require_session_ids
 from wakman.cli.simulate import DECODE, PREFILL, RUNNING, _serve_only, _server
 from wakman.data import BUNDLED_MOONCAKE
 from wakman.experiments import advise as adv

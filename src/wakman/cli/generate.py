@@ -7,16 +7,10 @@ from pathlib import Path
 import typer
 from rich.table import Table
 
-from wakman.cli.common import (
-    FORMATS_WITHOUT_BLOCK_SIZE,
-    check_numbers,
-    check_output,
-    cli_errors,
-    console,
-    counted,
-    err_console,
-    progress_bars,
-)
+from wakman.cli.checks import check_numbers, check_output
+from wakman.cli.console import console, counted, err_console, progress_bars
+from wakman.cli.errors import cli_errors
+from wakman.cli.inputs import FORMATS_WITHOUT_BLOCK_SIZE
 from wakman.traces import FORMATS, write_trace
 from wakman.traces.mooncake import DEFAULT_BLOCK_SIZE
 

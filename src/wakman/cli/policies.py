@@ -10,20 +10,10 @@ import typer
 from rich.table import Table
 
 from wakman.adaptive.config import ADAPTIVE_PRESETS
-from wakman.cli.common import (
-    MAX_BLOCKS,
-    BlockSizeOption,
-    FormatOption,
-    cli_errors,
-    console,
-    counted,
-    err_console,
-    json_text,
-    open_trace,
-    parse_ints,
-    parse_names,
-    progress_bars,
-)
+from wakman.cli.checks import MAX_BLOCKS, parse_ints, parse_names
+from wakman.cli.console import console, counted, err_console, json_text, progress_bars
+from wakman.cli.errors import cli_errors
+from wakman.cli.inputs import BlockSizeOption, FormatOption, open_trace
 from wakman.data import BUNDLED_MOONCAKE, BUNDLED_MOONCAKE_ATTRIBUTION
 from wakman.policies import POLICIES, make_policy
 from wakman.traces.model import joined_keys

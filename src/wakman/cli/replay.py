@@ -11,19 +11,16 @@ import typer
 from rich.table import Table
 
 from wakman.adaptive.config import ADAPTIVE_PRESETS
-from wakman.cli.common import (
+from wakman.cli.checks import check_numbers
+from wakman.cli.console import console, json_text, progress_bars, stdout_to_stderr
+from wakman.cli.errors import cli_errors
+from wakman.cli.inputs import (
     FORMATS_WITHOUT_BLOCK_SIZE,
     BlockSizeOption,
     FormatOption,
-    check_numbers,
-    cli_errors,
-    console,
-    json_text,
     open_trace,
-    progress_bars,
     require_session_ids,
     session_mode,
-    stdout_to_stderr,
 )
 from wakman.experiments.kv_memory import kv_layout
 from wakman.simulation.server import MAX_STEP_S

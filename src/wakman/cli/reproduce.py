@@ -9,17 +9,10 @@ from pathlib import Path
 import typer
 from rich.table import Table
 
-from wakman.cli.common import (
-    atomic_path,
-    can_plot,
-    check_numbers,
-    check_output,
-    check_output_dir,
-    cli_errors,
-    console,
-    err_console,
-    progress_bars,
-)
+from wakman.cli.checks import can_plot, check_numbers, check_output, check_output_dir
+from wakman.cli.console import console, err_console, progress_bars
+from wakman.cli.errors import cli_errors
+from wakman.traces.io import atomic_path
 
 
 def check_docs(docs: Path | None) -> None:

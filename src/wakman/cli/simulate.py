@@ -14,34 +14,31 @@ import typer
 from wakman.adaptive import POLICY_NAMES
 from wakman.adaptive import simulate as run_simulation
 from wakman.adaptive.config import ADAPTIVE_PRESETS
-from wakman.cli.common import (
+from wakman.cli.checks import (
     MAX_BLOCKS,
     PLOT_EXTRA,
-    BlockSizeOption,
-    FormatOption,
-    RateOption,
-    SeedOption,
-    atomic_paths,
     can_plot,
     check_numbers,
     check_output_dir,
     check_plot,
-    cli_errors,
-    console,
-    counted,
-    err_console,
-    interrupted,
-    json_text,
-    open_trace,
     parse_ints,
     parse_names,
-    progress_bars,
+)
+from wakman.cli.console import console, counted, err_console, json_text, progress_bars
+from wakman.cli.errors import cli_errors, interrupted
+from wakman.cli.inputs import (
+    BlockSizeOption,
+    FormatOption,
+    RateOption,
+    SeedOption,
+    open_trace,
     require_session_ids,
     session_mode,
 )
 from wakman.simulation import MODES, ServerModel, VllmServer
 from wakman.simulation import server as server_limits
 from wakman.simulation.run import check_intervals
+from wakman.traces.io import atomic_paths
 from wakman.traces.model import Request, as_engine_serves
 
 PREFILL = typer.Option(

@@ -9,22 +9,16 @@ from pathlib import Path
 import typer
 from rich.table import Table
 
-from wakman.cli.common import (
+from wakman.cli.checks import check_numbers, check_output, check_plot
+from wakman.cli.console import console, counted, err_console, json_text, progress_bars
+from wakman.cli.errors import cli_errors
+from wakman.cli.inputs import (
     FORMATS_WITHOUT_BLOCK_SIZE,
     BlockSizeOption,
     FormatOption,
     RateOption,
     SeedOption,
-    check_numbers,
-    check_output,
-    check_plot,
-    cli_errors,
-    console,
-    counted,
-    err_console,
-    json_text,
     open_trace,
-    progress_bars,
 )
 from wakman.traces import FORMATS, detect_format, write_trace
 from wakman.traces.formats import check_format

@@ -1,0 +1,119 @@
+"""The CLI's terminal output: the two consoles (stdout for results, stderr for notes and progress),
+strict JSON, progress bars, and sending a block's prints to stderr (``stdout_to_stderr``)."""
+
+from __future__ import annotations
+
+import ctypes
+import json
+import math
+import os
+import sys
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager, suppress
+from typing import TYPE_CHECKING
+
+from rich.console import Console
+
+if TYPE_CHECKING:
+    from rich.progress import Progress
+
+from wakman.traces.model import Request
+
+# Where stdout is a file or a pipe, rich takes its width from a terminal on stdin or stderr, or 80
+# columns without one, and cuts tables to it; keep every value there instead (240 columns). A
+# terminal on stdout, or COLUMNS when set, still decides the width of tables; a line of text is
+# never folded (soft_wrap), so a long file name stays whole on one line for grep and the shell.
+console = Console(width=None if os.isatty(1) or "COLUMNS" in os.environ else 240, soft_wrap=True)
+err_console = Console(stderr=True, soft_wrap=True)
+
+
+def _finite(value: object) -> object:
+    if hasattr(value, "tolist"):  # a numpy scalar or array: its Python value
+        value = value.tolist()
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_finite(v) for v in value]
+    return value
+
+
+def json_text(value: object, **options: object) -> str:
+    """``value`` as strict JSON: a figure that is not a number (NaN, infinite: a statistic of zero
+    samples) becomes null, which every JSON parser reads."""
+    return json.dumps(_finite(value), allow_nan=False, **options)
+
+
+class HiddenProgress:
+    """What ``progress_bars(disable=True)`` gives: the calls the commands make on a progress
+    display (a context manager, ``add_task``, ``update``, ``advance``), each doing nothing, without
+    loading rich's live display (about 0.01 s of a short command's start-up)."""
+
+    def __enter__(self) -> HiddenProgress:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        return None
+
+    def add_task(self, *args: object, **kwargs: object) -> int:
+        return 0
+
+    def update(self, *args: object, **kwargs: object) -> None:
+        return None
+
+    def advance(self, *args: object, **kwargs: object) -> None:
+        return None
+
+
+def progress_bars(
+    label: str = "{task.description}", to: Console = console, **options: object
+) -> Progress | HiddenProgress:
+    """The CLI's progress display: label, bar, done/total, elapsed time, on the shared console (or
+    ``to``: ``err_console`` keeps stdout clean for machine-read output); ``disable=True`` (no
+    terminal to draw on): a ``HiddenProgress``."""
+    if options.get("disable"):
+        return HiddenProgress()
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    return Progress(
+        TextColumn(label), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), console=to, **options
+    )
+
+
+def counted(
+    requests: Iterable[Request],
+    progress: Progress | HiddenProgress,
+    description: str,
+    total: int | None = None,
+) -> Iterator[Request]:
+    """``requests`` unchanged, counted on a task of ``progress`` (``total`` None: a stream)."""
+    task = progress.add_task(description, total=total)
+    n = 0
+    for n, req in enumerate(requests, start=1):
+        yield req
+        if n % 512 == 0:
+            progress.update(task, completed=n)
+    progress.update(task, completed=n)
+
+
+@contextmanager
+def stdout_to_stderr(active: bool = True) -> Iterator[None]:
+    """While the block runs, file descriptor 1 is stderr's: anything it prints, from Python or from
+    native code (an engine's log lines, child processes it starts), goes to stderr; stdout is back
+    afterwards, for the command's own machine-read output. Both the Python and the C stdio buffers
+    are flushed at each switch, so nothing printed inside lands on stdout later."""
+    if not active:
+        yield
+        return
+    sys.stdout.flush()
+    saved = os.dup(1)
+    try:
+        os.dup2(2, 1)
+        yield
+    finally:
+        sys.stdout.flush()
+        with suppress(OSError, AttributeError):  # no C library to flush
+            ctypes.CDLL(None).fflush(None)
+        os.dup2(saved, 1)
+        os.close(saved)
