@@ -428,7 +428,7 @@ void bind_free_queue(nb::module_& m) {
            "n victims: blank blocks first, then the policy's, then reserve's; their keys leave the policy.")
       .def(
           "remove", [](PyFreeQueue& q, nb::handle b) { q.queue.take(block_id(b.ptr())); }, "block"_a,
-          "The block leaves the free queue (ref_cnt 0 -> 1): a cached one is pinned.")
+          "The block leaves the free queue (ref_cnt 0 -> 1): a cached one is pinned, a hashless one loses its key.")
       .def(
           "append",
           [](PyFreeQueue& q, nb::handle b) { release(q.queue, block_id(b.ptr()), b.ptr()); }, "block"_a,

@@ -8,7 +8,8 @@
 //     A free block that loses its hash keeps its place in the policy's order where the policy can
 //     rename a key in place (Policy::rekey: LRU, FIFO), as stock vLLM leaves it in its one list: it
 //     stays a policy key, now hashless_[b], under a key of its own (hashless_key) that no hash maps
-//     to, until it is handed out; under any other policy it leaves the policy for blank's head.
+//     to, until it is handed out; under any other policy (and at a switch to one) it leaves the
+//     policy for blank's head.
 //   - blank: free blocks without a key, head first (a doubly linked list over block ids). vLLM
 //     hands out uncached blocks before cached ones; prepend puts a block at the head, as vLLM does.
 //   - the policy: every keyed block, pinned while vLLM holds it (ref_cnt > 0), evictable at 0.
@@ -52,8 +53,18 @@ class FreeQueue {
 
   Policy& policy() { return *policy_; }
   const Policy& policy() const { return *policy_; }
-  // Make `p` the live policy; the caller has handed the keys over (policy.hpp's handover).
-  void set_policy(Policy* p) { policy_ = p; }
+  // Make `p` the live policy; the caller has handed the keys over (policy.hpp's handover). Under a
+  // policy that does not rename keys, hashless blocks go to blank's head, as their hash loss would
+  // have sent them under it (O(blocks)).
+  void set_policy(Policy* p) {
+    policy_ = p;
+    if (policy_->renames_keys()) return;
+    for (size_t b = 0; b < has_key_.size(); ++b) {
+      if (!has_key_[b] || !hashless_[b]) continue;
+      drop_key(static_cast<int32_t>(b));
+      push(blank_, kBlank, static_cast<int32_t>(b), true);
+    }
+  }
 
   size_t num_blocks() const { return key_of_.size(); }
   size_t num_free() const { return blank_.size + policy_->num_evictable() + reserve_.size; }

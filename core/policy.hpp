@@ -16,8 +16,9 @@
 //   adopt(k)     hand-over: k arrives unpinned from another policy, oldest (first victim) first
 //   rekey(k, k2) resident k is known as k2 (a key the policy does not know) from now on, in place:
 //                its position, segment, counters and pin stay. True where the policy does this
-//                (one queue: LRU, FIFO); false, nothing changed, where it does not (k2 known, k not
-//                resident, or a policy whose keys carry more than a place). O(1).
+//                (renames_keys(): the one-queue policies, LRU, FIFO and the infinite ceiling); false,
+//                nothing changed, where it does not (k2 known, k not resident, or a policy whose keys
+//                carry more than a place). O(1).
 //                (vLLM's free queue: a free block that lost its hash keeps its place, as in stock.)
 //   reset()      forget everything, ghosts and adaptive state included
 // and two hints, from the drivers that see requests (cache mode and the shadows, the serve loop);
@@ -161,6 +162,8 @@ class Policy {
   virtual void evict_key(Key key) = 0;
   virtual void adopt(Key key) = 0;
   virtual bool rekey(Key /*from*/, Key /*to*/) { return false; }
+  // Whether rekey renames a resident key (given an unknown new one).
+  virtual bool renames_keys() const { return false; }
   virtual void reset() = 0;
   virtual void on_request(const Key* /*keys*/, size_t /*full*/, const Key* /*outputs*/, size_t /*n_out*/,
                           double /*now_s*/) {}

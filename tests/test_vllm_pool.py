@@ -262,6 +262,25 @@ def test_removing_one_hash_keeps_every_other_block_in_place(policy):
     pool.check()
 
 
+@pytest.mark.parametrize("to", ["fifo", "s3fifo", "arc"])
+def test_a_switch_sends_hashless_blocks_where_the_new_policy_would(to):
+    """A free block that lost its hash under lru keeps its place (hashless); at a switch to a policy
+    that renames keys (fifo) it keeps it there, to any other it goes to blank's head, as its hash loss
+    would have sent it under that policy."""
+    pool = _loaded_pool("lru")
+    queue = pool.free_block_queue
+    victim = queue.get_all_free_blocks()[queue.num_blank_blocks + 5]
+    pool.evict_blocks({victim.block_id})
+    assert queue.is_hashless(victim)
+    queue.switch(make_policy(to, 300))
+    pool.check()
+    if to == "fifo":
+        assert queue.is_hashless(victim) and queue.get_all_free_blocks()[0] is not victim
+    else:
+        assert not queue.is_hashless(victim) and queue.key_of(victim) is None
+        assert queue.in_blank(victim) and queue.get_all_free_blocks()[0] is victim
+
+
 @settings(max_examples=80, deadline=None)
 @given(
     capacity=st.integers(8, 40),

@@ -63,6 +63,7 @@ class Recency final : public StoredPolicy {
     const int32_t i = s_.index.find(from);
     return i >= 0 && s_.rekey(i, to);
   }
+  bool renames_keys() const override { return true; }
   void reset() override {
     clear_store();
     order_.clear();

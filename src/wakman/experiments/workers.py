@@ -12,8 +12,11 @@ from contextlib import contextmanager
 
 
 def ignore_sigint() -> None:
-    """A worker's initializer: Ctrl-C is the parent's to handle (no traceback from each worker)."""
+    """A worker's initializer: Ctrl-C is the parent's to handle (no traceback from each worker), and
+    SIGTERM (the parent's ``terminate()``) ends the worker at once, as by default, even inside a long
+    core call (a Python handler inherited from the parent would wait for the call to return)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
 
 
 @contextmanager

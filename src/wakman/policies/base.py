@@ -21,9 +21,10 @@ libCacheSim's order:
 - ``adopt(keys)`` (hand-over, oldest first), ``reset()``;
 - ``rekey(key, new_key)``: the resident ``key`` is known as ``new_key`` (a key the policy does not
   know) from now on, keeping its place, segment, counters and pin; ``True`` for the one-queue
-  policies (LRU, FIFO), ``False`` (nothing changed) for the others, whose keys carry more than a
-  place, and when ``new_key`` is known or ``key`` is not resident. O(1). (vLLM's free queue keeps
-  a free block that lost its hash in its place this way, as stock vLLM does.)
+  policies (LRU, FIFO, the infinite ceiling), ``False`` (nothing changed) for the others, whose
+  keys carry more than a place, and when ``new_key`` is known or ``key`` is not resident. O(1).
+  (vLLM's free queue keeps a free block that lost its hash in its place this way, as stock vLLM
+  does.)
 
 The drivers: ``access(key)`` and ``replay(keys)`` (one loop for every policy: find, hit or miss,
 evict while full, insert; a numpy uint64 array is read in place), a request's replay through a

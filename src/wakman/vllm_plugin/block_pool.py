@@ -19,9 +19,10 @@ the object was built as, and a changed class makes each such read about 2.5x slo
 - ``cache_full_blocks`` / ``cache_partial_block``: the blocks that got a hash become policy keys
   (pinned while in use); a block promoted from a partial to a full hash is re-keyed.
 - ``evict_blocks`` (a connector's evictions) / ``move_block_hashes``: a block that lost its hash leaves
-  the policy in O(1); every other key keeps its metadata. A free one joins the head of the blank
-  blocks (stock leaves it in its place in its one list; here it is handed out before any cached
-  block, which keeps each of those one eviction longer).
+  the policy in O(1); every other key keeps its metadata. A free one keeps its place in the order
+  under a key of its own where the policy renames keys (lru, fifo: stock leaves it in its place in
+  its one list); under the other policies it joins the head of the blank blocks, handed out before
+  any cached block, which keeps each of those one eviction longer.
 - ``reset_prefix_cache``: on success the policy forgets everything, ghosts included.
 - the manager's ``allocate_slots``: first the request's chain root (its first full block) goes to
   the policy as the context of the blocks the allocation caches (``inserting_for``, the hint the

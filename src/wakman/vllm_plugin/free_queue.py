@@ -17,7 +17,8 @@
   block that loses its hash (a connector's ``evict_blocks``, ``move_block_hashes``) keeps its place
   in the order under a key of its own (``is_hashless``), as in stock vLLM's one list, where the
   policy can rename a key in place (``rekey``: lru, fifo); under the other policies it goes to
-  blank's head, handed out before every cached block.
+  blank's head, handed out before every cached block (and so do the hashless blocks at a switch
+  to one of them).
 - ``reserve``: free blocks without a hash that ``append_n`` released to the tail, oldest first, handed
   out after every evictable policy key. Stock vLLM appends uncached blocks only in ``unpin_blocks``
   (HiSparse's pages, readable until reused: "last-resort eviction candidates"; its ``free_blocks``

@@ -61,7 +61,8 @@ def draw_many(rng: np.random.Generator, dist: LogNormal, n: int, integer: bool =
 
 WARMUP_FLOOR_S = 1800.0  # the shortest "auto" warm-up (seconds): the fixed warm-up before 2026-12-07
 WARMUP_QUANTILE = 0.99  # of the requests' ages: the share an "auto" warm-up covers
-_WARMUP_SAMPLE = 20_000  # sessions per profile in the estimate
+_WARMUP_SAMPLE = 20_000  # sessions per profile in the estimate, at most
+_WARMUP_TURNS = 1_000_000  # turns per profile in the estimate, at most: fewer sessions if theirs are long
 _WARMUP_SEED = 0x7761726D  # the estimate's own stream ("warm"): the same warm-up for every trace seed
 
 
@@ -72,13 +73,17 @@ def steady_warmup_s(config: WorkloadConfig) -> float:
     rounded up to a minute and at least ``WARMUP_FLOOR_S``. Sessions that would start before it carry
     at most 1 - WARMUP_QUANTILE of the requests at time 0, fewer after. Estimated from
     ``_WARMUP_SAMPLE`` sessions per profile drawn from the config's turn and gap laws, from a stream of
-    its own: deterministic, whatever the trace's seed."""
+    its own: deterministic, whatever the trace's seed. At most ``_WARMUP_TURNS`` turns a profile (the
+    first sessions whose turns fit, one at least), so time and memory stay bounded (about 0.1 s and
+    tens of MB) whatever the turn law."""
     rng = np.random.default_rng(_WARMUP_SEED)
     ages, weights = [np.zeros(1)], [np.array([config.mix[0]])]  # single-turn: one request, age 0
     for fraction, section in ((config.mix[1], config.multi_turn), (config.mix[2], config.agentic)):
         if fraction == 0:
             continue
         turns = draw_many(rng, section.turns, _WARMUP_SAMPLE).astype(np.int64)
+        turns = turns[: max(1, int(np.searchsorted(np.cumsum(turns), _WARMUP_TURNS, side="right")))]
+        sessions = len(turns)
         gaps = draw_many(rng, section.gap_s, int((turns - 1).sum()), integer=False)
         if section is config.agentic:
             long_call = rng.random(len(gaps)) < section.long_call_probability
@@ -87,8 +92,8 @@ def steady_warmup_s(config: WorkloadConfig) -> float:
         first = np.concatenate([[0], np.cumsum(turns - 1)[:-1]])
         before = np.concatenate([[0.0], elapsed])[first]
         later = elapsed - np.repeat(before, turns - 1)
-        ages += [np.zeros(_WARMUP_SAMPLE), later]  # each session's first request, then its later ones
-        weights.append(np.full(_WARMUP_SAMPLE + len(later), fraction / _WARMUP_SAMPLE))
+        ages += [np.zeros(sessions), later]  # each session's first request, then its later ones
+        weights.append(np.full(sessions + len(later), fraction / sessions))
     age, weight = np.concatenate(ages), np.concatenate(weights)
     order = np.argsort(age, kind="stable")
     share = np.cumsum(weight[order]) / weight.sum()
