@@ -99,3 +99,32 @@ def test_plugin_register_refuses_what_the_command_line_asks_in_one_line(env, arg
     assert proc.returncode == 1, proc.stderr[-2000:]
     assert "Traceback" not in proc.stderr, proc.stderr[-2000:]
     assert lines[-1].startswith("wakman: ") and needle in lines[-1], lines
+
+
+@pytest.mark.vllm
+@pytest.mark.bare_vllm
+@pytest.mark.parametrize("scheduler", [False, True])
+def test_wakman_policy_without_the_wakman_scheduler_warns_once(scheduler):
+    """``WAKMAN_POLICY`` set for a ``vllm serve`` that runs stock vLLM's scheduler: one warning line
+    (stock vLLM used to run without a word); none with ``--scheduler-cls``, and none in a process
+    the server starts (it inherits the environment)."""
+    from vllm_support import need_vllm
+
+    need_vllm()
+    argv = ["vllm", "serve", "M"] + ["--scheduler-cls", "wakman.vllm_plugin.WakmanScheduler"] * scheduler
+    child = f"import sys; sys.argv = {argv!r}; from wakman.vllm_plugin.plugin import register; register()"
+    code = f"{child}\nimport subprocess\nsubprocess.run([sys.executable, '-c', {child!r}], check=True)"
+    full = {k: v for k, v in os.environ.items() if not k.startswith("WAKMAN_") or k == "WAKMAN_REQUIRE_VLLM"}
+    proc = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        env={**full, "WAKMAN_POLICY": "s3fifo"},
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    warnings = [line for line in proc.stderr.splitlines() if line.startswith("wakman: warning:")]
+    if scheduler:
+        assert warnings == []
+    else:
+        assert len(warnings) == 1 and "--scheduler-cls wakman.vllm_plugin.WakmanScheduler" in warnings[0]

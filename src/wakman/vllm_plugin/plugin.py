@@ -73,10 +73,31 @@ def register() -> None:
             "wakman: the wakman scheduler orders the prefix cache's blocks: drop --no-enable-prefix-caching, "
             "or run stock vLLM without --scheduler-cls"
         )
+    if scheduler and not wakman_scheduler:
+        warn_stock_scheduler()
     try:
         metrics_dir()
     except OSError as exc:  # WAKMAN_METRICS_DIR names a file, or a folder it cannot make
         raise SystemExit(f"wakman: WAKMAN_METRICS_DIR: cannot use it as a folder ({exc})") from None
+
+
+_WARNED = "_WAKMAN_WARNED_STOCK_SCHEDULER"  # set once warned: the processes `vllm serve` starts inherit it
+
+
+def warn_stock_scheduler() -> None:
+    """``WAKMAN_POLICY`` is set, but ``vllm serve``'s command line names no wakman scheduler: stock
+    vLLM would run without a word (the variable is read by ``WakmanScheduler`` only). One line on
+    stderr, once per server (not in the engine processes it starts). An in-process ``LLM(...)``
+    gets none: its scheduler class is not on any command line."""
+    if sys.argv[1:2] != ["serve"] or os.environ.get(_WARNED):
+        return
+    os.environ[_WARNED] = "1"
+    print(
+        f"wakman: warning: WAKMAN_POLICY={os.environ.get('WAKMAN_POLICY')} is set, but this vllm serve "
+        "runs vLLM's own scheduler: add --scheduler-cls wakman.vllm_plugin.WakmanScheduler to run it "
+        "(unless a --config file names that scheduler)",
+        file=sys.stderr,
+    )
 
 
 class VllmLogForwarder(logging.Handler):
