@@ -506,6 +506,18 @@ def test_a_write_error_after_reproduces_run_is_one_line(tmp_path, monkeypatch):
     clean_error(result, "No space left on device")
 
 
+def test_running_out_of_memory_is_one_line(trace, monkeypatch):
+    """A MemoryError (an input too large for the machine) ends the command with one line, exit 1,
+    not a traceback."""
+
+    def no_memory(*_args, **_kwargs):
+        raise MemoryError
+
+    monkeypatch.setattr("wakman.traces.stats.compute_stats", no_memory)
+    result = invoke("stats", trace)
+    clean_error(result, "out of memory", code=1)
+
+
 def test_sweep_keeps_the_finished_runs_on_ctrl_c(trace, tmp_path, monkeypatch):
     from wakman.experiments import sweep as grid
 

@@ -1,7 +1,8 @@
 """How every command ends on bad input or an interrupt: wrap a command's whole body in
 ``cli_errors(interrupted_note)``. Bad input (``ValueError``, ``OSError``, ``TraceFormatError``) becomes
-one line on stderr and exit code 2; Ctrl-C says "interrupted: <what was lost or kept>" and exits 130
-(``interrupted()`` does that by hand), and so does SIGTERM."""
+one line on stderr and exit code 2; running out of memory one line and exit code 1; Ctrl-C says
+"interrupted: <what was lost or kept>" and exits 130 (``interrupted()`` does that by hand), and so
+does SIGTERM."""
 
 from __future__ import annotations
 
@@ -55,6 +56,12 @@ def cli_errors(interrupted_note: str = "nothing was written") -> Iterator[None]:
     except (TraceFormatError, ValueError, OSError) as exc:
         err_console.print(f"[red]error:[/red] {escape(str(exc))}", highlight=False)
         sys.exit(2)
+    except MemoryError:  # one line too, not a traceback; exit 1: the input may be fine elsewhere
+        err_console.print(
+            f"[red]error:[/red] out of memory: this run needs more than the machine has; {interrupted_note}",
+            highlight=False,
+        )
+        sys.exit(1)
     finally:
         if main:
             signal.signal(signal.SIGTERM, signal.SIG_DFL if previous is None else previous)
