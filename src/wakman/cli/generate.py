@@ -16,20 +16,15 @@ from wakman.traces.mooncake import DEFAULT_BLOCK_SIZE
 
 
 def _fractions(mix: str) -> list[float]:
-    """``--mix`` as three fractions summing to 1, or a ``ValueError`` that says the sum."""
-    from wakman.workload.config import MIX_TOLERANCE
+    """``--mix`` as three fractions summing to 1 (the config's rule, ``check_mix``), or a
+    ``ValueError`` naming the flag."""
+    from wakman.workload.config import check_mix
 
     try:
         fractions = [float(x) for x in mix.split(",")]
     except ValueError:
         raise ValueError(f"--mix needs three comma-separated fractions, got {mix!r}") from None
-    if len(fractions) != 3 or not all(0 <= f <= 1 for f in fractions):
-        raise ValueError(f"--mix needs three fractions in [0, 1] (single,multi,agentic), got {mix!r}")
-    total = sum(fractions)
-    if abs(total - 1) > MIX_TOLERANCE:
-        raise ValueError(
-            f"--mix {mix} sums to {total:.6g}; the fractions must sum to 1 (within {MIX_TOLERANCE:g})"
-        )
+    check_mix(fractions, "--mix")
     return fractions
 
 

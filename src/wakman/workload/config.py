@@ -33,6 +33,18 @@ MAX_TURNS = 100_000
 MAX_SIGMA = 10.0  # past it exp(N(.)) spans more than any float: e^(10 * 8.3) at the 1e-16 quantile
 
 
+def check_mix(fractions: list[float], name: str) -> None:
+    """A mix is three session fractions (single-turn, multi-turn, agentic), each in [0, 1], summing to
+    1 within ``MIX_TOLERANCE``: else a ValueError naming ``name`` (the config key, or ``--mix``)."""
+    if len(fractions) != 3 or not all(0 <= f <= 1 for f in fractions):
+        raise ValueError(f"{name} needs three fractions in [0, 1] (single, multi, agentic), got {fractions}")
+    total = sum(fractions)
+    if not abs(total - 1) <= MIX_TOLERANCE:
+        raise ValueError(
+            f"{name} {fractions} sums to {total:.6g}; the fractions must sum to 1 (within {MIX_TOLERANCE:g})"
+        )
+
+
 class LogNormal(msgspec.Struct, forbid_unknown_fields=True):
     """exp(N(ln(median), sigma^2)), clipped to [min, max]."""
 
@@ -120,15 +132,7 @@ class WorkloadConfig(msgspec.Struct, forbid_unknown_fields=True):
         if self.version != CONFIG_VERSION:
             raise ValueError(f"workload config version {self.version} is not {CONFIG_VERSION}")
         self.check_span(0.0 if self.warmup_s == "auto" else self.warmup_s)
-        if (
-            len(self.mix) != 3
-            or not all(f >= 0 for f in self.mix)
-            or not abs(sum(self.mix) - 1) <= MIX_TOLERANCE
-        ):
-            raise ValueError(
-                f"mix needs three fractions >= 0 summing to 1 (within {MIX_TOLERANCE:g}), "
-                f"got {self.mix} (sum {sum(self.mix):.6g})"
-            )
+        check_mix(self.mix, "mix")
         if not 1 <= self.block_size <= MAX_BLOCK_SIZE or not 2 <= self.vocab_size <= MAX_VOCAB:
             raise ValueError(
                 f"block_size must be in [1, {MAX_BLOCK_SIZE:,}] tokens (the readers' bound) and vocab_size "
