@@ -14,8 +14,10 @@ from typer.testing import CliRunner
 
 from wakman.cli.main import app
 from wakman.experiments import reproduce as reproduce_module
+from wakman.experiments import summary as summary_module
 from wakman.experiments.report import render_markdown
-from wakman.experiments.reproduce import Plan, Results, summarize
+from wakman.experiments.reproduce import Plan, Results
+from wakman.experiments.summary import summarize
 from wakman.traces.stats import compute_stats
 from wakman.workload import MIXES, build_config, generate_requests
 
@@ -114,7 +116,7 @@ def test_new_policy_summary_by_hand():
         {"lru": 0.30, "s3fifo": 0.35, "chain-lru": 0.34, "belady": 0.40},
     ]
     mixes = [{"name": f"m{i}", "by_capacity": {"100": r}} for i, r in enumerate(rates)]
-    got = reproduce_module.new_policy_summary(mixes, "chain-lru")["100"]
+    got = summary_module.new_policy_summary(mixes, "chain-lru")["100"]
     assert got["mean_gain_points"] == pytest.approx(0.5)
     assert got["mean_gap_to_belady_points"] == pytest.approx(7.5)
     assert got["gap_closed_pct"] == pytest.approx(100 * 0.5 / 7.5)
@@ -146,7 +148,7 @@ def test_hint_mode_is_chain_lru_told_each_session(quick_run):
             assert rates[label] == pytest.approx(told.hit_rate, abs=1e-12), (m["name"], capacity)
             differs += rates[label] != rates["chain-lru"]
     assert differs, "told ends changed nothing: the hints did not reach the policy"
-    assert payload["summary"]["hint_mode"][label] == reproduce_module.new_policy_summary(
+    assert payload["summary"]["hint_mode"][label] == summary_module.new_policy_summary(
         payload["mixes"], label
     )
     text = render_markdown(payload, figures=set())

@@ -13,6 +13,7 @@ from typer.testing import CliRunner
 from wakman.adaptive import simulate
 from wakman.cli.main import app
 from wakman.experiments import reproduce as reproduce_module
+from wakman.experiments import summary as summary_module
 from wakman.experiments.regret import behind_summary
 from wakman.experiments.report import _new_policy_section
 from wakman.experiments.reproduce import Plan
@@ -176,7 +177,7 @@ def _section(real: list[dict], ablations: list[dict], gains: tuple[float, float]
         }
         for i, g in enumerate(gains)
     ]
-    per_capacity = reproduce_module.new_policy_summary(mixes, "chain-lru")
+    per_capacity = summary_module.new_policy_summary(mixes, "chain-lru")
     return _new_policy_section({"real_traces": real, "ablations": ablations}, "chain-lru", per_capacity)
 
 

@@ -14,7 +14,8 @@ number of jobs. The plan's ``seed`` (``wakman reproduce --seed``) seeds every ge
 mixes, the ablations, the map); the real traces are read from their files and do not depend on it
 (the Claude Code archive's conversations start at the kv-cache-tester reader's own seeded times,
 ``ARCHIVE_ARRIVAL_SEED``, recorded in its rows). Every serve-mode run records whether its modelled
-server kept up (``saturated``).
+server kept up (``saturated``). The figures computed from the runs are ``summary.py``'s; the
+report is ``report.py``'s.
 """
 
 from __future__ import annotations
@@ -22,7 +23,6 @@ from __future__ import annotations
 import json
 import multiprocessing as mp
 import os
-import statistics
 import time
 from collections import Counter
 from collections.abc import Callable
@@ -33,15 +33,8 @@ from typing import Any
 
 from wakman.adaptive import simulate
 from wakman.adaptive.config import ADAPTIVE_PRESETS, PLUS
-from wakman.experiments.regret import (
-    ADAPTIVE,
-    ALL_POLICIES,
-    NEW,
-    ONLINE,
-    behind_summary,
-    regret_points,
-    static_winner,
-)
+from wakman.experiments.regret import ALL_POLICIES, ONLINE
+from wakman.experiments.summary import summarize
 from wakman.experiments.sweep import HINT_MODE, HINT_OPTIONS
 from wakman.experiments.workers import ignore_sigint, stopped_on_error
 from wakman.experiments.workload_map import AXES, MAP_POLICIES, cell
@@ -59,16 +52,6 @@ from wakman.workload import ABLATIONS, MIXES, build_config, generate_requests
 def _hinted(reqs: list, capacity: int, **options: Any) -> Any:
     """chain-lru's hint-mode run (``HINT_OPTIONS``) on ``reqs``: a ``SimResult``."""
     return simulate(reqs, "chain-lru", capacity, **HINT_OPTIONS, **options)
-
-
-PAPER = {
-    "lru_wins": 8,
-    "s3fifo_wins": 12,
-    "lru_worst_loss_pct": 22.4,
-    "s3fifo_worst_loss_pct": 11.7,
-    "wakman_gain_over_lru_points": 5.0,
-    "wakman_median_recovered_pct": 84.0,
-}
 
 
 @dataclass(frozen=True)
@@ -447,87 +430,6 @@ def _run_tasks(
     return results
 
 
-def summarize(mixes: list[dict[str, Any]]) -> dict[str, Any]:
-    """Regret against the better of lru and s3fifo per mix, wins, recovery, gap to Belady."""
-
-    def rate(m, p):
-        return m["hit_rate"][p]
-
-    summary: dict[str, Any] = {"policies": {}}
-    for policy in ONLINE:
-        regrets = [regret_points(m["hit_rate"], policy) for m in mixes]
-        summary["policies"][policy] = {
-            "mean_regret_points": statistics.mean(regrets),
-            "max_regret_points": max(regrets),
-            "mean_gain_over_lru_points": statistics.mean(
-                100 * (rate(m, policy) - rate(m, "lru")) for m in mixes
-            ),
-            "mean_gap_to_belady_points": statistics.mean(
-                100 * (rate(m, "belady") - rate(m, policy)) for m in mixes
-            ),
-        }
-    lru_wins = sum(static_winner(m["hit_rate"]) == "lru" for m in mixes)
-    summary["lru_wins"] = lru_wins
-    summary["s3fifo_wins"] = len(mixes) - lru_wins
-    summary["lru_worst_loss_pct"] = max(
-        100 * (rate(m, "s3fifo") - rate(m, "lru")) / rate(m, "s3fifo") for m in mixes
-    )
-    summary["s3fifo_worst_loss_pct"] = max(
-        100 * (rate(m, "lru") - rate(m, "s3fifo")) / rate(m, "lru") for m in mixes
-    )
-    for policy in ADAPTIVE:
-        recovered = [
-            100
-            * (rate(m, policy) - min(rate(m, "lru"), rate(m, "s3fifo")))
-            / abs(rate(m, "lru") - rate(m, "s3fifo"))
-            for m in mixes
-            if abs(rate(m, "lru") - rate(m, "s3fifo")) > 0.01
-        ]
-        summary[f"{policy}_median_recovered_pct"] = statistics.median(recovered) if recovered else None
-        summary[f"{policy}_mixes_over_one_point"] = len(recovered)
-    runs = [
-        flag
-        for m in mixes
-        for flags in (m.get("saturated", {}), *m.get("saturated_by_capacity", {}).values())
-        for flag in flags.values()
-    ]
-    summary["saturated_runs"], summary["serve_runs"] = sum(runs), len(runs)
-    hinted = [flag for m in mixes for flag in m.get("hint_saturated", {}).values()]
-    summary["hint_mode_saturated_runs"], summary["hint_mode_serve_runs"] = sum(hinted), len(hinted)
-    summary["new_policies"] = {policy: new_policy_summary(mixes, policy) for policy in NEW}
-    summary["hint_mode"] = {HINT_MODE: new_policy_summary(mixes, HINT_MODE)}
-    summary["paper"] = PAPER
-    return summary
-
-
-def new_policy_summary(mixes: list[dict[str, Any]], policy: str) -> dict[str, dict[str, Any]]:
-    """Per capacity (blocks, as a string): ``policy``'s gain over the better static policy of each mix
-    (``behind_summary``'s figures), the gap from that policy to Belady (points) and the share of it
-    closed (mean gain / mean gap, %), over the mixes that ran both at that capacity."""
-    out: dict[str, dict[str, Any]] = {}
-    capacities = sorted({int(c) for m in mixes for c in m["by_capacity"]})
-    for capacity in map(str, capacities):
-        rows = [
-            {"name": m["name"], "hit_rate": m["by_capacity"][capacity]}
-            for m in mixes
-            if policy in m["by_capacity"].get(capacity, {}) and "belady" in m["by_capacity"][capacity]
-        ]
-        behind = behind_summary(rows, policy)
-        if behind is None:
-            continue
-        mean_gap = statistics.mean(-regret_points(r["hit_rate"], "belady") for r in rows)
-        out[capacity] = {
-            "mixes": behind["rows"],
-            "mean_gain_points": behind["mean_gain_points"],
-            "worst_mix": behind["worst"],
-            "worst_gain_points": behind["worst_gain_points"],
-            "mean_gap_to_belady_points": mean_gap,
-            "gap_closed_pct": 100 * behind["mean_gain_points"] / mean_gap if mean_gap > 0 else None,
-            "mixes_over_half_point_below": behind["over_half_point_below"],
-        }
-    return out
-
-
 def _workload_defaults() -> dict[str, Any]:
     """The generator's defaults the report's explanations quote (medians of the bundled config)."""
     config = build_config()
@@ -542,12 +444,7 @@ def _workload_defaults() -> dict[str, Any]:
 def write_outputs(results: Results, out: Path) -> dict[str, Any]:
     """``results.json`` in ``out``; returns its payload (the report is rendered from it)."""
     out.mkdir(parents=True, exist_ok=True)
-    summary = summarize(results.mixes)
-    # the hash-only policies on the ablation presets (run at the primary capacity, without Belady)
-    summary["new_policies_on_ablations"] = {
-        policy: behind_summary(results.ablations, policy) for policy in NEW
-    }
-    summary["hint_mode_on_ablations"] = {HINT_MODE: behind_summary(results.ablations, HINT_MODE)}
+    summary = summarize(results.mixes, results.ablations)
     payload = {
         "plan": {k: (str(v) if isinstance(v, Path) else v) for k, v in results.plan.__dict__.items()},
         "mixes": [{k: v for k, v in m.items() if k != "wakman_decisions"} for m in results.mixes],
