@@ -110,6 +110,19 @@ def test_simulate_json_and_warning_name_the_saturation(tmp_path):
     assert "saturated" not in calm.stderr
 
 
+def test_a_saturated_vllm_step_run_names_vllms_flags(tmp_path):
+    """On vLLM's step model the warning names the flags that model takes (--max-num-seqs, ...), not
+    the continuous model's (--prefill-tps, --decode-tps), which that mode refuses."""
+    path = tmp_path / "t.jsonl"
+    write_trace(steady_trace(200, 0.1, 1600), path, "native")
+    args = ["simulate", str(path), "--policy", "lru", "--capacity-blocks", "5000", "--json"]
+    result = CliRunner().invoke(app, [*args, "--max-num-seqs", "1", "--max-num-batched-tokens", "64"])
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.stdout)["saturated"] is True
+    assert "--max-num-seqs" in result.stderr and "--step-s" in result.stderr
+    assert "--prefill-tps" not in result.stderr and "--decode-tps" not in result.stderr
+
+
 # --- from a review of the serve loops against hand-worked cases -----------------------------------
 
 

@@ -96,11 +96,13 @@ class ServeSimulation:
                 self.sessions,
                 self.session_ends_after_s,
             )
-        return fill_result(self.result, out, pool, len(self.requests))
+        return fill_result(self.result, out, pool, len(self.requests), isinstance(server, VllmServer))
 
 
-def fill_result(res: SimResult, out: dict, pool: BlockPool, requests: int) -> SimResult:
-    """Add a loop's figures (``_core.serve`` or ``_core.serve_steps``) to ``res``."""
+def fill_result(
+    res: SimResult, out: dict, pool: BlockPool, requests: int, vllm_steps: bool = False
+) -> SimResult:
+    """Add a loop's figures (``_core.serve`` or ``_core.serve_steps``: ``vllm_steps``) to ``res``."""
     for name in ("measured_requests", "prompt_tokens", "hit_tokens", "block_lookups", "block_hits"):
         setattr(res, name, getattr(res, name) + out[name])
     res.preemptions += out["preemptions"]
@@ -129,6 +131,7 @@ def fill_result(res: SimResult, out: dict, pool: BlockPool, requests: int) -> Si
         out["ttfts_s"],
         out["prefill_busy_s"],
         out["backlog_at_last_arrival"],
+        vllm_steps,
     )
     res.evictions = pool.evictions
     res.stranded_blocks = pool.stranded()

@@ -151,6 +151,7 @@ class Saturation:
     prefill_utilization: float
     queue_growth: float
     backlog_at_last_arrival: int  # requests still waiting when the last one arrived
+    vllm_steps: bool = False  # the run went step by step on a VllmServer (its flags are vLLM's)
 
     @property
     def saturated(self) -> bool:
@@ -159,7 +160,12 @@ class Saturation:
     def describe(self) -> str:
         """One line for a warning: the measures, and what to raise for the one that broke the rule
         (a prefill lane busier than the traffic's span, or a queue that grows while it is not)."""
-        if self.prefill_utilization > 1.0:
+        if self.vllm_steps:  # vLLM's steps: no prefill lane of its own, the step's budget and length
+            remedy = (
+                "raise --max-num-seqs, --max-num-batched-tokens or the cache's size, shorten --step-s, "
+                "or lower the load"
+            )
+        elif self.prefill_utilization > 1.0:
             remedy = "raise --prefill-tps, or lower the load"
         else:  # the lane keeps up: requests wait for a running slot or for free cache blocks
             remedy = (
@@ -175,10 +181,15 @@ class Saturation:
 
 
 def saturation(
-    arrivals_s: Sequence[float], ttfts_s: Sequence[float], prefill_busy_s: float, backlog: int
+    arrivals_s: Sequence[float],
+    ttfts_s: Sequence[float],
+    prefill_busy_s: float,
+    backlog: int,
+    vllm_steps: bool = False,
 ) -> Saturation:
     """The measures of ``Saturation`` from the measured admissions' arrivals and times to first
-    token (seconds, same order) and the prefill lane's busy seconds."""
+    token (seconds, same order) and the prefill lane's busy seconds (``vllm_steps``: a step-by-step
+    run on a ``VllmServer``)."""
     n = len(arrivals_s)
     span = max(arrivals_s) - min(arrivals_s) if n else 0.0
     utilization = prefill_busy_s / span if span > 0 else 0.0
@@ -189,4 +200,4 @@ def saturation(
         var = sum((t - mean_t) ** 2 for t in arrivals_s)
         cov = sum((t - mean_t) * (d - mean_d) for t, d in zip(arrivals_s, ttfts_s, strict=True))
         growth = cov / var if var > 0 else 0.0
-    return Saturation(utilization, growth, max(backlog, 0))
+    return Saturation(utilization, growth, max(backlog, 0), vllm_steps)
