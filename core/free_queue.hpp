@@ -173,7 +173,7 @@ class FreeQueue {
   Key cached(int32_t b, Key h, bool pinned) {
     if (has_key_[check(b)]) throw std::logic_error("free queue: block " + std::to_string(b) + " is cached already");
     hash_of_[b] = h;
-    const Key k = free_copy_key(h, [this](Key c) { return block_of_.find(c) >= 0; });
+    const Key k = free_copy_key(h, [this](Key c) { return key_taken(c); });
     if (!pinned && list_of_[b] != kNoList) unlink(b);
     policy_->insert(k, pinned);
     key_of_[b] = k;
@@ -310,6 +310,8 @@ class FreeQueue {
     unlink(b);
     return b;
   }
+  // Some block holds policy key c.
+  bool key_taken(Key c) const { return block_of_.find(c) >= 0; }
   // Block b's key leaves the policy outside eviction (O(1)); b joins no list.
   void drop_key(int32_t b) {
     const Key k = key_of_[b];
@@ -321,7 +323,7 @@ class FreeQueue {
   // no hash gives: a hash's key starts from a BlockHash's bytes, this one from the block id).
   Key hashless_key(int32_t b) const {
     return free_copy_key(splitmix64(kHashlessSeed ^ static_cast<Key>(b)),
-                         [this](Key c) { return block_of_.find(c) >= 0; });
+                         [this](Key c) { return key_taken(c); });
   }
   static constexpr Key kHashlessSeed = 0x686173686C657373ULL;  // "hashless"
 

@@ -36,7 +36,7 @@ from wakman.adaptive.config import ADAPTIVE_PRESETS, PLUS
 from wakman.experiments.regret import ALL_POLICIES, ONLINE
 from wakman.experiments.summary import summarize
 from wakman.experiments.sweep import HINT_MODE, HINT_OPTIONS
-from wakman.experiments.workers import ignore_sigint, stopped_on_error
+from wakman.experiments.workers import stopped_on_error, worker_signals
 from wakman.experiments.workload_map import AXES, MAP_POLICIES, cell
 from wakman.policies import make_policy
 from wakman.simulation import ServerModel
@@ -391,7 +391,7 @@ def _run_tasks(
     pending, results = list(order), {}
     done_in: dict[str, int] = dict.fromkeys(totals, 0)
     early_jobs = 1 if has_claude and context is not None and jobs > 1 else 0
-    pools: list[tuple[ProcessPoolExecutor, int, bool]] = []  # (pool, workers, may run archive tasks)
+    pools: dict[ProcessPoolExecutor, tuple[int, bool]] = {}  # pool -> (workers, may run archive tasks)
     running: dict[Any, tuple[str, int, ProcessPoolExecutor]] = {}
 
     def feed(pool: ProcessPoolExecutor, workers: int, archive_ok: bool) -> None:
@@ -405,20 +405,17 @@ def _run_tasks(
             running[pool.submit(fn, task)] = (stage, i, pool)
             busy += 1
 
-    executors: list[ProcessPoolExecutor] = []  # the pools, for stopped_on_error
-    with stopped_on_error(executors):
+    with stopped_on_error(pools):
         if early_jobs:
-            early = ProcessPoolExecutor(early_jobs, mp_context=context, initializer=ignore_sigint)
-            executors.append(early)
-            pools.append((early, early_jobs, False))
+            early = ProcessPoolExecutor(early_jobs, mp_context=context, initializer=worker_signals)
+            pools[early] = (early_jobs, False)
             feed(early, early_jobs, False)  # its worker forks now, without the archive
         if has_claude and context is not None:
             _claude_requests = _claude_archive(plan)  # read once: the workers forked next share it
-        late = ProcessPoolExecutor(jobs - early_jobs, mp_context=context, initializer=ignore_sigint)
-        executors.append(late)
-        pools.append((late, jobs - early_jobs, True))
+        late = ProcessPoolExecutor(jobs - early_jobs, mp_context=context, initializer=worker_signals)
+        pools[late] = (jobs - early_jobs, True)
         while pending or running:
-            for pool, workers, archive_ok in pools:
+            for pool, (workers, archive_ok) in pools.items():
                 feed(pool, workers, archive_ok)
             finished, _ = wait(list(running), return_when=FIRST_COMPLETED)
             for future in finished:

@@ -13,7 +13,7 @@ from concurrent.futures import ProcessPoolExecutor, as_completed
 from typing import Any
 
 from wakman.adaptive import simulate
-from wakman.experiments.workers import ignore_sigint, stopped_on_error
+from wakman.experiments.workers import stopped_on_error, worker_signals
 from wakman.simulation import ServerModel, VllmServer
 from wakman.traces.model import Request
 
@@ -64,7 +64,7 @@ def _run_in_workers(
     and the interrupt goes on to the caller."""
     pools: list[ProcessPoolExecutor] = []
     with stopped_on_error(pools):
-        pool = ProcessPoolExecutor(jobs, mp_context=mp.get_context("fork"), initializer=ignore_sigint)
+        pool = ProcessPoolExecutor(jobs, mp_context=mp.get_context("fork"), initializer=worker_signals)
         pools.append(pool)
         futures = {pool.submit(_run, task): i for i, task in enumerate(tasks)}
         for future in as_completed(futures):

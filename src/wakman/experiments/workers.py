@@ -6,12 +6,12 @@ from __future__ import annotations
 
 import multiprocessing as mp
 import signal
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator
 from concurrent.futures import ProcessPoolExecutor
 from contextlib import contextmanager
 
 
-def ignore_sigint() -> None:
+def worker_signals() -> None:
     """A worker's initializer: Ctrl-C is the parent's to handle (no traceback from each worker), and
     SIGTERM (the parent's ``terminate()``) ends the worker at once, as by default, even inside a long
     core call (a Python handler inherited from the parent would wait for the call to return)."""
@@ -20,10 +20,11 @@ def ignore_sigint() -> None:
 
 
 @contextmanager
-def stopped_on_error(pools: list[ProcessPoolExecutor]) -> Iterator[None]:
-    """Run the body that starts and feeds ``pools`` (a list it may still append to). On any exception
-    the pools' queued tasks are cancelled and the worker processes started inside are terminated, then
-    the exception goes on; on a normal exit the pools shut down after their last task."""
+def stopped_on_error(pools: Collection[ProcessPoolExecutor]) -> Iterator[None]:
+    """Run the body that starts and feeds ``pools`` (a list, or a dict keyed by pool, that it may
+    still add to: read on the way out). On any exception the pools' queued tasks are cancelled and
+    the worker processes started inside are terminated, then the exception goes on; on a normal
+    exit the pools shut down after their last task."""
     before = set(mp.active_children())
     try:
         yield
