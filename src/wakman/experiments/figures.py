@@ -114,7 +114,7 @@ def figure_map(payload: dict[str, Any], path: Path) -> None:
                     ax.text(
                         j,
                         i,
-                        f"{x:+z.1f}" if lead else f"{x:z.1f}",
+                        f"{x:+.2f}" if lead else f"{x:z.1f}",  # the lead's sign says who wins: kept
                         ha="center",
                         va="center",
                         fontsize=8,
