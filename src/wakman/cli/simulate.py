@@ -183,10 +183,10 @@ def _vllm_settings(path: Path) -> tuple[dict, TraceView | None]:
                 f"--server-model: {path}: {name} must be {'a number' if kind is float else 'an integer'}"
             )
         settings[name] = kind(value)
-    rules = {"step_s": (">0", MAX_STEP_S), "tokens_per_s": (MIN_TOKENS_PER_S,)}
-    check_numbers(
-        *((f"--server-model {name}", value, *rules.get(name, (">=1",))) for name, value in settings.items())
-    )
+    try:  # the bounds are VllmServer's own (one rule for the file, the flags and the API)
+        VllmServer(**settings)
+    except ValueError as exc:
+        raise ValueError(f"--server-model: {path}: {str(exc).removeprefix('vLLM server: ')}") from None
     return settings, view
 
 
