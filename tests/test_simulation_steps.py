@@ -128,6 +128,9 @@ class Decoding(Steps):
         self.views: list = []
         self.checked = 0
 
+    def watch_decoding(self, view) -> None:
+        self.decoded_blocks = view
+
     def on_arrival(self, now, request) -> None:
         self.views.append((request, self.decoded_blocks.of(request)))
 

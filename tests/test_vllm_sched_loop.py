@@ -327,14 +327,14 @@ def test_a_trace_with_output_keys_is_simulated_as_the_engine_serves_it(policy):
 
 
 class _WithoutLiveView:
-    """A manager as a controller that takes no ``decoded_blocks`` from the loop: it logs the trace's
+    """A manager as a controller that takes no decoded blocks from the loop: it logs the trace's
     output keys, as the simulator did before the live view."""
 
     def __init__(self, manager) -> None:
         self._manager = manager
 
     def __getattr__(self, name: str):
-        if name == "decoded_blocks":
+        if name == "watch_decoding":
             raise AttributeError(name)
         return getattr(self._manager, name)
 

@@ -38,6 +38,7 @@ from wakman.traces.model import Request, joined_keys
 
 if TYPE_CHECKING:
     from wakman.simulation.pool import BlockPool
+    from wakman.simulation.steps import DecodedBlocks
 
 log = logging.getLogger(__name__)
 
@@ -106,9 +107,9 @@ class AdaptiveManager:
         self._error_logged = False
         self._last_signature: tuple[float, float] | None = None
         self.live = self.config.start_policy
-        # set by the step loop (wakman.simulation.steps.DecodedBlocks): each request's decoded blocks
-        # so far, logged as vLLM's plugin logs them; otherwise the trace's output keys are logged
-        self.decoded_blocks: Any = None
+        # the step loop's view (watch_decoding) of each request's decoded blocks so far, logged as
+        # vLLM's plugin logs them; None: the trace's output keys are logged
+        self._decoded: DecodedBlocks | None = None
         # persistent shadows: one per candidate, fed each request once; per request scored:
         # (arrival s, prompt tokens, hit tokens per candidate), the last window_s seconds kept
         self._shadows: dict[str, EvictionPolicy] = {}
@@ -126,8 +127,13 @@ class AdaptiveManager:
     def on_arrival(self, now: float, request: Request) -> None:
         outputs = ()
         if self.config.log_outputs:
-            outputs = request.output_keys if self.decoded_blocks is None else self.decoded_blocks.of(request)
+            outputs = request.output_keys if self._decoded is None else self._decoded.of(request)
         self.estimator.record(now, request.block_keys, request.block_size, request.prompt_tokens, outputs)
+
+    def watch_decoding(self, view: DecodedBlocks | None) -> None:
+        """The step loop's view of each request's decoded blocks so far (None after its run): logged
+        in place of the trace's output keys, as vLLM's plugin logs them."""
+        self._decoded = view
 
     @property
     def free_log(self) -> _core.FreeBlockLog:
@@ -179,7 +185,7 @@ class AdaptiveManager:
         whose windows hold no request are skipped (``_first_due``)."""
         cfg = self.config
         if self.shadow_hits is not None:  # raised here: the replay's errors are logged, not raised
-            if self.decoded_blocks is not None or self.estimator.dropped_requests:
+            if self._decoded is not None or self.estimator.dropped_requests:
                 raise RuntimeError(
                     "shadow_hits: these shadows would see decoded blocks or miss dropped requests"
                 )

@@ -21,8 +21,9 @@ class Controller(Protocol):
         into Python per event: ``free_log`` (a ``wakman._core.FreeBlockLog``), which the loop
         samples with the pool's free blocks at every event before this call, and ``wake_s``
         (seconds, read again after each call): this is called only at events at or after it.
-        A third, ``decoded_blocks``, is set by the step loop (``wakman.simulation.steps``) before
-        the run to a ``DecodedBlocks``: each request's decoded blocks so far, as vLLM shows them."""
+        An optional method, ``watch_decoding(view)``, is called by the step loop
+        (``wakman.simulation.steps``) before the run with a ``DecodedBlocks`` (each request's
+        decoded blocks so far, as vLLM shows them) and after it with None."""
 
     def cache_decide(self, now: float, capacity: int) -> str | None:
         """Cache mode, after ``on_arrival`` of the request that arrived at ``now``: the policy to

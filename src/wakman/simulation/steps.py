@@ -45,7 +45,7 @@ to requests that are not decoding (decoding: past its first token, computing one
 
 The loop is the core's (``core/steps.hpp``, ``wakman._core.serve_steps``), over the same pool and
 controller hooks as ``serve``'s: a controller hears every accepted arrival and the start of every
-step. A controller with a ``decoded_blocks`` attribute gets a ``DecodedBlocks`` there before the run:
+step. A controller with a ``watch_decoding`` method gets a ``DecodedBlocks`` through it before the run:
 what vLLM's request objects show a host as decoding goes on (the output blocks each request's sampled
 tokens have filled so far), for the adaptive manager's log (``log_outputs``), as vLLM's plugin logs
 them.
@@ -81,9 +81,10 @@ def serve_steps(
     """Run the loop above; returns the core's figures (``serve.fill_result`` reads them).
     ``sessions`` / ``session_ends_after_s``: the session hints (``ServeSimulation``)."""
     sampled = None
-    if controller is not None and hasattr(controller, "decoded_blocks"):
+    watch = getattr(controller, "watch_decoding", None)
+    if watch is not None:
         sampled = np.zeros(len(requests), dtype=np.int64)
-        controller.decoded_blocks = DecodedBlocks(requests, sampled)
+        watch(DecodedBlocks(requests, sampled))
     try:
         return _core.serve_steps(
             pool,
@@ -103,8 +104,8 @@ def serve_steps(
             session_ends_after_s,
         )
     finally:
-        if sampled is not None:  # the views logged keep their own reference; no later run reads this one
-            controller.decoded_blocks = None
+        if watch is not None:  # the views logged keep their own reference; no later run reads this one
+            watch(None)
 
 
 class DecodedBlocks:
