@@ -201,8 +201,75 @@ def test_the_comparison_with_lru_holds_when_lru_is_not_asked_for(trace_file, req
     assert [r["policy"] for r in at["rows"]] == ["s3fifo"]
     lru, s3 = (simulate(reqs, name, 1500, mode=mode) for name in ("lru", "s3fifo"))
     assert at["rows"][0]["points_vs_lru"] == pytest.approx(100 * (s3.hit_rate - lru.hit_rate))
-    assert at["gain_points_vs_lru"] == pytest.approx(100 * (s3.hit_rate - lru.hit_rate))
-    assert at["prefill_tokens_saved_vs_lru"] == s3.hit_tokens - lru.hit_tokens
+    assert at["rows"][0]["prefill_tokens_saved_vs_lru"] == s3.hit_tokens - lru.hit_tokens
+    best = "s3fifo" if s3.hit_rate > lru.hit_rate else "lru"  # LRU stays unless beaten
+    assert at["best"] == best
+    assert at["gain_points_vs_lru"] == pytest.approx(max(0.0, 100 * (s3.hit_rate - lru.hit_rate)))
+
+
+@pytest.mark.parametrize(
+    ("mode", "listed"), [("cache", "fifo,sieve"), ("cache", "fifo"), ("serve", "fifo,sieve")]
+)
+def test_lru_stays_the_advice_unless_a_listed_policy_beats_it(trace_file, reqs, mode, listed):
+    """The best policy at your size is vLLM's default LRU unless a listed policy's hit rate is above
+    LRU's (each checked against the simulator's own runs): listing only worse policies, or one that
+    ties, never turns a loss or a zero gain into a recommendation."""
+    args = ["advise", str(trace_file), "--mode", mode, "--capacity-blocks", "600", "--points", "2"]
+    result = CliRunner().invoke(app, [*args, "--policies", listed, "--jobs", "1", "--json"])
+    assert result.exit_code == 0, result.output
+    at = json.loads(result.stdout)["at_capacity"]
+    names = listed.split(",")
+    rates = {name: simulate(reqs, name, 600, mode=mode).hit_rate for name in ["lru", *names]}
+    assert min(rates[n] for n in names) < rates["lru"]  # a listed policy loses: the case at stake
+    winner = max(names, key=lambda n: rates[n])
+    expected = winner if rates[winner] > rates["lru"] else "lru"
+    assert at["best"] == expected and at["best_hit_rate"] == rates[expected]
+    assert at["gain_points_vs_lru"] == pytest.approx(100 * (rates[expected] - rates["lru"]))
+    text = CliRunner().invoke(app, [*args, "--policies", listed, "--jobs", "1"]).stdout
+    kept = "best at your size: lru, vLLM's default" in text and "no listed policy beats it" in text
+    assert kept == (expected == "lru")
+    # a cache that holds every block: every policy ties with LRU, listed first or not
+    big = ["advise", str(trace_file), "--mode", mode, "--capacity-blocks", "100000", "--points", "2"]
+    tied = CliRunner().invoke(app, [*big, "--policies", "fifo,lru", "--jobs", "1", "--json"])
+    at = json.loads(tied.stdout)["at_capacity"]
+    assert {r["hit_rate"] for r in at["rows"]} == {
+        rates_big := simulate(reqs, "lru", 100000, mode=mode).hit_rate
+    }
+    assert at["best"] == "lru" and at["gain_points_vs_lru"] == 0 and rates_big > 0
+
+
+def test_human_tokens_shows_signs_and_units():
+    assert adv.human_tokens(4_450_304) == "4.45 M"
+    assert adv.human_tokens(-4_450_304) == "-4.45 M"
+    assert adv.human_tokens(6_700, signed=True) == "+6.7 k"
+    assert adv.human_tokens(-113_200, signed=True) == "-113.2 k"
+    assert adv.human_tokens(0, signed=True) == "0"
+    assert adv.human_tokens(2.5e9) == "2.50 G"
+
+
+def test_a_plot_that_cannot_be_written_keeps_the_output(trace_file):
+    """`--plot` to a full device: the advice is still printed (stdout), then one error line naming
+    --plot and exit 2."""
+    args = [
+        "advise",
+        str(trace_file),
+        "--capacity-blocks",
+        "600",
+        "--points",
+        "2",
+        "--policies",
+        "lru,s3fifo",
+    ]
+    proc = subprocess.run(
+        [sys.executable, "-m", "wakman.cli.main", *args, "--jobs", "1", "--json", "--plot", "/dev/full"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 2
+    assert json.loads(proc.stdout)["at_capacity"]["capacity_blocks"] == 600
+    assert proc.stderr.strip().splitlines()[-1].startswith("error: --plot /dev/full: not written")
+    assert "Traceback" not in proc.stderr
 
 
 def test_the_sweep_table_marks_sizes_where_requests_were_rejected(trace_file):
@@ -255,6 +322,10 @@ def test_hint_mode_runs_beside_the_policies_and_is_never_the_best(trace_file, re
         (["--capacity-blocks", "0"], "--capacity-blocks"),
         (["--model", "llama-9000"], "--model"),
         (["--gpu-memory", "10"], "--gpu-memory"),
+        (
+            ["--gpu-memory", "inf", "--model", "Qwen/Qwen3-8B"],
+            "--gpu-memory must be a finite number > 0 and at most",
+        ),
         (["--policies", "lru,nope"], "--policies"),
         (["--mode", "fast"], "--mode"),
         (["--model", "Qwen/Qwen3-8B", "--kv-bytes-per-token", "10"], "--model"),

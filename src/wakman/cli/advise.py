@@ -126,7 +126,7 @@ def advise(
     within --target of it, and the best policy at your cache size."""
     started = time.perf_counter()
     path = trace or BUNDLED_MOONCAKE
-    with cli_errors(), stdout_to_stderr(as_json):
+    with cli_errors(), stdout_to_stderr(as_json):  # the work; the output follows, outside it
         if not 0 < target <= 1:
             raise ValueError(f"--target must lie in (0, 1], got {target}")
         if mode not in ("cache", "serve"):
@@ -225,12 +225,19 @@ def advise(
                 "never chosen as the best policy (it needs clients that send both)",
             }
         result["wall_s"] = time.perf_counter() - started
+        plot_error = None  # a plot that cannot be written loses none of the run's output
         if plot is not None:
-            result["plot"] = str(plot_advice(result, curve, layout, plot))
-    if as_json:
-        print(json_text(result))
-        return
-    _print(result)
+            try:
+                result["plot"] = str(plot_advice(result, curve, layout, plot))
+            except OSError as exc:
+                plot_error = f"--plot {plot}: not written ({exc.strerror or exc})"
+    with cli_errors():
+        if as_json:
+            print(json_text(result))
+        else:
+            _print(result)
+        if plot_error is not None:
+            raise ValueError(plot_error)
 
 
 def _sweep_cell(row: dict[str, Any] | None) -> str:
@@ -350,7 +357,7 @@ def _print(result: dict[str, Any]) -> None:
             f"{row['hit_rate']:z.4f}",
             f"{row['points_vs_lru']:+z.2f}" if "points_vs_lru" in row else "-",
             adv.human_tokens(row["prefill_tokens_saved"]),
-            f"{row['prefill_tokens_saved_vs_lru'] / 1e6:+,.2f} M"
+            adv.human_tokens(row["prefill_tokens_saved_vs_lru"], signed=True)
             if "prefill_tokens_saved_vs_lru" in row
             else "-",
         ]
@@ -367,12 +374,19 @@ def _print(result: dict[str, Any]) -> None:
             "not a candidate for the best policy",
             highlight=False,
         )
-    if "best" in at:
+    if at.get("best") == "lru":
+        console.print(
+            f"best at your size: [bold]lru[/bold], vLLM's default ({at['best_hit_rate']:z.4f}): "
+            "no listed policy beats it",
+            highlight=False,
+        )
+    elif "best" in at:
         line = f"best at your size: [bold]{at['best']}[/bold] ({at['best_hit_rate']:z.4f})"
         if "gain_points_vs_lru" in at:
             line += (
                 f", {at['gain_points_vs_lru']:+z.2f} points over vLLM's default LRU, "
-                f"{adv.human_tokens(at['prefill_tokens_saved_vs_lru'])} prefill tokens saved over the trace"
+                f"{adv.human_tokens(at['prefill_tokens_saved_vs_lru'])} more prefill tokens saved "
+                "over the trace"
             )
         console.print(line, highlight=False)
     console.print(f"[dim]{result['wall_s']:z.1f} s[/dim]")

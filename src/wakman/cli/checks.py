@@ -39,11 +39,14 @@ def check_numbers(*checks: tuple[str, float | None, str] | tuple[str, float | No
             continue
         op = ">=" if rule.startswith(">=") else ">"
         least = float(rule[len(op) :])
-        if not (isinstance(value, int) or math.isfinite(value)) or not (
-            value >= least if op == ">=" else value > least
-        ):
-            raise ValueError(f"{flag} must be {op} {rule[len(op) :]}, got {_shown(value)}")
         bound = most[0] if most else INT_MAX if isinstance(value, int) else None
+        if not (isinstance(value, int) or math.isfinite(value)):
+            at_most = f" and at most {_shown(bound)}" if bound is not None else ""
+            raise ValueError(
+                f"{flag} must be a finite number {op} {rule[len(op) :]}{at_most}, got {_shown(value)}"
+            )
+        if not (value >= least if op == ">=" else value > least):
+            raise ValueError(f"{flag} must be {op} {rule[len(op) :]}, got {_shown(value)}")
         if bound is not None and value > bound:
             raise ValueError(f"{flag} must be at most {_shown(bound)}, got {_shown(value)}")
 

@@ -132,7 +132,7 @@ def smallest_sampled(rows: list[dict], policy: str, threshold_rate: float) -> tu
 
 def best_at(rows: list[dict], capacity: int) -> dict | None:
     """The online policy with the highest hit rate at ``capacity`` (first listed wins a tie; never an
-    oracle or hint mode)."""
+    oracle or hint mode). ``build_report`` then keeps LRU unless this beats it."""
     best = None
     for row in rows:
         if row["capacity_blocks"] != capacity or row["policy"] in NOT_CANDIDATES:
@@ -148,7 +148,12 @@ def log_points(curve: LruCurve, n: int = 400) -> list[int]:
     return sorted({round(x) for x in np.geomspace(1, top, n)})
 
 
-def human_tokens(tokens: float) -> str:
+def human_tokens(tokens: float, signed: bool = False) -> str:
+    """``tokens`` in G, M or k (``signed``: with its sign, + included; a negative count always
+    shows its minus)."""
+    if tokens < 0 or signed:
+        sign = "-" if tokens < 0 else "+" if signed and tokens > 0 else ""
+        return sign + human_tokens(abs(tokens))
     if tokens >= 1e9:
         return f"{tokens / 1e9:z.2f} G"
     if tokens >= 1e6:
@@ -249,6 +254,8 @@ def build_report(
             "rows": here,
             "lru_curve_hit_rate": curve.hit_rate(capacity),
         }
+        if lru is not None and (best is None or best["hit_rate"] <= lru["hit_rate"]):
+            best = lru  # no listed policy beats vLLM's default: keep it (it wins a tie)
         if best is not None:
             at["best"] = best["policy"]
             at["best_hit_rate"] = best["hit_rate"]

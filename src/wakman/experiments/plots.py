@@ -143,11 +143,41 @@ def plot_advice(result: dict[str, Any], curve: LruCurve, layout: KVLayout | None
         lw=1.5,
         label="lru (exact curve, cache mode)",
     )
+    rejected_any = False
     for name in dict.fromkeys(r["policy"] for r in result["sweep"]):
-        points = sorted((r["capacity_blocks"], r["hit_rate"]) for r in result["sweep"] if r["policy"] == name)
         if name == "lru" and result["mode"] == "cache":
             continue
-        ax.plot([scale(p[0]) for p in points], [p[1] for p in points], marker="o", ms=3, label=name)
+        rows = sorted((r for r in result["sweep"] if r["policy"] == name), key=lambda r: r["capacity_blocks"])
+        kept = [r for r in rows if not r.get("rejected")]
+        (line,) = ax.plot(
+            [scale(r["capacity_blocks"]) for r in kept],
+            [r["hit_rate"] for r in kept],
+            marker="o",
+            ms=3,
+            label=name,
+        )
+        left_out = [r for r in rows if r.get("rejected")]  # hit rates over the requests that fit only
+        if left_out:
+            rejected_any = True
+            ax.plot(
+                [scale(r["capacity_blocks"]) for r in left_out],
+                [r["hit_rate"] for r in left_out],
+                linestyle="none",
+                marker="o",
+                ms=5,
+                mfc="none",
+                color=line.get_color(),
+            )
+    if rejected_any:
+        ax.plot(
+            [],
+            [],
+            linestyle="none",
+            marker="o",
+            mfc="none",
+            color="grey",
+            label="hollow: requests rejected (too long)",
+        )
     ax.axhline(curve.ceiling, color="grey", linestyle="--", label=f"infinite cache {curve.ceiling:.3f}")
     ax.axhline(
         result["target_hit_rate"], color="grey", linestyle=":", label=f"{result['target']:g} of ceiling"
@@ -164,6 +194,7 @@ def plot_advice(result: dict[str, Any], curve: LruCurve, layout: KVLayout | None
     ax.set_xlabel("KV cache (GiB)" if layout else "cache size (blocks)")
     ax.set_ylabel("prefix-cache hit rate (tokens)")
     ax.set_title(f"{Path(result['trace']).name}: hit rate against cache size ({result['mode']} mode)")
+    ax.set_ylim(bottom=0)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
     return save_figure(fig, path)
