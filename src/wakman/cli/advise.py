@@ -159,7 +159,9 @@ def advise(
             requests = list(counted(open_trace(path, fmt, block_size), progress, f"reading {path.name}"))
             if sessions:
                 require_session_ids(path, requests)
+            curve_task = progress.add_task("exact LRU curve", total=1)
             curve = adv.lru_curve(requests)
+            progress.update(curve_task, completed=1)
             if gpu_memory is not None:
                 assert layout is not None
                 capacity = layout.blocks_in(gpu_memory, curve.block_size)
@@ -199,7 +201,9 @@ def advise(
             )
             baseline = None  # serve mode, LRU left out of --policies: its run at your size, to compare with
             if capacity is not None and "lru" not in names and chosen == "serve":
+                base_task = progress.add_task("lru at your size (the baseline)", total=1)
                 baseline = run_grid(requests, ["lru"], [capacity], mode=chosen, server=server, jobs=1)[0]
+                progress.update(base_task, completed=1)
         del requests
         if "lru" in names and chosen == "cache":
             rows = [adv.curve_row(curve, c) for c in sizes] + rows

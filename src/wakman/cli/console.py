@@ -8,6 +8,7 @@ import json
 import math
 import os
 import sys
+import time
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager, suppress
 from typing import TYPE_CHECKING
@@ -46,9 +47,19 @@ def json_text(value: object, **options: object) -> str:
 
 
 class HiddenProgress:
-    """What ``progress_bars(disable=True)`` gives: the calls the commands make on a progress
-    display (a context manager, ``add_task``, ``update``, ``advance``), each doing nothing, without
-    loading rich's live display (about 0.01 s of a short command's start-up)."""
+    """What ``progress_bars(disable=True)`` gives where there is no terminal to draw on (a pipe, a
+    file, nohup, CI): the calls the commands make on a progress display (a context manager,
+    ``add_task``, ``update``, ``advance``), without loading rich's live display (about 0.01 s of a
+    short command's start-up). With ``to``, a long run is not silent: once ``every_s`` seconds
+    (wall clock) have passed since the last line (or the start), the next update prints one plain
+    line per unfinished task, ``description: done/total, N s``; a run shorter than that prints
+    nothing."""
+
+    def __init__(self, to: Console | None = None, every_s: float = 60.0) -> None:
+        self._to = to
+        self._every_s = every_s
+        self._started = self._last = time.monotonic()
+        self._tasks: list[list] = []  # per task id: [description, total or None, completed]
 
     def __enter__(self) -> HiddenProgress:
         return self
@@ -56,14 +67,49 @@ class HiddenProgress:
     def __exit__(self, *exc: object) -> None:
         return None
 
-    def add_task(self, *args: object, **kwargs: object) -> int:
-        return 0
+    def add_task(self, description: str = "", total: float | None = None, **kwargs: object) -> int:
+        self._tasks.append([description, total, float(kwargs.get("completed", 0) or 0)])
+        return len(self._tasks) - 1
 
-    def update(self, *args: object, **kwargs: object) -> None:
-        return None
+    def update(
+        self,
+        task: int,
+        *,
+        completed: float | None = None,
+        advance: float | None = None,
+        total: float | None = None,
+        description: str | None = None,
+        **kwargs: object,
+    ) -> None:
+        entry = self._tasks[task]
+        if description is not None:
+            entry[0] = description
+        if total is not None:
+            entry[1] = total
+        if completed is not None:
+            entry[2] = float(completed)
+        if advance is not None:
+            entry[2] += advance
+        self._report()
 
-    def advance(self, *args: object, **kwargs: object) -> None:
-        return None
+    def advance(self, task: int, advance: float = 1) -> None:
+        self._tasks[task][2] += advance
+        self._report()
+
+    def _report(self) -> None:
+        if self._to is None:
+            return
+        now = time.monotonic()
+        if now - self._last < self._every_s:
+            return
+        self._last = now
+        for description, total, completed in self._tasks:
+            if total is not None and completed >= total:
+                continue
+            done = f"{completed:,.0f}" + (f"/{total:,.0f}" if total is not None else "")
+            self._to.print(
+                f"{description}: {done}, {now - self._started:,.0f} s", markup=False, highlight=False
+            )
 
 
 def progress_bars(
@@ -71,9 +117,9 @@ def progress_bars(
 ) -> Progress | HiddenProgress:
     """The CLI's progress display: label, bar, done/total, elapsed time, on the shared console (or
     ``to``: ``err_console`` keeps stdout clean for machine-read output); ``disable=True`` (no
-    terminal to draw on): a ``HiddenProgress``."""
+    terminal to draw on): a ``HiddenProgress`` that prints a plain line a minute on a long run."""
     if options.get("disable"):
-        return HiddenProgress()
+        return HiddenProgress(to)
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     return Progress(
