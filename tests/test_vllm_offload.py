@@ -4,6 +4,7 @@
 
 from __future__ import annotations
 
+import logging
 import random
 
 import pytest
@@ -661,17 +662,24 @@ def phased(n_phase: int = 150) -> list[list]:
 
 
 @pytest.mark.parametrize("preset", ["wakman", "wakman-plus"])
-def test_adaptive_decides_at_the_tier_capacity_and_switches(preset):
+def test_adaptive_decides_at_the_tier_capacity_and_switches(preset, caplog):
+    """The phases change which candidate wins: the tier's manager decides at its capacity, switches,
+    and logs each switch as the scheduler's does."""
     m = manager(preset, 40)
     pol = m._policy
     clock = iter(range(10**6))
     pol.clock = lambda: next(clock) * 10.0  # each finished request 10 s after the last
-    log = serve_requests(m, phased())
+    with caplog.at_level(logging.INFO, logger="wakman"):
+        log = serve_requests(m, phased())
     check(m)
     decisions = pol.manager.decisions
     assert len(decisions) >= 3
     assert all(d.shadow_capacity == 40 for d in decisions if d.requests)
     assert any(d.rates for d in decisions)
+    switched = [d for d in decisions if d.switched]
+    assert switched
+    said = [r.getMessage() for r in caplog.records if "offload tier's live policy is now" in r.getMessage()]
+    assert len(said) == len(switched) and said[0].split(" now ")[1].startswith(switched[0].choice)
     assert hit_chunks(log) > 0
     config = pol.manager.config
     assert pol.live_policy in config.candidates

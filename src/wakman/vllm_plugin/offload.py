@@ -7,8 +7,8 @@ are such policies, loaded by vLLM's own ``CachePolicyFactory`` from ``kv_connect
 (``docs/vllm.md`` has the full command line). One class per policy name: ``WakmanLRU``,
 ``WakmanFIFO``, ``WakmanS3FIFO``, ``WakmanSieve``, ``WakmanARC``, ``WakmanChainLRU``,
 ``WakmanAdaptive`` (the ``wakman`` preset) and ``WakmanPlus`` (``wakman-plus``); ``WakmanPolicy``
-reads the name from the environment variable ``WAKMAN_OFFLOAD_POLICY`` (``lru`` when unset; set
-but empty is refused). The factory passes a policy nothing but its capacity, and it resolves
+reads the name from the environment variable ``WAKMAN_OFFLOAD_POLICY`` (``lru`` when unset or
+empty). The factory passes a policy nothing but its capacity, and it resolves
 vLLM's own names (``lru``, ``arc``) before the module path: ``"eviction_policy": "lru"`` builds
 vLLM's LRU even with this module's path. Any other name this module lacks fails with the list of
 its classes (module ``__getattr__``). This module is the only one of wakman that imports vLLM's
@@ -35,7 +35,11 @@ What each vLLM call does to the core policy ``P`` (outside ``lru``):
   inserts ``ref_cnt == -1``, i.e. pinned.
 - ``mark_non_evictable`` / ``mark_evictable`` (``ref_cnt`` leaves / reaches 0): ``P.pin`` /
   ``P.unpin``. By the core's pinning rule a released chunk re-enters at the newest position of its
-  segment.
+  segment, as a freed block does in vLLM's GPU free queue: a load (pinned while it reads) or an
+  offer that protects a chunk re-ranks it as recency does, also under ``fifo``, ``sieve`` and
+  ``s3fifo``, whose own hit does not move a key (vLLM's ``arc`` leaves a pinned chunk in place).
+  The adaptive classes' shadows replay each request's chunks as accesses and do not model that
+  re-ranking.
 - ``on_store_miss(keys)``: ``P.inserting_for(root)``, the request's root (below: the chunks the
   manager inserts next are the request's), then ``P.miss(k)`` for each key, last key first, before
   the manager evicts and inserts: the ghost hits of S3-FIFO and ARC are seen at the miss, as the
@@ -391,8 +395,10 @@ class WakmanCachePolicy(CachePolicy):
         if pending is None:
             return
         replay = manager.replay_hook or manager.replay
-        switch_to = manager.close_decision(pending, *timed_replay(replay, pending))
+        rates, error, wall_s = timed_replay(replay, pending)
+        switch_to = manager.close_decision(pending, rates, error, wall_s)
         if switch_to is not None:
+            log.info("wakman: offload tier's live policy is now %s (shadow hit rates %s)", switch_to, rates)
             new = manager.make_policy(switch_to, self.policy.capacity)
             new.reserve()
             self.policy = handover(self.policy, new)
