@@ -96,6 +96,26 @@ def test_a_request_without_a_positive_prompt_length_is_refused(tmp_path, bad, wh
     assert (info.value.path, info.value.field) == (str(path), field)
 
 
+@pytest.mark.parametrize(
+    ("ids", "message"),
+    [([1, 2, 3], "3 blocks for 64 tokens"), ([2**32], r"ids must lie in \[0, 2\*\*32\)"), ([1.5], "int")],
+)
+def test_bad_hash_ids_name_the_request_they_belong_to(tmp_path, ids, message):
+    """Too many ids for the prompt, an id out of range, a float: the error names the request's path
+    in the file (a Claude Code conversation holds thousands of requests), not the field alone."""
+    broken = {
+        "t": 1.0,
+        "type": "subagent",
+        "agent_id": "a1",
+        "requests": [req(0.0, 64, [7]), req(2.0, 64, ids)],
+    }
+    path = tmp_path / "c.json"
+    path.write_text(json.dumps(conv("c", [req(0.0, 640, list(range(10))), broken])))
+    with pytest.raises(TraceFormatError, match=message) as info:
+        rows(path)
+    assert (info.value.path, info.value.field) == (str(path), "requests[1].requests[1].hash_ids")
+
+
 # --- .json.gz conversations, .tar.bz2 archives -----------------------------------------------------
 
 A = conv("a", [req(0.0, 640, list(range(1, 11))), req(10.0, 1280, list(range(1, 21)))])
@@ -239,6 +259,23 @@ def test_files_sharing_a_conversation_id_stay_separate_sessions(tmp_path):
         sessions.setdefault(r[1], set()).update(k >> 32 for k in r[5])
     # name order: setA/t.json (1), setB/t.json (2), setB/u.json (3); each session in its own namespace
     assert sessions == {"c#1": {1}, "c#1/x": {1}, "c#2": {2}, "c#2/x": {2}, "d": {3}}
+
+
+def test_global_ids_are_shared_across_files_and_local_ones_are_not(tmp_path):
+    """``hash_id_scope: "global"``: an id names the same text in every global file (one key, reuse
+    across conversations); a local file's same id is its own. An unknown scope is refused."""
+    write(tmp_path / "a.json", {**conv("a", [req(0.0, 640, list(range(1, 11)))]), "hash_id_scope": "global"})
+    write(tmp_path / "b.json", {**conv("b", [req(5.0, 640, list(range(1, 11)))]), "hash_id_scope": "global"})
+    write(tmp_path / "c.json", conv("c", [req(9.0, 640, list(range(1, 11)))]))
+    keys = {r[1]: r[5] for r in rows(tmp_path)}
+    assert keys["a"] == keys["b"] == list(range(1, 11))  # namespace 0: the ids themselves
+    assert keys["c"] == [3 * NS + i for i in range(1, 11)]  # c.json is third in name order
+    from wakman.traces.stats import compute_stats
+
+    assert compute_stats(read_trace(tmp_path), lru_curve=False).distinct_blocks == 20  # a/b's ten, c's ten
+    write(tmp_path / "d.json", {**conv("d", [req(0.0, 64, [1])]), "hash_id_scope": "session"})
+    with pytest.raises(TraceFormatError, match=r"d\.json.*hash_id_scope.*'session'"):
+        rows(tmp_path)
 
 
 # --- a session's turns share one buffer ------------------------------------------------------------

@@ -16,12 +16,15 @@ short (even at a member's end, which tarfile alone reads as the end) is refused,
 conversations. Gzip is recognised by its magic bytes; a ``.json.gz`` conversation reads exactly as
 the ``.json`` it holds (name order ignores the ``.gz``).
 
-Ids are local to a file, so each conversation's ids are namespaced: key = ``(n << 32) | id`` where n
-is the conversation's 1-based position in name order (file name, then full path). There is no global
-clock: conversations start as a Poisson process of ``rate`` conversations per second (seeded,
-exponential gaps, the first at 0), each keeping its own gaps. A conversation's session id is its
-``id``, or ``<id>#<n>`` (n as above) where several files carry the same ``id``, so that two files
-never share a session; a sub-agent's is its parent's session id, ``/`` and its ``agent_id``
+With ``hash_id_scope: "local"`` (upstream's, and the default) ids are local to a file, so each
+conversation's ids are namespaced: key = ``(n << 32) | id`` where n is the conversation's 1-based
+position in name order (file name, then full path); its sub-agents share its namespace. With
+``"global"`` an id means the same text in every file of that scope: key = ``id``, shared by every
+global conversation and by none of the local ones. Any other scope is refused, naming the file.
+There is no global clock: conversations start as a Poisson process of ``rate`` conversations per
+second (seeded, exponential gaps, the first at 0), each keeping its own gaps. A conversation's
+session id is its ``id``, or ``<id>#<n>`` (n as above) where several files carry the same ``id``, so
+that two files never share a session; a sub-agent's is its parent's session id, ``/`` and its ``agent_id``
 (``subagent`` if none): ``conv/agent_1``, and ``conv/agent_1/agent_2`` for a sub-agent's sub-agent.
 Sub-agent requests, at any depth, carry the label ``claude-code-subagent``; the others ``claude-code``.
 
@@ -59,6 +62,7 @@ ARCHIVE_SUFFIXES = (".tar", ".tar.gz", ".tgz", ".tar.xz", ".txz", ".tar.bz2", ".
 # A conversation file, plain or gzip-compressed (in a folder or an archive).
 CONVERSATION_SUFFIXES = (".json", ".json.gz")
 
+SCOPES = ("local", "global")  # hash_id_scope: ids per file, or shared by every global file
 DEFAULT_RATE = 1 / 60.0  # conversations per second: one new Claude Code session a minute
 DEFAULT_SEED = 0
 _MISSING = msgspec.Raw(b"")  # a request without hash_ids (JSON never decodes to an empty Raw)
@@ -105,7 +109,8 @@ class _Ids:
         self.raw = b""
         self.ids = np.zeros(0, dtype=np.int64)
 
-    def decode(self, raw: bytes) -> np.ndarray:
+    def decode(self, raw: bytes, field: str = "hash_ids") -> np.ndarray:
+        """``raw``'s ids; an error names ``field`` (the request's path, ``requests[3].hash_ids``)."""
         shared = start = 0
         m = min(len(raw), len(self.raw))
         if m > 1:
@@ -117,9 +122,9 @@ class _Ids:
         try:
             tail = _id_list.decode(b"[" + raw[start:] if start else raw)
         except msgspec.MsgspecError as exc:
-            raise TraceFormatError(self.source, 0, "hash_ids", str(exc)) from exc
+            raise TraceFormatError(self.source, 0, field, str(exc)) from exc
         if tail and (min(tail) < 0 or max(tail) >= 1 << 32):
-            raise TraceFormatError(self.source, 0, "hash_ids", "local ids must lie in [0, 2**32)")
+            raise TraceFormatError(self.source, 0, field, "ids must lie in [0, 2**32)")
         ids = np.array(tail, dtype=np.int64)
         if shared:
             ids = np.concatenate((self.ids[:shared], ids))
@@ -140,6 +145,7 @@ class _Stored(NamedTuple):
     block_size: int
     shared: int
     tail: np.ndarray
+    where: str  # its path in the file, for errors: "requests[3]", "requests[5].requests[0]"
 
 
 def is_archive(path: Path) -> bool:
@@ -225,10 +231,10 @@ def _sources(path: Path) -> Iterator[tuple[str, bytes]]:
         yield str(path), _unzip(str(path), path.read_bytes())
 
 
-def _flatten(conv: Conversation, source: str) -> list[tuple[float, str, str, TesterRequest, np.ndarray]]:
-    """The conversation's requests in its own time, as (arrival, session, label, request, local ids);
-    sub-agents, at any depth, each their own session (``_Stored.session``)."""
-    out: list[tuple[float, str, str, TesterRequest, np.ndarray]] = []
+def _flatten(conv: Conversation, source: str) -> list[tuple[float, str, str, TesterRequest, np.ndarray, str]]:
+    """The conversation's requests in its own time, as (arrival, session, label, request, local ids,
+    its path in the file); sub-agents, at any depth, each their own session (``_Stored.session``)."""
+    out: list[tuple[float, str, str, TesterRequest, np.ndarray, str]] = []
 
     def add(items: list[TesterRequest], offset: float, session: str, label: str, where: str) -> None:
         ids = _Ids(source)
@@ -252,7 +258,8 @@ def _flatten(conv: Conversation, source: str) -> list[tuple[float, str, str, Tes
             if item.hash_ids is _MISSING:
                 message = "missing: a request lists its blocks' ids ([] for a prompt under one block)"
                 raise TraceFormatError(source, 0, f"{where}[{i}].hash_ids", message)
-            out.append((offset + item.t, session, label, item, ids.decode(bytes(item.hash_ids))))
+            keys = ids.decode(bytes(item.hash_ids), f"{where}[{i}].hash_ids")
+            out.append((offset + item.t, session, label, item, keys, f"{where}[{i}]"))
 
     add(conv.requests, 0.0, "", "claude-code", "requests")
     out.sort(key=lambda r: r[0])
@@ -264,7 +271,7 @@ def _store(conv: Conversation, source: str) -> list[_Stored]:
     order, the order they are yielded in); keys still local."""
     previous: dict[str, np.ndarray] = {}
     stored: list[_Stored] = []
-    for arrival, session, label, item, ids in _flatten(conv, source):
+    for arrival, session, label, item, ids, where in _flatten(conv, source):
         before = previous.get(session)
         shared = 0
         if before is not None:
@@ -274,7 +281,9 @@ def _store(conv: Conversation, source: str) -> list[_Stored]:
         previous[session] = ids
         tail = ids[shared:].astype(np.uint32)
         assert item.in_ is not None  # _flatten refuses a request without one
-        stored.append(_Stored(arrival, session, label, item.in_, item.out, conv.block_size, shared, tail))
+        stored.append(
+            _Stored(arrival, session, label, item.in_, item.out, conv.block_size, shared, tail, where)
+        )
     return stored
 
 
@@ -283,13 +292,19 @@ def read(path: str | Path, rate: float = DEFAULT_RATE, seed: int = DEFAULT_SEED)
     if rate <= 0:
         raise ValueError(f"rate must be > 0 conversations per second, got {rate}")
     path = Path(path)
-    named: list[tuple[str, str, str, list[_Stored]]] = []  # (name, source, conversation id, requests)
+    # (name, source, conversation id, requests, whether its ids are global)
+    named: list[tuple[str, str, str, list[_Stored], bool]] = []
     for source, raw in _sources(path):
         try:
             conv = _conversation.decode(raw)
         except DECODE_ERRORS as exc:
             raise decode_error(source, 0, exc) from exc
-        named.append((source.rsplit("!", 1)[-1].removesuffix(".gz"), source, conv.id, _store(conv, source)))
+        if conv.hash_id_scope not in SCOPES:
+            raise TraceFormatError(
+                source, 0, "hash_id_scope", f"{conv.hash_id_scope!r}: must be one of {', '.join(SCOPES)}"
+            )
+        name = source.rsplit("!", 1)[-1].removesuffix(".gz")
+        named.append((name, source, conv.id, _store(conv, source), conv.hash_id_scope == "global"))
         del conv, raw  # the raw text is held by the decoded ids until here
     if not named:
         raise TraceFormatError(path, 0, "-", "no conversations found")
@@ -303,14 +318,16 @@ def read(path: str | Path, rate: float = DEFAULT_RATE, seed: int = DEFAULT_SEED)
         )
     timeline: list[tuple[float, int, int, _Stored]] = []
     remaining: dict[tuple[int, str], int] = {}  # requests still to yield, per session
-    sources = [source for _, source, _, _ in named]
-    repeated = Counter(conv_id for _, _, conv_id, _ in named)
+    sources = [source for _, source, _, _, _ in named]
+    repeated = Counter(conv_id for _, _, conv_id, _, _ in named)
     names = [
         conv_id if repeated[conv_id] == 1 else f"{conv_id}#{c + 1}"
-        for c, (_, _, conv_id, _) in enumerate(named)
+        for c, (_, _, conv_id, _, _) in enumerate(named)
     ]
+    # each conversation's key namespace: its own (local ids), or 0, shared by the global ones
+    namespaces = [np.uint64(0 if is_global else (c + 1) << 32) for c, (*_, is_global) in enumerate(named)]
     session_ids: dict[tuple[int, str], str] = {}  # one string per session, shared by its requests
-    for c, (start, (_, _, _, stored)) in enumerate(zip(starts.tolist(), named, strict=True)):
+    for c, (start, (_, _, _, stored, _)) in enumerate(zip(starts.tolist(), named, strict=True)):
         for i, req in enumerate(stored):
             timeline.append((start + req.arrival_s, c, i, req))
             remaining[c, req.session] = remaining.get((c, req.session), 0) + 1
@@ -321,7 +338,7 @@ def read(path: str | Path, rate: float = DEFAULT_RATE, seed: int = DEFAULT_SEED)
     previous_arrival, block_size = 0.0, None
     for arrival, c, _, req in timeline:
         session = (c, req.session)
-        tail = req.tail.astype(np.uint64) | np.uint64((c + 1) << 32)  # conversation c + 1's namespace
+        tail = req.tail.astype(np.uint64) | namespaces[c]
         chain = chains.get(session)
         if chain is None:
             chain = chains[session] = KeyChain()
@@ -338,7 +355,11 @@ def read(path: str | Path, rate: float = DEFAULT_RATE, seed: int = DEFAULT_SEED)
             session_id=session_ids[session],
             label=req.label,
         )
-        validate_request(out, sources[c], 0, previous_arrival, _FIELDS, trace_block_size=block_size)
+        try:
+            validate_request(out, sources[c], 0, previous_arrival, _FIELDS, trace_block_size=block_size)
+        except TraceFormatError as exc:  # name the request in its file, as the reader's own checks do
+            field = exc.field if exc.field == "block_size" else f"{req.where}.{exc.field}"
+            raise TraceFormatError(exc.path, 0, field, exc.message) from None
         previous_arrival, block_size = arrival, out.block_size
         yield out
 
