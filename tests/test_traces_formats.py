@@ -443,3 +443,36 @@ def test_jsonl_rows_in_a_json_file_are_not_taken_for_a_conversation(tmp_path):
     assert len(list(read_trace(path))) == 2
     conversation = {"id": "c", "block_size": 64, "requests": [{"t": 0, "in": 100, "out": 5, "hash_ids": [1]}]}
     assert detect_format(_session_rows(tmp_path / "c.json", conversation)) == "kv-cache-tester"
+
+
+@pytest.mark.parametrize("fmt", ["native", "mooncake", "aiperf-sessions", "kv-cache-tester"])
+def test_a_utf8_byte_order_mark_is_read_past(tmp_path, fmt):
+    """Windows tools (PowerShell's Out-File -Encoding utf8) open a text file with a UTF-8 BOM: the
+    file reads, is detected, as the same file without it, plain or gzip-compressed."""
+    if fmt == "kv-cache-tester":
+        plain = tmp_path / "c.json"
+        plain.write_text(
+            json.dumps(
+                {
+                    "id": "c",
+                    "block_size": 64,
+                    "hash_id_scope": "local",
+                    "requests": [
+                        {"t": 0.0, "type": "n", "in": 130, "out": 2, "hash_ids": [1, 2]},
+                        {"t": 3.0, "type": "n", "in": 200, "out": 2, "hash_ids": [1, 2, 3]},
+                    ],
+                }
+            )
+        )
+    else:
+        plain = tmp_path / "t.jsonl"
+        write_trace(sample_requests(), plain, fmt)
+    expected = [as_lists(r) for r in read_trace(plain)]
+    for name, data in (
+        ("bom" + plain.suffix, b"\xef\xbb\xbf" + plain.read_bytes()),
+        ("bom" + plain.suffix + ".gz", gzip.compress(b"\xef\xbb\xbf" + plain.read_bytes())),
+    ):
+        marked = tmp_path / name
+        marked.write_bytes(data)
+        assert detect_format(marked) == fmt
+        assert [as_lists(r) for r in read_trace(marked)] == expected

@@ -41,6 +41,13 @@ def detect_format(path: str | Path) -> str:
     if path.is_dir() or kvcache_tester.is_archive(path):
         return "kv-cache-tester"
     lines = iter_lines(path)
+    try:  # the generator's file is closed at once, not at garbage collection
+        return _detect_lines(path, lines)
+    finally:
+        lines.close()
+
+
+def _detect_lines(path: Path, lines: Iterator[tuple[int, bytes]]) -> str:
     _, first = next(lines)
     if path.name.endswith(kvcache_tester.CONVERSATION_SUFFIXES) and not _is_jsonl_row(first):
         return "kv-cache-tester"

@@ -42,7 +42,7 @@ def open_decompressed(path: Path) -> IO[bytes]:
 
 def iter_lines(path: str | Path) -> Iterator[tuple[int, bytes]]:
     """Yield ``(line_number, line)`` for non-blank lines; gzip, bzip2 and xz are detected by their
-    magic bytes.
+    magic bytes. A UTF-8 byte-order mark opening the text (Windows tools write one) is dropped.
 
     A missing file, a folder, a pipe or device (readers may open a trace more than once), an empty
     file, a file that cannot be read and a truncated or corrupt compressed stream raise
@@ -61,7 +61,7 @@ def iter_lines(path: str | Path) -> Iterator[tuple[int, bytes]]:
     try:
         with open_decompressed(path) as f:
             for number, raw in enumerate(f, start=1):
-                line = raw.strip()
+                line = (raw.removeprefix(UTF8_BOM) if number == 1 else raw).strip()
                 if line:
                     count += 1
                     yield number, line
@@ -76,6 +76,7 @@ def iter_lines(path: str | Path) -> Iterator[tuple[int, bytes]]:
         raise TraceFormatError(path, 0, "-", "empty trace: no rows")
 
 
+UTF8_BOM = b"\xef\xbb\xbf"
 # what a decoder raises on a bad line: msgspec's errors, and Python's on JSON nested past its stack
 DECODE_ERRORS = (msgspec.MsgspecError, RecursionError)
 

@@ -54,7 +54,7 @@ from typing import IO, Any, NamedTuple
 import msgspec
 import numpy as np
 
-from wakman.traces.io import DECODE_ERRORS, GZIP_MAGIC, decode_error, open_decompressed
+from wakman.traces.io import DECODE_ERRORS, GZIP_MAGIC, UTF8_BOM, decode_error, open_decompressed
 from wakman.traces.model import MAX_ARRIVAL_S, KeyChain, Request, TraceFormatError, validate_request
 
 # The tar archives read (and detected as this format): the compressions tarfile's stream mode reads.
@@ -154,13 +154,14 @@ def is_archive(path: Path) -> bool:
 
 
 def _unzip(name: str, raw: bytes) -> bytes:
-    """The JSON text of a conversation file: gzip (recognised by its magic bytes) decompressed."""
-    if not raw.startswith(GZIP_MAGIC):
-        return raw
-    try:
-        return gzip.decompress(raw)
-    except (EOFError, zlib.error, gzip.BadGzipFile, OSError) as exc:
-        raise TraceFormatError(name, 0, "-", f"truncated or corrupt compressed data ({exc})") from exc
+    """The JSON text of a conversation file: gzip (recognised by its magic bytes) decompressed, a
+    UTF-8 byte-order mark opening it dropped."""
+    if raw.startswith(GZIP_MAGIC):
+        try:
+            raw = gzip.decompress(raw)
+        except (EOFError, zlib.error, gzip.BadGzipFile, OSError) as exc:
+            raise TraceFormatError(name, 0, "-", f"truncated or corrupt compressed data ({exc})") from exc
+    return raw.removeprefix(UTF8_BOM)
 
 
 class _TailReader(io.RawIOBase):
