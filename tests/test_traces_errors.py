@@ -100,10 +100,15 @@ def test_absurd_lengths_and_times_name_the_line(tmp_path, fmt, field):
 
 @pytest.mark.parametrize(
     ("request_", "field"),
-    [({"t": 1e300}, "requests[1].t"), ({"in": 2**63 - 1}, "in"), ({"out": 2**40}, "out")],
+    [
+        ({"t": 1e300}, "requests[1].t"),
+        ({"in": 2**63 - 1}, "requests[1].in"),
+        ({"out": 2**40}, "requests[1].out"),
+    ],
 )
 def test_absurd_kvcache_tester_requests_name_the_file(tmp_path, request_, field):
-    """Each error names the format's own field (kv-cache-tester's ``t``, ``in``, ``out``)."""
+    """Each error names the request and the format's own field (kv-cache-tester's ``t``, ``in``,
+    ``out``)."""
     folder = _kvcache_conversation(tmp_path, **request_)
     with pytest.raises(TraceFormatError) as info:
         list(read_trace(folder, "kv-cache-tester"))
