@@ -155,3 +155,29 @@ def test_an_offload_policy_built_through_the_python_api_checks_the_version(monke
     monkeypatch.undo()
     offload.checked_vllm.cache_clear()
     assert build().policy_name == "s3fifo"
+
+
+def test_install_on_a_bare_pool_checks_the_version(monkeypatch):
+    """``wakman.vllm_plugin.install(pool, policy)``, the public call for a bare vLLM pool, refuses an
+    unsupported vLLM (or a changed relied-on method) as the scheduler does, naming the releases."""
+    import vllm
+
+    from wakman.policies import make_policy
+    from wakman.vllm_plugin import block_pool, install
+
+    block_pool._checked_vllm.cache_clear()
+    monkeypatch.setattr(vllm, "__version__", "0.35.0")
+    with pytest.raises(compat.UnsupportedVllmVersion, match=r"found vLLM 0\.35\.0") as err:
+        install(BlockPool(9, enable_caching=True, hash_block_size=16), make_policy("lru", 8))
+    assert "install" in str(err.value)
+    monkeypatch.undo()
+    block_pool._checked_vllm.cache_clear()
+    found = compat.installed_fingerprints()
+    changed = {**found, "BlockPool.free_blocks": "0000000000000000"}
+    monkeypatch.setattr(compat, "installed_fingerprints", lambda relied_on=compat.RELIED_ON: changed)
+    with pytest.raises(compat.UnsupportedVllmVersion, match=r"BlockPool\.free_blocks"):
+        install(BlockPool(9, enable_caching=True, hash_block_size=16), make_policy("lru", 8))
+    monkeypatch.undo()
+    block_pool._checked_vllm.cache_clear()
+    pool = install(BlockPool(9, enable_caching=True, hash_block_size=16), make_policy("lru", 8))
+    assert block_pool.is_installed(pool)

@@ -318,6 +318,46 @@ def test_lru_is_stock_across_connector_evictions(capacity, steps):
         assert order[0] == order[1]
 
 
+def test_a_connector_eviction_publishes_stock_events_in_stock_order():
+    """``evict_blocks`` hands the caller's own set to stock: vLLM's loop emits a BlockRemoved event
+    per evicted block in the set's iteration order, which a set rebuilt from it may not keep (the
+    scheduler builds its set with ``update``). Stock vLLM's pool is the reference."""
+    import random
+
+    from vllm.distributed.kv_events import BlockRemoved
+
+    from wakman.vllm_plugin import install
+
+    class EventPrompt(Prompt):  # what a BlockStored event reads of a vLLM Request besides its hashes
+        lora_request = cache_salt = prompt_embeds = session_id = None
+        mm_features = ()
+
+        @property
+        def all_token_ids(self) -> list[int]:
+            return [0] * (32 * len(self.keys))
+
+    def pool(policy: str | None) -> BlockPool:
+        p = BlockPool(38, enable_caching=True, hash_block_size=32, enable_kv_cache_events=True)
+        if policy is not None:
+            install(p, make_policy(policy, 37))
+        for root in range(6):  # six cached prompts of six blocks, freed: 36 cached free blocks
+            keys = vllm_keys(root * 100 + i for i in range(6))
+            serve_one(p, EventPrompt(*Prompt.of(keys)), 5)
+        p.take_events()
+        return p
+
+    rng = random.Random(5)
+    for _ in range(30):
+        picks = [rng.randrange(1, 38) for _ in range(rng.randrange(2, 12))]
+        removed = []
+        for p in (pool(None), pool("lru")):
+            ids: set[int] = set()
+            ids.update(i * 7 % 38 for i in picks)  # as the scheduler builds it
+            p.evict_blocks(ids)
+            removed.append([e.block_hashes for e in p.take_events() if isinstance(e, BlockRemoved)])
+        assert removed[0] == removed[1] and removed[0]
+
+
 def test_moved_hashes_follow_their_block():
     """move_block_hashes (the copy-on-write path) re-keys the destination block and keeps the hit."""
     pool = make_pool(32, "s3fifo")

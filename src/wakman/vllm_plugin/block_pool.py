@@ -37,19 +37,22 @@ the object was built as, and a changed class makes each such read about 2.5x slo
 The queue also checks each block it is handed back against its hash (``append_n``: an unkeyed block
 with a hash becomes a key; ``prepend_n``: a keyed block without one loses its key), so a hash set or
 removed on a path not listed here (vLLM's Mamba checkpoint eviction) is caught at the block's
-release at the latest. ``compat.py`` checks at start-up that the stock methods these
-hooks and the queue rely on are the ones read.
+release at the latest. ``compat.py`` checks at start-up, and ``install`` before it takes a pool,
+that the vLLM version is supported and the stock methods these hooks and the queue rely on are the
+ones read.
 """
 
 from __future__ import annotations
 
+import functools
 import types
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Collection, Iterable, Sequence
 from typing import Any
 
 from vllm.v1.core.block_pool import BlockPool
 
 from wakman.policies import EvictionPolicy
+from wakman.vllm_plugin.compat import INSTALL_STOP, check_vllm_version
 from wakman.vllm_plugin.free_queue import PolicyFreeQueue
 
 
@@ -90,9 +93,11 @@ def move_block_hashes(pool: Any, src_block: Any, dst_block: Any) -> None:
 
 
 def evict_blocks(pool: Any, block_ids: Iterable[int]) -> None:
-    block_ids = list(block_ids)
-    _stock(pool, "evict_blocks")(pool, set(block_ids))
-    pool.free_block_queue.sync([pool.blocks[i] for i in block_ids])
+    # the caller's collection itself goes to stock (a set rebuilt from it may iterate in another
+    # order, and stock's loop emits its BlockRemoved events in that order)
+    ids = block_ids if isinstance(block_ids, Collection) else list(block_ids)
+    _stock(pool, "evict_blocks")(pool, ids)
+    pool.free_block_queue.sync([pool.blocks[i] for i in ids])
 
 
 def reset_prefix_cache(pool: Any) -> bool:
@@ -122,6 +127,13 @@ HOOKS = (
 )
 
 
+@functools.cache
+def _checked_vllm() -> str:
+    """``check_vllm_version`` once per process (a refusal is not kept: it raises again): ``install``
+    takes a pool only from a vLLM whose relied-on methods are the checked releases'."""
+    return check_vllm_version(stock=INSTALL_STOP)
+
+
 def is_installed(pool: Any) -> bool:
     """Whether ``install`` put a wakman policy behind this pool."""
     return isinstance(pool.free_block_queue, PolicyFreeQueue)
@@ -136,6 +148,7 @@ def install(
     earlier use are forgotten. ``coordinator`` (the ``KVCacheCoordinator`` owning the pool) marks
     which touches are hits; ``manager`` (the ``KVCacheManager`` owning it) tells the policy an
     admission's misses before its evictions. Afterwards ``pool.check()`` asserts the invariants."""
+    _checked_vllm()
     if is_installed(pool):
         raise RuntimeError("this vLLM block pool already has a wakman policy: install once per pool")
     free = pool.free_block_queue.get_all_free_blocks()

@@ -169,6 +169,7 @@ KNOWN_OFFLOAD_FINGERPRINTS: dict[str, dict[str, str]] = {
 SUPPORTED_NAMES = ", ".join(v + "x" for v in SUPPORTED_VLLM)  # "0.32.x, 0.33.x, 0.34.x"
 CHECKED_RELEASES = " / ".join(v + "0" for v in SUPPORTED_VLLM)  # the releases the fingerprints come from
 SCHEDULER_STOP = "unset --scheduler-cls / WAKMAN_POLICY"
+INSTALL_STOP = "leave out wakman.vllm_plugin.install"
 OFFLOAD_STOP = (
     "take wakman's eviction_policy and cache_policy_module_path out of --kv-transfer-config "
     "(kv_transfer_config in Python)"
