@@ -9,13 +9,17 @@
 //     rename a key in place (Policy::rekey: LRU, FIFO), as stock vLLM leaves it in its one list: it
 //     stays a policy key, now hashless_[b], under a key of its own (hashless_key) that no hash maps
 //     to, until it is handed out; under any other policy (and at a switch to one) it leaves the
-//     policy for blank's head.
+//     policy for blank's head. Likewise an uncached block released to the tail (vLLM's
+//     unpin_blocks): where the policy can rename keys it enters the policy's order at its newest
+//     end under such a key (a hashless *page*), as stock appends it to its one list, so cached blocks
+//     freed later go behind it; elsewhere (and at a switch to such a policy) it joins reserve.
 //   - blank: free blocks without a key, head first (a doubly linked list over block ids). vLLM
 //     hands out uncached blocks before cached ones; prepend puts a block at the head, as vLLM does.
 //   - the policy: every keyed block, pinned while vLLM holds it (ref_cnt > 0), evictable at 0.
 //   - reserve: free blocks without a key released to the queue's tail (append_n; vLLM's
-//     unpin_blocks: pages that stay readable until reused, "last-resort eviction candidates"),
-//     oldest first; handed out after blank and every evictable policy key.
+//     unpin_blocks: pages that stay readable until reused, "last-resort eviction candidates")
+//     under a policy that cannot rename keys, oldest first; handed out after blank and every
+//     evictable policy key.
 //
 // Invariants: a non-null block is free iff it is in blank, in reserve or an unpinned policy key
 // (in one list at most: list_of_); num_free() == blank size + policy.num_evictable() + reserve size;
@@ -55,14 +59,18 @@ class FreeQueue {
   const Policy& policy() const { return *policy_; }
   // Make `p` the live policy; the caller has handed the keys over (policy.hpp's handover). Under a
   // policy that does not rename keys, hashless blocks go to blank's head, as their hash loss would
-  // have sent them under it (O(blocks)).
+  // have sent them under it, and hashless pages to reserve's tail, oldest first (O(blocks)).
   void set_policy(Policy* p) {
     policy_ = p;
     if (policy_->renames_keys()) return;
-    for (size_t b = 0; b < has_key_.size(); ++b) {
-      if (!has_key_[b] || !hashless_[b]) continue;
-      drop_key(static_cast<int32_t>(b));
-      push(blank_, kBlank, static_cast<int32_t>(b), true);
+    std::vector<Key> order;
+    policy_->eviction_order(order);
+    for (Key k : order) {
+      const int32_t b = block_of_.find(k);
+      if (!hashless_[b]) continue;
+      const bool page = hashless_[b] == kPage;
+      drop_key(b);
+      push(page ? reserve_ : blank_, page ? kReserve : kBlank, b, !page);
     }
   }
 
@@ -120,11 +128,22 @@ class FreeQueue {
     else policy_->pin(key_of_[b]);
   }
   // append_n: b's ref_cnt reached 0; a cached block re-enters the policy's order, an uncached one
-  // joins reserve's tail (stock vLLM appends only unpin_blocks' pages uncached: its free_blocks
-  // prepends every uncached block).
+  // (stock vLLM appends only unpin_blocks' pages uncached: its free_blocks prepends every uncached
+  // block) enters it at the newest end as a hashless page where the policy renames keys, and joins
+  // reserve's tail elsewhere.
   void release_to_tail(int32_t b) {
-    if (has_key_[check(b)]) policy_->unpin(key_of_[b]);
-    else push(reserve_, kReserve, b, false);
+    if (has_key_[check(b)]) {
+      policy_->unpin(key_of_[b]);
+    } else if (b != null_ && policy_->renames_keys()) {
+      const Key own = hashless_key(b);
+      policy_->insert(own, false);
+      block_of_.insert(own, b);
+      key_of_[b] = own;
+      has_key_[b] = 1;
+      hashless_[b] = kPage;
+    } else {
+      push(reserve_, kReserve, b, false);
+    }
   }
   // append_n as vLLM calls it, for block b: an unkeyed block that has a hash (set on a path no hook
   // saw) becomes a free key; any other goes as release_to_tail. read_hash(Key& h) -> bool reads
@@ -194,7 +213,7 @@ class FreeQueue {
         block_of_.erase(k);
         block_of_.insert(own, b);
         key_of_[b] = own;
-        hashless_[b] = 1;
+        hashless_[b] = kLostHash;
         return;
       }
     }
@@ -275,6 +294,8 @@ class FreeQueue {
     size_t size = 0;
   };
   static constexpr uint8_t kNoList = 0, kBlank = 1, kReserve = 2;
+  // hashless_[b] of a keyed block: 0 (cached), or why it holds a hashless key
+  static constexpr uint8_t kLostHash = 1, kPage = 2;
 
   void push(BlockList& list, uint8_t which, int32_t b, bool at_head) {
     if (list_of_[b] != kNoList) throw std::logic_error("free queue: block " + std::to_string(b) + " is free already");

@@ -281,6 +281,25 @@ def test_a_switch_sends_hashless_blocks_where_the_new_policy_would(to):
         assert queue.in_blank(victim) and queue.get_all_free_blocks()[0] is victim
 
 
+@pytest.mark.parametrize("to", ["fifo", "s3fifo", "arc"])
+def test_a_switch_sends_unpinned_pages_where_the_new_policy_would(to):
+    """Pages unpinned under lru (hashless, in the policy's order) stay there at a switch to a policy
+    that renames keys (fifo); at a switch to any other they join the reserve, oldest first, and are
+    handed out after every blank and cached block, as that policy would have kept them."""
+    pool = _loaded_pool("lru")
+    queue = pool.free_block_queue
+    pages = pool.get_new_blocks(3)
+    pool.unpin_blocks(pages, lambda b: None)
+    assert all(queue.is_hashless(b) for b in pages) and queue.num_reserve_blocks == 0
+    queue.switch(make_policy(to, 300))
+    pool.check()
+    if to == "fifo":
+        assert all(queue.is_hashless(b) for b in pages) and queue.num_reserve_blocks == 0
+    else:
+        assert queue.num_reserve_blocks == 3 and not any(queue.is_hashless(b) for b in pages)
+        assert queue.get_all_free_blocks()[-3:] == pages
+
+
 @settings(max_examples=80, deadline=None)
 @given(
     capacity=st.integers(8, 40),
@@ -316,6 +335,43 @@ def test_lru_is_stock_across_connector_evictions(capacity, steps):
         ours.check()
         order = [[b.block_id for b in p.free_block_queue.get_all_free_blocks()] for p in (stock, ours)]
         assert order[0] == order[1]
+
+
+@settings(max_examples=80, deadline=None)
+@given(
+    capacity=st.integers(8, 40),
+    steps=st.lists(
+        st.tuples(
+            st.integers(0, 5),  # prefix root
+            st.integers(1, 10),  # full blocks
+            st.integers(0, 3),  # uncached extra blocks
+            st.integers(0, 4),  # pages then taken and unpinned (HiSparse)
+        ),
+        min_size=1,
+        max_size=40,
+    ),
+)
+def test_lru_is_stock_across_unpinned_pages(capacity, steps):
+    """vLLM's ``unpin_blocks`` appends uncached pages to its one list's tail, so cached blocks freed
+    later go behind them: lru behind vLLM's pool keeps each page at that place (a hashless key at the
+    policy's newest end), so it makes stock's decisions: the same hits at every request, the same free
+    queue block by block after every step, and each page's reuse watcher firing at the same
+    allocation. Stock vLLM's pool is the reference."""
+    stock, ours = make_pool(capacity, None), make_pool(capacity, "lru")
+    reused: dict[int, list[int]] = {id(stock): [], id(ours): []}
+    for root, length, extra, pages in steps:
+        keys = vllm_keys(root * 1000 + i for i in range(length))
+        if len(keys) + extra > capacity:
+            continue
+        hits = [serve_one(p, keys, len(keys) - 1, extra) for p in (stock, ours)]
+        assert hits[0] == hits[1]
+        for p in (stock, ours):
+            taken = p.get_new_blocks(min(pages, p.get_num_free_blocks()))
+            p.unpin_blocks(taken, lambda b, p=p: reused[id(p)].append(b.block_id))
+        ours.check()
+        order = [[b.block_id for b in p.free_block_queue.get_all_free_blocks()] for p in (stock, ours)]
+        assert order[0] == order[1]
+        assert reused[id(stock)] == reused[id(ours)]
 
 
 def test_a_connector_eviction_publishes_stock_events_in_stock_order():
@@ -461,9 +517,11 @@ def test_unpinned_pages_are_handed_out_after_every_cached_block_as_in_stock(poli
     if policy in ("lru", "fifo"):
         assert free[1] == free[0]
     queue = pool.free_block_queue
-    assert queue.num_reserve_blocks == 3 and queue.num_free_blocks == stock.get_num_free_blocks()
+    renames = policy in ("lru", "fifo")  # the pages join the policy's order, hashless; else reserve
+    assert queue.num_reserve_blocks == (0 if renames else 3)
+    assert queue.num_free_blocks == stock.get_num_free_blocks()
     walk = queue.get_all_free_blocks()
-    for i in (len(walk) - 4, len(walk) - 3, len(walk) - 1):  # the last cached block, in reserve
+    for i in (len(walk) - 4, len(walk) - 3, len(walk) - 1):  # the last cached block, the pages
         assert list(queue.iter_blocks_after(walk[i])) == walk[i + 1 :], i
     pool.check()
     # a page taken again (touched: a prefix-cache-style re-pin) leaves the queue, as in stock
@@ -471,7 +529,7 @@ def test_unpinned_pages_are_handed_out_after_every_cached_block_as_in_stock(poli
         p.touch([pages[id(p)][0]])
         # in use again: nothing comes after it, not even the pages still in reserve (stock's walk)
         assert list(p.free_block_queue.iter_blocks_after(pages[id(p)][0])) == []
-    assert pool.free_block_queue.num_reserve_blocks == 2
+    assert pool.free_block_queue.num_reserve_blocks == (0 if renames else 2)
     pool.check()
     # every blank and cached block goes first; the pages' watchers fire as each is handed out
     for p in (stock, pool):

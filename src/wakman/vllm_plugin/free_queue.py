@@ -19,11 +19,14 @@
   policy can rename a key in place (``rekey``: lru, fifo); under the other policies it goes to
   blank's head, handed out before every cached block (and so do the hashless blocks at a switch
   to one of them).
-- ``reserve``: free blocks without a hash that ``append_n`` released to the tail, oldest first, handed
-  out after every evictable policy key. Stock vLLM appends uncached blocks only in ``unpin_blocks``
-  (HiSparse's pages, readable until reused: "last-resort eviction candidates"; its ``free_blocks``
-  prepends every uncached block). Stock puts them at its one list's tail, behind the cached blocks
-  free then but ahead of those freed later; here they wait behind every cached block.
+- pages: free blocks without a hash that ``append_n`` released to the tail. Stock vLLM appends
+  uncached blocks only in ``unpin_blocks`` (HiSparse's pages, readable until reused: "last-resort
+  eviction candidates"; its ``free_blocks`` prepends every uncached block), to its one list's tail,
+  behind the cached blocks free then and ahead of those freed later. Where the policy renames keys
+  (lru, fifo) a page takes that place: it enters the order's newest end under a key of its own
+  (``is_hashless``), so lru hands blocks out in stock's order. Under the other policies, and at a
+  switch to one, pages wait in the ``reserve``, oldest first, handed out after every evictable
+  policy key.
 
 The block-to-key map lives in the core, by block id; the queue reads a block's ``block_id``,
 ``ref_cnt``, ``is_null`` and ``block_hash`` (from its ``_block_hash`` slot before vLLM 0.34) and
