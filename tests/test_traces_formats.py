@@ -476,3 +476,79 @@ def test_a_utf8_byte_order_mark_is_read_past(tmp_path, fmt):
         marked.write_bytes(data)
         assert detect_format(marked) == fmt
         assert [as_lists(r) for r in read_trace(marked)] == expected
+
+
+def test_aiperf_rows_without_a_session_id_are_sessions_of_their_own(tmp_path):
+    """AIPerf gives a ``mooncake_trace`` row without a ``session_id`` a session of its own, beside the
+    rows that carry one; such a file (its first row without one) is detected and read that way: the
+    session's later turn extends its first turn's prompt and answer (1,000 + 100 + 300 tokens)."""
+    path = tmp_path / "mixed.jsonl"
+    path.write_text(
+        "\n".join(
+            json.dumps(row)
+            for row in (
+                {"timestamp": 0, "input_length": 1000, "output_length": 100, "hash_ids": [1, 2]},
+                {
+                    "session_id": "a",
+                    "timestamp": 10,
+                    "input_length": 1000,
+                    "output_length": 100,
+                    "hash_ids": [1, 2],
+                },
+                {"session_id": "a", "delay": 2000, "input_length": 300, "output_length": 50, "hash_ids": [4]},
+            )
+        )
+    )
+    assert detect_format(path) == "aiperf-sessions"
+    got = list(read_trace(path))
+    assert [(r.arrival_s, r.session_id, r.prompt_tokens) for r in got] == [
+        (0.0, "row:1", 1000),
+        (0.01, "a", 1000),
+        (2.01, "a", 1400),
+    ]
+    # its first turn's one full prompt block (1,000 // 512), then keys of its own: 1,400 tokens, 3 blocks
+    assert got[2].block_keys[0] == 1 and len(got[2].block_keys) == 3 and 2 not in list(got[2].block_keys)
+
+
+@pytest.mark.parametrize(
+    ("rows_", "fmt", "field", "says"),
+    [
+        (  # both clocks on one row: which one AIPerf follows depends on its mode
+            [
+                {
+                    "session_id": "a",
+                    "timestamp": 0,
+                    "delay": 100,
+                    "input_length": 10,
+                    "output_length": 1,
+                    "hash_ids": [1],
+                }
+            ],
+            None,
+            "delay",
+            "give one of them",
+        ),
+        (  # AIPerf's untimed sessions start at its own request rate, which the file does not hold
+            [{"session_id": "a", "input_length": 10, "output_length": 1, "hash_ids": [1]}],
+            "aiperf-sessions",
+            "timestamp",
+            "--request-rate",
+        ),
+        (  # a session's delayed turn read as Mooncake rows would lose its delay
+            [
+                {"session_id": "a", "timestamp": 0, "input_length": 10, "output_length": 1, "hash_ids": [1]},
+                {"session_id": "a", "delay": 5, "input_length": 10, "output_length": 1, "hash_ids": [2]},
+            ],
+            "mooncake",
+            "delay",
+            "--format aiperf-sessions",
+        ),
+    ],
+    ids=["timestamp-and-delay", "untimed-session", "delay-as-mooncake"],
+)
+def test_aiperf_rows_a_reader_cannot_time_are_refused(tmp_path, rows_, fmt, field, says):
+    path = tmp_path / "t.jsonl"
+    path.write_text("\n".join(json.dumps(r) for r in rows_))
+    with pytest.raises(TraceFormatError, match=says) as info:
+        list(read_trace(path, fmt))
+    assert info.value.field == field

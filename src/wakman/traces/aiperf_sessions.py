@@ -21,9 +21,13 @@ The keys no trace gives are ``splitmix64`` of the session's 64-bit name (``sessi
 8 bytes of the BLAKE2b digest of its id) plus a counter times the golden ratio: distinct from each
 other and, with probability ~n / 2**64, from the trace's ids. ``timestamp`` (ms) is on a session's
 first turn; ``delay`` (ms, after the previous turn's arrival) or ``timestamp`` (not before it) on
-later ones. Rows of different sessions may come in any order, so reading buffers the whole trace
-to sort it by arrival (memory grows with the trace, unlike the other readers); a ``mooncake`` file
-whose rows carry a ``session_id`` is read the same way (``mooncake.read``).
+later ones; a row with both is refused (AIPerf's fixed schedule reads one, its session scheduler the
+other), and so is a first turn without a timestamp (AIPerf then starts it at its own request rate,
+which the trace does not record). A row without a ``session_id`` is a session of its own, as AIPerf
+makes it: ``row:<line number>``. Rows of different sessions may come in any order, so reading
+buffers the whole trace to sort it by arrival (memory grows with the trace, unlike the other
+readers); a ``mooncake`` file whose rows carry a ``session_id`` is read the same way
+(``mooncake.read``), except that it refuses a ``delay``.
 
 Writing gives each session's turns as AIPerf will replay them, so a turn must extend its previous
 turn's prompt and answer: its prompt at least their tokens, its keys starting with the previous
@@ -54,11 +58,12 @@ from wakman.traces.model import (
 )
 
 DEFAULT_BLOCK_SIZE = 512
+ROW_SESSION = "row:"  # a row without a session_id is the one turn of session "row:<line number>"
 _GOLDEN = np.uint64(0x9E3779B97F4A7C15)
 
 
 class SessionRow(msgspec.Struct, kw_only=True, omit_defaults=True):
-    session_id: str
+    session_id: str | None = None  # None: a one-turn session of its own (AIPerf names it)
     input_length: int
     output_length: int
     hash_ids: list[int]
@@ -150,9 +155,25 @@ def read(path: str | Path, block_size: int = DEFAULT_BLOCK_SIZE) -> Iterator[Req
     chats = Conversations(block_size)
     turns: list[tuple[float, int, Request]] = []
     for number, row in decode_rows(path, _row):
+        if row.session_id is None:  # a row of its own, as AIPerf gives it a fresh session
+            row = msgspec.structs.replace(row, session_id=f"{ROW_SESSION}{number}")
+        if row.timestamp is not None and row.delay is not None:
+            raise TraceFormatError(
+                path,
+                number,
+                "delay",
+                "given with a timestamp: AIPerf's fixed schedule sends a turn at its timestamp, its "
+                "session scheduler after its delay; give one of them",
+            )
         if chats.is_first(row.session_id):
             if row.timestamp is None:
-                raise TraceFormatError(path, number, "timestamp", "a session's first turn needs a timestamp")
+                raise TraceFormatError(
+                    path,
+                    number,
+                    "timestamp",
+                    "a session's first turn needs a timestamp (ms): without one AIPerf starts sessions "
+                    "at its own --request-rate or --concurrency, which the trace does not record",
+                )
             arrival = row.timestamp / 1000.0
         elif row.delay is not None:
             if row.delay < 0:

@@ -55,19 +55,23 @@ def _detect_lines(path: Path, lines: Iterator[tuple[int, bytes]]) -> str:
         return "native"  # (a native row without its header: the native reader says what is missing)
     if b'"chat_id"' in first:
         return "bailian"
-    if b'"session_id"' in first:
-        # session rows put "delay" on later turns, or give sessions' turns out of arrival order (the
-        # aiperf-sessions reader sorts them); Mooncake rows do neither
-        latest = _timestamp(first)
-        for number, line in lines:
-            if b'"delay"' in line:
-                return "aiperf-sessions"
-            stamp = _timestamp(line)
-            if stamp is not None and latest is not None and stamp < latest:
-                return "aiperf-sessions"
-            latest = stamp if latest is None or (stamp is not None and stamp > latest) else latest
-            if number > 1000:
-                break
+    # AIPerf session rows (a "session_id", possibly after rows without one) put "delay" on later turns,
+    # or give sessions' turns out of arrival order (the aiperf-sessions reader sorts them); Mooncake
+    # rows do neither (and a plain Mooncake file out of order is refused by its reader, not sorted)
+    if b'"delay"' in first:
+        return "aiperf-sessions"
+    sessions = b'"session_id"' in first
+    latest = _timestamp(first)
+    for number, line in lines:
+        if b'"delay"' in line:
+            return "aiperf-sessions"
+        sessions = sessions or b'"session_id"' in line
+        stamp = _timestamp(line)
+        if sessions and stamp is not None and latest is not None and stamp < latest:
+            return "aiperf-sessions"
+        latest = stamp if latest is None or (stamp is not None and stamp > latest) else latest
+        if number > 1000:
+            break
     return "mooncake"
 
 

@@ -21,17 +21,18 @@ import msgspec
 
 from wakman.traces.aiperf_sessions import Conversations
 from wakman.traces.io import JSON_ENCODER, atomic_output, read_rows, seconds_to_ms
-from wakman.traces.model import Request, key_array, key_list
+from wakman.traces.model import KeyRangeError, Request, key_array, key_list
 
 DEFAULT_BLOCK_SIZE = 512
 
 
 class MooncakeRow(msgspec.Struct, kw_only=True, omit_defaults=True):
-    timestamp: float  # an integer too large for a float is refused by the decoder
+    timestamp: float | None = None  # required (checked below); an integer too large for a float is refused
     input_length: int
     output_length: int
     hash_ids: list[int]
     session_id: str | None = None
+    delay: float | None = None  # AIPerf's: refused here (the aiperf-sessions reader takes it)
 
 
 _row = msgspec.json.Decoder(MooncakeRow)
@@ -43,6 +44,13 @@ def read(
     chats = Conversations(block_size)
 
     def to_request(row: MooncakeRow) -> Request:
+        if row.delay is not None:
+            message = (
+                "an AIPerf session's turn timed after its previous one: read with --format aiperf-sessions"
+            )
+            raise KeyRangeError("delay", message)
+        if row.timestamp is None:
+            raise KeyRangeError("timestamp", "missing: each row's arrival, in ms from the trace's start")
         keys = key_array(row.hash_ids)
         if row.session_id is not None:  # a chat's turn (read_rows checks the request it makes)
             req = chats.turn(
