@@ -416,3 +416,34 @@ def test_a_request_with_no_block_size_is_an_error_not_a_crash():
     for figure in ("full_blocks", "max_hit_blocks"):
         with pytest.raises(ValueError, match="block_size"):
             getattr(req, figure)
+
+
+@pytest.mark.parametrize(
+    ("magic", "name"),
+    [
+        (b"PK\x03\x04", "zip"),
+        (b"\x28\xb5\x2f\xfd", "zstd"),
+        (b"\x04\x22\x4d\x18", "lz4"),
+        (b"7z\xbc\xaf\x27\x1c", "7z"),
+    ],
+)
+def test_a_compression_wakman_does_not_read_is_named(tmp_path, magic, name):
+    """A zip, zstd, lz4 or 7z file (by its magic bytes, whatever its name) is refused naming its
+    compression, not read as JSON that is 'malformed at byte 0'."""
+    path = tmp_path / "trace.jsonl"
+    path.write_bytes(magic + b"\x00" * 64)
+    with pytest.raises(TraceFormatError, match=f"{name}-compressed, which wakman does not read"):
+        list(read_trace(path, "mooncake"))
+
+
+@pytest.mark.parametrize("suffix", [".zst", ".zip", ".lz4"])
+def test_a_writer_refuses_a_compression_suffix_it_would_not_honour(tmp_path, suffix):
+    """Writing ``x.jsonl.zst`` would put plain JSONL under a zstd name: refused, nothing written."""
+    from wakman.traces import write_trace
+    from wakman.traces.model import Request
+
+    target = tmp_path / f"x.jsonl{suffix}"
+    req = Request(arrival_s=0.0, block_keys=[1], prompt_tokens=10, output_tokens=1, block_size=16)
+    with pytest.raises(ValueError, match=f"{suffix} is not a compression wakman writes"):
+        write_trace([req], target, "native")
+    assert not target.exists() and list(tmp_path.iterdir()) == []

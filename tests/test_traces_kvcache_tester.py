@@ -302,3 +302,17 @@ def test_turns_view_their_sessions_keys_and_a_later_turn_never_changes_an_earlie
     assert not np.shares_memory(requests[2].block_keys, requests[3].block_keys)
     with pytest.raises(ValueError, match="read-only"):
         requests[1].block_keys[0] = 0
+
+
+def test_a_folder_without_conversations_says_what_it_looked_for(tmp_path):
+    """A folder holding only a JSONL trace is no kv-cache-tester set: the error says which files a
+    conversation is and that a JSONL trace is read from its own file."""
+    (tmp_path / "set").mkdir()
+    (tmp_path / "set" / "mooncake.jsonl").write_text(
+        '{"timestamp": 0, "input_length": 10, "output_length": 1, "hash_ids": [1]}\n'
+    )
+    with pytest.raises(
+        TraceFormatError, match=r"no conversations found \(kv-cache-tester's are \.json"
+    ) as info:
+        rows(tmp_path / "set")
+    assert "read from its own file" in str(info.value)

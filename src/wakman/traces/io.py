@@ -27,10 +27,29 @@ _READERS: dict[bytes, Callable[..., IO[bytes]]] = {
 }
 
 
+# compressions read by none of the above: refused by name rather than read as bad JSON
+UNREAD_MAGIC = {
+    b"PK\x03\x04": "zip",
+    b"\x28\xb5\x2f\xfd": "zstd",
+    b"\x04\x22\x4d\x18": "lz4",
+    b"7z\xbc\xaf": "7z",
+}
+# the suffixes a writer compresses; any other compression suffix is refused (it would hold plain text)
+WRITTEN_SUFFIXES = (".gz", ".bz2", ".xz")
+UNWRITTEN_SUFFIXES = (".zst", ".zstd", ".zip", ".lz4", ".7z", ".tgz", ".tar", ".tbz2", ".txz")
+
+
 def _opener(path: Path) -> Callable[..., IO[bytes]]:
-    """How to read ``path``: by its first bytes (gzip, bzip2, xz), else as plain bytes."""
+    """How to read ``path``: by its first bytes (gzip, bzip2, xz), else as plain bytes; a zip, zstd,
+    lz4 or 7z file is a ``TraceFormatError`` naming its compression."""
     with open(path, "rb") as f:
         head = f.read(6)
+    for magic, name in UNREAD_MAGIC.items():
+        if head.startswith(magic):
+            message = (
+                f"{name}-compressed, which wakman does not read: decompress it, or recompress with gzip or xz"
+            )
+            raise TraceFormatError(path, 0, "-", message)
     return next((opener for magic, opener in _READERS.items() if head.startswith(magic)), open)
 
 
@@ -235,6 +254,11 @@ def atomic_output(path: str | Path) -> Iterator[IO[bytes]]:
     """A binary stream that becomes ``path`` only on success (``atomic_path``); ``.gz``, ``.bz2`` and
     ``.xz`` compress (the same requests give the same bytes)."""
     path = Path(path)
+    if path.suffix.lower() in UNWRITTEN_SUFFIXES:
+        raise ValueError(
+            f"{path}: {path.suffix} is not a compression wakman writes (it would hold plain text); "
+            f"name it .jsonl, or add {', '.join(WRITTEN_SUFFIXES)}"
+        )
     with atomic_path(path) as target, open(target, "wb") as raw:
         if path.suffix == ".gz":
             # the header names the output, not the hidden .part file

@@ -308,7 +308,14 @@ def read(path: str | Path, rate: float = DEFAULT_RATE, seed: int = DEFAULT_SEED)
         named.append((name, source, conv.id, _store(conv, source), conv.hash_id_scope == "global"))
         del conv, raw  # the raw text is held by the decoded ids until here
     if not named:
-        raise TraceFormatError(path, 0, "-", "no conversations found")
+        raise TraceFormatError(
+            path,
+            0,
+            "-",
+            "no conversations found (kv-cache-tester's are .json or .json.gz files, in a folder or a tar "
+            "archive); a JSONL trace (Mooncake, AIPerf, Bailian, native) is read from its own file: "
+            "give the file, extracted from the archive",
+        )
     named.sort(key=lambda x: (Path(x[0]).name, x[0]))
     gaps = np.random.default_rng(seed).exponential(1.0 / rate, size=len(named))
     starts = np.concatenate(([0.0], np.cumsum(gaps[1:])))
