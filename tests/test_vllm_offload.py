@@ -38,8 +38,8 @@ from wakman.vllm_plugin.offload_lru import VllmLruOrder  # noqa: E402
 STATIC = ("lru", "fifo", "s3fifo", "sieve", "arc", "chain-lru")
 
 
-def okey(name: str):
-    return make_offload_key(name.encode().ljust(32, b"."), 0)
+def okey(name: str, group: int = 0):
+    return make_offload_key(name.encode().ljust(32, b"."), group)
 
 
 def trace(seed: int, n: int = 300, docs: int = 30, max_len: int = 12) -> list[list]:
@@ -206,10 +206,12 @@ def test_lru_with_transfers_in_flight_makes_vllms_decisions():
         )
 
 
-def random_ops(seed: int, steps: int = 250) -> tuple[int, list[tuple]]:
+def random_ops(seed: int, steps: int = 250, touch: bool = False) -> tuple[int, list[tuple]]:
     """Random interleavings of requests in the connector's vocabulary: loads and stores left in
     flight across other requests' calls, batches offered in any order, re-offers of stored or
-    resident chunks (request-level tiers, retries), failed stores, finishes before transfers end."""
+    resident chunks (request-level tiers, retries), failed stores, finishes before transfers end;
+    with ``touch``, the manager's ``touch`` of a request's leading chunks (0.32's and 0.33's
+    tiering calls it)."""
     rng = random.Random(seed)
     ops: list[tuple] = []
     live: dict[str, dict] = {}
@@ -226,6 +228,9 @@ def random_ops(seed: int, steps: int = 250) -> tuple[int, list[tuple]]:
             continue
         rid = rng.choice(list(live))
         r = live[rid]
+        if touch and rng.random() < 0.08:
+            ops.append(("touch", rid, rng.randint(1, 6)))
+            continue
         c = rng.random()
         if c < 0.4 and r["next"] < len(r["names"]):
             start = 0 if rng.random() < 0.2 else r["next"]
@@ -247,17 +252,25 @@ def random_ops(seed: int, steps: int = 250) -> tuple[int, list[tuple]]:
     return rng.randint(3, 24), ops
 
 
-def replay(policy: str, chunks: int, ops: list[tuple]) -> list:
+def replay(policy: str, chunks: int, ops: list[tuple], groups: int = 1) -> list:
     """``random_ops`` through one manager: the store jobs and loads are the ones it really
-    started, so both policies see the same calls as long as their decisions agree."""
+    started, so both policies see the same calls as long as their decisions agree. ``groups``: KV
+    cache groups, each chunk one key per group at the same token position (a hybrid model)."""
     m = manager(policy, chunks)
     reqs: dict[str, dict] = {}
     out = []
+
+    def keys_of(names: list[str]) -> list:
+        return [okey(name, g) for name in names for g in range(groups)]
+
     for op, rid, *args in ops:
         if op == "new":
-            keys = [okey(name) for name in args[0]]
-            reqs[rid] = dict(ctx=request_context(len(reqs), keys), keys=keys, loading=[], jobs=[], done=False)
-            m.on_new_request(reqs[rid]["ctx"])
+            keys = keys_of(args[0])
+            ctx = ReqContext(req_id=f"r{len(reqs)}")
+            for position, key in enumerate(keys):
+                ctx.set_offload_key_position(key, (position // groups + 1) * 16)
+            reqs[rid] = dict(ctx=ctx, keys=keys, loading=[], jobs=[], done=False)
+            m.on_new_request(ctx)
             continue
         r = reqs[rid]
         ctx = r["ctx"]
@@ -265,13 +278,16 @@ def replay(policy: str, chunks: int, ops: list[tuple]) -> list:
             out.append([m.lookup(key, ctx).name for key in r["keys"]])
         elif op == "hits":
             n = 0
-            while n < min(args[0], len(r["keys"])) and m.lookup(r["keys"][n], ctx) == LookupResult.HIT:
+            want = min(args[0] * groups, len(r["keys"]))
+            while n < want and m.lookup(r["keys"][n], ctx) == LookupResult.HIT:
                 n += 1
             if n and not r["done"]:
                 r["loading"] = r["keys"][:n]
                 m.prepare_load(r["loading"], ctx)
+        elif op == "touch" and not r["done"]:
+            m.touch(r["keys"][: args[0] * groups], ctx)
         elif op == "offer" and not r["done"]:
-            o = m.prepare_store([okey(name) for name in args[0]], ctx)
+            o = m.prepare_store(keys_of(args[0]), ctx)
             out.append(None if o is None else (o.keys_to_store, sorted(o.evicted_keys)))
             if o is not None and o.keys_to_store:
                 r["jobs"].append(o.keys_to_store)
@@ -298,6 +314,30 @@ def test_lru_makes_vllms_decisions_on_random_interleavings():
     for seed in range(40):
         chunks, ops = random_ops(seed)
         assert replay("lru", chunks, ops) == replay("vllm:lru", chunks, ops), f"seed {seed}"
+
+
+def test_lru_makes_vllms_decisions_with_touches_and_two_kv_groups():
+    """The same with the manager's ``touch`` where the installed vLLM has it (0.32, 0.33: the
+    tiering manager's call) and a hybrid model's two KV groups (each chunk two keys at one token
+    position): wakman's lru makes vLLM's lru decisions, call by call, on 30 random sequences."""
+    touch = hasattr(manager("vllm:lru", 4), "touch")
+    for seed in range(30):
+        chunks, ops = random_ops(seed, touch=touch)
+        got, want = (replay(p, 2 * chunks, ops, groups=2) for p in ("lru", "vllm:lru"))
+        assert got == want, f"seed {seed}"
+    if touch:
+        assert any(op[0] == "touch" for op in random_ops(0, touch=True)[1])
+
+
+@pytest.mark.parametrize("policy", list(CLASSES))
+def test_every_policy_keeps_the_books_with_touches_and_two_kv_groups(policy):
+    """Every class through the same sequences (touches where vLLM has them, two KV groups): the
+    books (``check``, after every call) hold, and the tier evicts."""
+    touch = hasattr(manager("vllm:lru", 4), "touch")
+    for seed in range(5):
+        chunks, ops = random_ops(seed, touch=touch)
+        out = replay(policy, 2 * chunks, ops, groups=2)
+        assert any(o and o[1] for o in out if isinstance(o, tuple)) or seed != 0
 
 
 # ---------------------------------------------------------------------------------- ARC
