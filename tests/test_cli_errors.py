@@ -534,8 +534,12 @@ def test_sweep_keeps_the_finished_runs_on_ctrl_c(trace, tmp_path, monkeypatch):
 
         return real(*args, on_done=done, **{**kwargs, "jobs": 1})
 
-    monkeypatch.setattr(grid, "run_grid", stopped_after_two)
     out = tmp_path / "s"
+    # a whole sweep first: its plot must not stay beside the interrupted one's rows
+    whole = invoke("sweep", trace, "--policies", "lru", "--capacities", "50", "--out", out)
+    assert whole.exit_code == 0 and (out / "sweep.png").exists()
+    assert json.loads((out / "sweep.json").read_text())["complete"] is True
+    monkeypatch.setattr(grid, "run_grid", stopped_after_two)
     result = invoke("sweep", trace, "--policies", "lru,fifo", "--capacities", "50,100", "--out", out)
     clean_error(result, "interrupted", "2 of 4", code=130)
     with open(out / "sweep.csv") as f:
@@ -543,7 +547,8 @@ def test_sweep_keeps_the_finished_runs_on_ctrl_c(trace, tmp_path, monkeypatch):
             ("lru", "50"),
             ("lru", "100"),
         ]
-    assert len(json.loads((out / "sweep.json").read_text())["results"]) == 2
+    document = json.loads((out / "sweep.json").read_text())
+    assert len(document["results"]) == 2 and document["complete"] is False and document["runs_planned"] == 4
     assert not (out / "sweep.png").exists()
 
 
@@ -1466,3 +1471,65 @@ def test_a_folder_that_cannot_be_made_leaves_none_behind(trace, tmp_path):
     result = invoke("convert", trace, out, "--to", "native")
     assert result.exit_code == 2, result.output
     assert list(tmp_path.iterdir()) == []
+
+
+def test_requests_larger_than_the_cache_are_flagged_wherever_they_skew_the_hit_rate(trace, tmp_path):
+    """A cache smaller than some requests rejects them (vLLM's max_model_len rule) and measures the
+    others: simulate warns with the count the JSON holds, sweep marks the cells and warns, so a smaller
+    cache that reads higher is never shown unflagged. A cache that holds every request says nothing."""
+    from wakman.traces import read_trace
+
+    longest = max(-(-(r.prompt_tokens + r.output_tokens) // r.block_size) for r in read_trace(trace))
+    small = longest // 2
+    result = invoke("simulate", trace, "--policy", "lru", "--capacity-blocks", small, "--json")
+    assert result.exit_code == 0
+    rejected = json.loads(result.stdout)["rejected"]
+    assert rejected > 0 and f"{rejected:,} of" in result.stderr and "were rejected" in result.stderr
+    fits = invoke("simulate", trace, "--policy", "lru", "--capacity-blocks", 4 * longest, "--json")
+    assert json.loads(fits.stdout)["rejected"] == 0 and "rejected" not in fits.stderr
+    out = tmp_path / "s"
+    swept = invoke(
+        "sweep",
+        trace,
+        "--policies",
+        "lru",
+        "--capacities",
+        f"{small},{4 * longest}",
+        "--jobs",
+        1,
+        "--out",
+        out,
+    )
+    assert swept.exit_code == 0 and f"at {small:,} blocks some requests" in swept.stderr
+    row = next(x for x in swept.stdout.splitlines() if x.strip(" │┃|").startswith("lru"))
+    assert row.count(" r") == 1
+
+
+def test_a_block_size_too_small_for_the_ids_is_noticed_by_every_command(tmp_path):
+    """Mooncake ids cover 512-token blocks; read at 256 every prompt has half the keys it needs, and
+    every command that reads the trace says so once (stats did alone)."""
+    from conftest import MOONCAKE
+
+    path = tmp_path / "m.jsonl"
+    path.write_text("\n".join(MOONCAKE.read_text().splitlines()[:200]))
+    for args in (
+        ("stats", path, "--block-size", 256, "--json"),
+        (
+            "simulate",
+            path,
+            "--policy",
+            "lru",
+            "--capacity-blocks",
+            500,
+            "--mode",
+            "cache",
+            "--block-size",
+            256,
+        ),
+        ("sweep", path, "--capacities", 500, "--mode", "cache", "--block-size", 256, "--out", tmp_path / "s"),
+    ):
+        result = invoke(*args)
+        assert result.exit_code == 0, result.output
+        assert result.stderr.count("have fewer block keys than their prompt's full blocks") == 1, args[0]
+    right = invoke("stats", path, "--json")
+    assert "fewer block keys" not in right.stderr

@@ -14,6 +14,7 @@ if TYPE_CHECKING:
     from wakman.adaptive.config import AdaptiveConfig
 
 from wakman.cli.checks import check_numbers
+from wakman.cli.console import err_console
 from wakman.traces import detect_format, read_trace
 from wakman.traces.formats import check_format
 from wakman.traces.model import MAX_BLOCK_SIZE, Request
@@ -55,16 +56,28 @@ def open_trace(
             options["rate"] = rate
         if seed is not None:
             options["seed"] = seed
-    return _not_empty(read_trace(path, name, **options), path)
+    return _checked(read_trace(path, name, **options), path)
 
 
-def _not_empty(requests: Iterator[Request], path: Path) -> Iterator[Request]:
-    empty = True
+def _checked(requests: Iterator[Request], path: Path) -> Iterator[Request]:
+    """``requests`` unchanged; none at all is a ValueError naming the file, and requests with fewer
+    block keys than their prompts' full blocks get one notice on stderr once read (every command
+    that reads a trace: a block size too small for the trace's ids makes every prompt miss)."""
+    total = short = 0
     for req in requests:
-        empty = False
+        total += 1
+        short += len(req.block_keys) < req.prompt_tokens // req.block_size
         yield req
-    if empty:
+    if not total:
         raise ValueError(f"{path}: the trace has no requests")
+    if short:
+        err_console.print(
+            f"[yellow]notice:[/yellow] {short:,} of {total:,} requests ({short / total:.0%}) have fewer "
+            "block keys than their prompt's full blocks: the rest of each prompt can never hit. Fine for "
+            "prefix-only rows (AIPerf); if the trace's ids cover whole prompts, the block size it was "
+            "read with is wrong (--block-size)",
+            highlight=False,
+        )
 
 
 def session_mode(

@@ -301,7 +301,12 @@ def simulate(
     capacity: int = typer.Option(..., "--capacity-blocks", help="Usable KV-cache blocks."),
     fmt: str | None = FormatOption,
     mode: str = MODE,
-    as_json: bool = typer.Option(False, "--json", help="One flat JSON object."),
+    as_json: bool = typer.Option(
+        False,
+        "--json",
+        help="One JSON object alone on stdout (flat figures; an adaptive policy adds its decisions, "
+        "--series its intervals).",
+    ),
     series: bool = typer.Option(False, "--series", help="Include the per-interval series in --json."),
     per_request: bool = typer.Option(
         False,
@@ -393,6 +398,14 @@ def simulate(
         flat = result.as_flat_dict(series=series, per_request=per_request)
         if result.saturation is not None and result.saturation.saturated:
             err_console.print(f"[yellow]warning:[/yellow] {result.saturation.describe()}", highlight=False)
+        if result.rejected and result.measured_requests:
+            err_console.print(
+                f"[yellow]warning:[/yellow] {result.rejected:,} of {result.requests:,} requests "
+                f"({result.rejected / result.requests:.0%}) need more blocks than the whole cache "
+                f"({capacity:,}) and were rejected, as vLLM refuses a request past max_model_len: the hit "
+                "rate is over the others only, so a smaller cache can read higher",
+                highlight=False,
+            )
         if result.measured_requests == 0:
             err_console.print(
                 f"[yellow]warning:[/yellow] no request was measured ({result.requests:,} read, "
@@ -408,7 +421,7 @@ def simulate(
             title = f"{policy} at {capacity:,} blocks, {trace.name} ({mode} mode)"
             table = Table(title=title, show_header=False)
             for key, value in flat.items():
-                if key != "first_hit_tokens":  # a value per request: --json only
+                if key not in ("first_hit_tokens", "decisions"):  # a list: --json (and --plot) only
                     table.add_row(key, f"{value:,.4f}" if isinstance(value, float) else str(value))
             console.print(table)
         if plot is not None:
@@ -420,12 +433,18 @@ def simulate(
                 )
             else:
                 plot_intervals(
-                    [i.as_dict() for i in result.intervals], plot, f"{policy}, {capacity:,} blocks"
+                    [i.as_dict() for i in result.intervals],
+                    plot,
+                    f"{policy}, {capacity:,} blocks, {trace.name}",
                 )
 
 
-def _write_sweep(rows: list[dict], out: Path, trace: Path, mode: str, plot: bool = False) -> list[Path]:
-    """sweep.csv, sweep.json and (``plot``) sweep.png of ``rows`` in ``out``: all of them or none."""
+def _write_sweep(
+    rows: list[dict], out: Path, trace: Path, mode: str, planned: int, plot: bool = False
+) -> list[Path]:
+    """sweep.csv, sweep.json and (``plot``) sweep.png of ``rows`` in ``out``: all of them or none;
+    without a plot, a sweep.png an earlier sweep left there goes (it would not match). sweep.json
+    says whether the sweep ran all ``planned`` runs (``complete``)."""
     paths = [out / name for name in ("sweep.csv", "sweep.json", "sweep.png")[: 3 if plot else 2]]
     columns = list(dict.fromkeys(k for row in rows for k in row))
     with atomic_paths(*paths) as targets:
@@ -436,12 +455,20 @@ def _write_sweep(rows: list[dict], out: Path, trace: Path, mode: str, plot: bool
                 writer.writerow(
                     {k: json_text(v) if isinstance(v, list | dict) else v for k, v in row.items()}
                 )
-        document = {"trace": str(trace), "mode": mode, "results": rows}
+        document = {
+            "trace": str(trace),
+            "mode": mode,
+            "complete": len(rows) == planned,
+            "runs_planned": planned,
+            "results": rows,
+        }
         targets[1].write_bytes(json_text(document, indent=1).encode())
         if plot:
             from wakman.experiments.plots import plot_sweep
 
             plot_sweep(rows, targets[2], f"{trace.name} ({mode} mode)")
+    if not plot:
+        (out / "sweep.png").unlink(missing_ok=True)
     return paths
 
 
@@ -518,12 +545,12 @@ def sweep(
         if rows is None:  # Ctrl-C: keep the finished runs
             if not stop_rows:
                 interrupted(f"0 of {total} runs finished; nothing was written to {out}")
-            written = _write_sweep(stop_rows, out, trace, mode)
+            written = _write_sweep(stop_rows, out, trace, mode, total)
             interrupted(
                 f"kept the {len(stop_rows)} of {total} runs that finished in "
                 f"{', '.join(map(str, written))} (no plot)"
             )
-        written = _write_sweep(rows, out, trace, mode, plot=can_plot())
+        written = _write_sweep(rows, out, trace, mode, len(names) * len(sizes), plot=can_plot())
         if not can_plot():
             err_console.print(
                 f"no sweep.png: plots need matplotlib ({PLOT_EXTRA})", markup=False, highlight=False
@@ -543,10 +570,27 @@ def sweep(
             "--prefill-tps / --max-running)",
             highlight=False,
         )
+    rejecting = sorted({r["capacity_blocks"] for r in rows if r.get("rejected")})
+    if rejecting:
+        err_console.print(
+            "[yellow]warning:[/yellow] at "
+            + ", ".join(f"{c:,}" for c in rejecting)
+            + " blocks some requests need more blocks than the whole cache and were rejected, as vLLM "
+            "refuses a request past max_model_len: those hit rates (marked r) are over the other "
+            "requests only (`rejected` in sweep.csv), so a smaller cache can read higher",
+            highlight=False,
+        )
     from rich.table import Table
 
     table = Table("policy", *[f"{s:,}" for s in sizes], title="hit rate by cache size (blocks)")
     for name in names:
-        table.add_row(name, *[f"{r['hit_rate']:.4f}" for r in rows if r["policy"] == name])
+        table.add_row(
+            name,
+            *[
+                f"{r['hit_rate']:.4f}" + (" r" if r.get("rejected") else "")
+                for r in rows
+                if r["policy"] == name
+            ],
+        )
     console.print(table)
     console.print(f"wrote {', '.join(map(str, written))}")

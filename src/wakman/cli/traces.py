@@ -52,15 +52,6 @@ def stats(
             result = compute_stats(requests, lru_curve=curve)
         if plot is not None and not result.block_accesses:
             raise ValueError(f"--plot: {trace.name} has no block access, so no LRU curve to draw")
-        if result.short_keyed_requests:
-            share = result.short_keyed_requests / result.requests
-            err_console.print(
-                f"[yellow]notice:[/yellow] {result.short_keyed_requests:,} of {result.requests:,} requests "
-                f"({share:.0%}) have fewer block keys than their prompt's full blocks: the rest of each "
-                "prompt can never hit. Fine for prefix-only rows (AIPerf); if the trace's ids cover whole "
-                "prompts, the block size it was read with is wrong (--block-size)",
-                highlight=False,
-            )
         flat = result.as_flat_dict()
         if as_json:
             print(json_text(flat))

@@ -89,10 +89,13 @@ def plot_intervals(series: list[dict], path: Path, title: str = "") -> Path:
     plt = _pyplot()
     fig, (top, bottom) = plt.subplots(2, 1, figsize=(8, 5), sharex=True)
     xs = [s["start_s"] / 60 for s in series]
-    top.plot(xs, [s["hit_rate"] if s["hit_rate"] is not None else float("nan") for s in series])
+    # markers: an interval between empty ones (NaN), or the only one, still shows
+    top.plot(xs, [s["hit_rate"] if s["hit_rate"] is not None else float("nan") for s in series], marker=".")
     top.set_ylabel("hit rate")
     bottom.plot(
-        xs, [s["mean_free_blocks"] if s["mean_free_blocks"] is not None else float("nan") for s in series]
+        xs,
+        [s["mean_free_blocks"] if s["mean_free_blocks"] is not None else float("nan") for s in series],
+        marker=".",
     )
     bottom.set_ylabel("mean free blocks")
     bottom.set_xlabel("time (min)")
