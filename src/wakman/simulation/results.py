@@ -83,7 +83,7 @@ class SimResult:
     stranded_blocks: int = 0
     preemptions: int = 0
     rejected: int = 0  # requests after the warm-up refused as larger than the pool (serve mode)
-    mean_free_blocks: float = 0.0
+    mean_free_blocks: float | None = None  # serve mode's time average; cache mode has no clock (None)
     queueing_delays_s: list[float] = field(default_factory=list)
     ttfts_s: list[float] = field(default_factory=list)
     # each request's hit tokens at its first admission (trace order; -1: never admitted), what vLLM
