@@ -13,7 +13,10 @@ each followed by the answer the server generated for it, then turn k's ``input_l
   plus its ``output_length``; its first keys are the blocks vLLM cached for the history (turn k-1's
   full prompt blocks, then the blocks its decoding completed: ``(prompt + output - 1) // block_size``
   in all, the last sampled token having no KV), the rest keys no other session has (the history
-  holds live answers; a turn's own ``hash_ids`` then name only the text AIPerf generates for it);
+  holds live answers; a turn's own ``hash_ids`` then name only the text AIPerf generates for it),
+  one a block, the partial last block included, as Mooncake's rows key a prompt (a trace converted
+  from one whose later turns key full blocks only, as the generator's do, reads back with one more
+  block access on such turns: its block counts move a little, its token hit rates do not);
 - each turn's ``output_keys``: the blocks its decoding completes (full prompt blocks to
   ``(prompt + output - 1) // block_size``), which turn k+1's prompt hits.
 
