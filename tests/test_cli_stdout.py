@@ -49,6 +49,10 @@ def test_progress_without_a_terminal_prints_plain_lines_on_long_runs():
     assert printed[:2] == ["reading t.jsonl: 4,096, 0 s", "cache sweep: 0/10, 0 s"]
     assert printed[2:4] == ["reading t.jsonl: 4,096, 0 s", "cache sweep: 3/10, 0 s"]
     assert printed[4:] == ["reading t.jsonl: 4,096, 0 s"]
+    running = io.StringIO()
+    one_call = HiddenProgress(Console(file=running, width=200), every_s=0.0)
+    one_call.update(one_call.add_task("generating", total=None))
+    assert running.getvalue() == "generating: running, 0 s\n"
     quiet = io.StringIO()
     short = HiddenProgress(Console(file=quiet), every_s=3600.0)
     short.advance(short.add_task("sweep", total=2))

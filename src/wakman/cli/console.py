@@ -52,8 +52,8 @@ class HiddenProgress:
     ``add_task``, ``update``, ``advance``), without loading rich's live display (about 0.01 s of a
     short command's start-up). With ``to``, a long run is not silent: once ``every_s`` seconds
     (wall clock) have passed since the last line (or the start), the next update prints one plain
-    line per unfinished task, ``description: done/total, N s``; a run shorter than that prints
-    nothing."""
+    line per unfinished task, ``description: done/total, N s`` (``running`` for a task with no total
+    and nothing counted yet); a run shorter than that prints nothing."""
 
     def __init__(self, to: Console | None = None, every_s: float = 60.0) -> None:
         self._to = to
@@ -106,7 +106,10 @@ class HiddenProgress:
         for description, total, completed in self._tasks:
             if total is not None and completed >= total:
                 continue
-            done = f"{completed:,.0f}" + (f"/{total:,.0f}" if total is not None else "")
+            if total is None and not completed:  # one long call with no count: running, and for how long
+                done = "running"
+            else:
+                done = f"{completed:,.0f}" + (f"/{total:,.0f}" if total is not None else "")
             self._to.print(
                 f"{description}: {done}, {now - self._started:,.0f} s", markup=False, highlight=False
             )
