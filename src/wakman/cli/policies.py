@@ -27,7 +27,8 @@ def policies() -> None:
             # a variant's own docstring (s3fifo-v0), else its module's, whose first line names it
             own = cls.__dict__.get("__doc__")
             doc = (own or sys.modules[cls.__module__].__doc__ or "").strip()
-            table.add_row(name, doc.splitlines()[0] if doc else "")
+            # reST's inline literals (``ARC.c``) read as plain names in a terminal table
+            table.add_row(name, doc.splitlines()[0].replace("``", "") if doc else "")
         for name, preset in ADAPTIVE_PRESETS.items():
             table.add_row(name, preset.describe())
         console.print(table)
