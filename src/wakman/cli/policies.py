@@ -13,7 +13,7 @@ from wakman.adaptive.config import ADAPTIVE_PRESETS
 from wakman.cli.checks import MAX_BLOCKS, parse_ints, parse_names
 from wakman.cli.console import console, counted, err_console, json_text, progress_bars
 from wakman.cli.errors import cli_errors
-from wakman.cli.inputs import BlockSizeOption, FormatOption, open_trace
+from wakman.cli.inputs import BlockSizeOption, FormatOption, RateOption, SeedOption, open_trace
 from wakman.data import BUNDLED_MOONCAKE, BUNDLED_MOONCAKE_ATTRIBUTION
 from wakman.policies import POLICIES, make_policy
 from wakman.traces.model import joined_keys
@@ -37,10 +37,18 @@ def policies() -> None:
 def shadow(
     trace: Path | None = typer.Argument(None, help="Trace (default: the bundled Mooncake chat trace)."),
     fmt: str | None = FormatOption,
-    policy_names: str = typer.Option("lru,fifo,s3fifo,s3fifo-v0,sieve,arc,belady,infinite", "--policies"),
+    policy_names: str = typer.Option(
+        "lru,fifo,s3fifo,s3fifo-v0,sieve,arc,belady,infinite",
+        "--policies",
+        help="Comma-separated policies (`wakman policies`).",
+    ),
     capacities: str = typer.Option("5000,20000,50000", "--capacities", help="Cache sizes in blocks."),
-    as_json: bool = typer.Option(False, "--json"),
+    as_json: bool = typer.Option(
+        False, "--json", help="One JSON object alone on stdout (block_hit_ratio: policy -> size -> ratio)."
+    ),
     block_size: int | None = BlockSizeOption,
+    rate: float | None = RateOption,
+    seed: int | None = SeedOption,
 ) -> None:
     """Block hit ratio of each policy replaying the trace's block keys (plain shadow replay)."""
     path = trace or BUNDLED_MOONCAKE
@@ -50,7 +58,7 @@ def shadow(
         results: dict[str, dict[int, float]] = {n: {} for n in names}
         # progress on stderr (stdout may be --json), only on a terminal, gone once done
         with progress_bars(to=err_console, transient=True, disable=not err_console.is_terminal) as progress:
-            requests = counted(open_trace(path, fmt, block_size), progress, "reading")
+            requests = counted(open_trace(path, fmt, block_size, rate, seed), progress, "reading")
             keys = joined_keys(req.block_keys for req in requests)
             task = progress.add_task("replaying", total=len(names) * len(sizes))
             for name in names:
