@@ -546,7 +546,8 @@ void bind_free_queue(nb::module_& m) {
       .def(
           "is_hashless", [](const PyFreeQueue& q, nb::handle b) { return q.queue.is_hashless(block_id(b.ptr())); },
           "block"_a,
-          "A free block that lost its hash and keeps its place in the policy's order (lru, fifo), as in stock.")
+          "A free block without a hash that holds a place in the policy's order (lru, fifo), as in stock: it lost "
+          "its hash while free, or was released uncached to the tail (unpin_blocks' pages).")
       .def(
           "in_reserve", [](const PyFreeQueue& q, nb::handle b) { return q.queue.in_reserve(block_id(b.ptr())); },
           "block"_a)

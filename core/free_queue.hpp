@@ -82,7 +82,8 @@ class FreeQueue {
   bool in_blank(int32_t b) const { return list_of_[check(b)] == kBlank; }
   bool in_reserve(int32_t b) const { return list_of_[check(b)] == kReserve; }
   bool has_key(int32_t b) const { return has_key_[check(b)]; }
-  // A free block that lost its hash and keeps its place in the policy's order (a key, no hash).
+  // A free block without a hash that holds a place in the policy's order (a key, no hash): it lost
+  // its hash while free, or was released uncached to the tail (a page).
   bool is_hashless(int32_t b) const { return has_key_[check(b)] && hashless_[b]; }
   Key key_of(int32_t b) const { return key_of_[check(b)]; }
   int32_t block_of(Key k) const { return block_of_.find(k); }

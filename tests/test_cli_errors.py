@@ -1507,7 +1507,8 @@ def test_requests_larger_than_the_cache_are_flagged_wherever_they_skew_the_hit_r
 
 def test_a_block_size_too_small_for_the_ids_is_noticed_by_every_command(tmp_path):
     """Mooncake ids cover 512-token blocks; read at 256 every prompt has half the keys it needs, and
-    every command that reads the trace says so once (stats did alone)."""
+    every command that reads the trace says so once (stats did alone), also when it reads only the
+    first requests (--limit)."""
     from conftest import MOONCAKE
 
     path = tmp_path / "m.jsonl"
@@ -1526,10 +1527,11 @@ def test_a_block_size_too_small_for_the_ids_is_noticed_by_every_command(tmp_path
             "--block-size",
             256,
         ),
+        ("simulate", path, "--policy", "lru", "--capacity-blocks", 500, "--block-size", 256, "--limit", 3),
         ("sweep", path, "--capacities", 500, "--mode", "cache", "--block-size", 256, "--out", tmp_path / "s"),
     ):
         result = invoke(*args)
         assert result.exit_code == 0, result.output
-        assert result.stderr.count("have fewer block keys than their prompt's full blocks") == 1, args[0]
+        assert result.stderr.count("the rest of such a prompt can never hit") == 1, args
     right = invoke("stats", path, "--json")
-    assert "fewer block keys" not in right.stderr
+    assert "can never hit" not in right.stderr and right.exit_code == 0

@@ -45,10 +45,11 @@ def test_progress_without_a_terminal_prints_plain_lines_on_long_runs():
         lines.update(reading, completed=4096)
         lines.advance(sweep, 3)
         lines.update(sweep, completed=10)  # finished: no line for it any more
+        lines.update(reading, completed=5000, total=5000)  # a stream ends: counted() sets its total
     printed = out.getvalue().splitlines()
     assert printed[:2] == ["reading t.jsonl: 4,096, 0 s", "cache sweep: 0/10, 0 s"]
     assert printed[2:4] == ["reading t.jsonl: 4,096, 0 s", "cache sweep: 3/10, 0 s"]
-    assert printed[4:] == ["reading t.jsonl: 4,096, 0 s"]
+    assert printed[4:] == ["reading t.jsonl: 4,096, 0 s"]  # (the sweep's end); then nothing
     running = io.StringIO()
     one_call = HiddenProgress(Console(file=running, width=200), every_s=0.0)
     one_call.update(one_call.add_task("generating", total=None))

@@ -510,6 +510,30 @@ def test_aiperf_rows_without_a_session_id_are_sessions_of_their_own(tmp_path):
     assert got[2].block_keys[0] == 1 and len(got[2].block_keys) == 3 and 2 not in list(got[2].block_keys)
 
 
+def test_a_session_named_as_a_row_without_one_is_refused(tmp_path):
+    """A row without a session_id becomes session ``row:<line>``; a real session of that name would
+    silently merge with it (a second turn of another's chat): refused, naming both lines."""
+    path = tmp_path / "t.jsonl"
+    path.write_text(
+        "\n".join(
+            json.dumps(row)
+            for row in (
+                {"timestamp": 0, "input_length": 1000, "output_length": 10, "hash_ids": [1, 2]},
+                {
+                    "session_id": "row:1",
+                    "timestamp": 5,
+                    "input_length": 300,
+                    "output_length": 5,
+                    "hash_ids": [7],
+                },
+            )
+        )
+    )
+    with pytest.raises(TraceFormatError, match="line 1 gets; rename this session") as info:
+        list(read_trace(path, "aiperf-sessions"))
+    assert (info.value.line, info.value.field) == (2, "session_id")
+
+
 @pytest.mark.parametrize(
     ("rows_", "fmt", "field", "says"),
     [

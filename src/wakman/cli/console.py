@@ -136,14 +136,15 @@ def counted(
     description: str,
     total: int | None = None,
 ) -> Iterator[Request]:
-    """``requests`` unchanged, counted on a task of ``progress`` (``total`` None: a stream)."""
+    """``requests`` unchanged, counted on a task of ``progress`` (``total`` None: a stream, whose
+    total becomes its count once it ends: the task shows as finished)."""
     task = progress.add_task(description, total=total)
     n = 0
     for n, req in enumerate(requests, start=1):
         yield req
         if n % 512 == 0:
             progress.update(task, completed=n)
-    progress.update(task, completed=n)
+    progress.update(task, completed=n, total=n)
 
 
 @contextmanager

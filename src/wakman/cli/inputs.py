@@ -60,24 +60,26 @@ def open_trace(
 
 
 def _checked(requests: Iterator[Request], path: Path) -> Iterator[Request]:
-    """``requests`` unchanged; none at all is a ValueError naming the file, and requests with fewer
-    block keys than their prompts' full blocks get one notice on stderr once read (every command
-    that reads a trace: a block size too small for the trace's ids makes every prompt miss)."""
-    total = short = 0
+    """``requests`` unchanged; none at all is a ValueError naming the file. The first request with
+    fewer block keys than its prompt's full blocks gets one notice on stderr, as it is read (every
+    command that reads a trace, however much of it: a block size too small for the trace's ids
+    makes every prompt miss); ``stats`` counts them all (``short_keyed_requests``)."""
+    total = 0
+    noticed = False
     for req in requests:
         total += 1
-        short += len(req.block_keys) < req.prompt_tokens // req.block_size
+        if not noticed and len(req.block_keys) < req.prompt_tokens // req.block_size:
+            noticed = True
+            err_console.print(
+                f"[yellow]notice:[/yellow] request {total:,} has {len(req.block_keys):,} block keys for "
+                f"{req.prompt_tokens // req.block_size:,} full blocks of {req.block_size} tokens: the rest "
+                "of such a prompt can never hit. Fine for prefix-only rows (AIPerf); if the trace's ids "
+                "cover whole prompts, the block size it was read with is wrong (--block-size)",
+                highlight=False,
+            )
         yield req
     if not total:
         raise ValueError(f"{path}: the trace has no requests")
-    if short:
-        err_console.print(
-            f"[yellow]notice:[/yellow] {short:,} of {total:,} requests ({short / total:.0%}) have fewer "
-            "block keys than their prompt's full blocks: the rest of each prompt can never hit. Fine for "
-            "prefix-only rows (AIPerf); if the trace's ids cover whole prompts, the block size it was "
-            "read with is wrong (--block-size)",
-            highlight=False,
-        )
 
 
 def session_mode(

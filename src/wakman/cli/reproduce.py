@@ -111,7 +111,9 @@ def reproduce(
     # a folder removed meanwhile) is one line and exit code 2. Each file is whole or not replaced.
     with (
         cli_errors(f"nothing was written to {out}"),
-        progress_bars("{task.description:<12}", to=err_console) as progress,
+        progress_bars(
+            "{task.description:<12}", to=err_console, disable=not err_console.is_terminal
+        ) as progress,  # without a terminal, a plain line a minute
     ):
         bars: dict[str, int] = {}
 

@@ -422,7 +422,10 @@ def simulate(
             table = Table(title=title, show_header=False)
             for key, value in flat.items():
                 if key not in ("first_hit_tokens", "decisions"):  # a list: --json (and --plot) only
-                    table.add_row(key, f"{value:,.4f}" if isinstance(value, float) else str(value))
+                    shown = (
+                        "-" if value is None else f"{value:,.4f}" if isinstance(value, float) else str(value)
+                    )
+                    table.add_row(key, shown)
             console.print(table)
         if plot is not None:
             from wakman.experiments.plots import plot_decisions, plot_intervals
@@ -523,7 +526,8 @@ def sweep(
             mode=mode,
         )
         check_output_dir(out, "--out")
-        with progress_bars(to=err_console) as progress:  # stdout: the table alone
+        # stdout: the table alone; without a terminal, a plain line a minute
+        with progress_bars(to=err_console, disable=not err_console.is_terminal) as progress:
             requests = view.apply(
                 list(counted(view.take(open_trace(trace, fmt, block_size, rate, seed)), progress, "reading"))
             )

@@ -157,9 +157,23 @@ def read(path: str | Path, block_size: int = DEFAULT_BLOCK_SIZE) -> Iterator[Req
     path = Path(path)
     chats = Conversations(block_size)
     turns: list[tuple[float, int, Request]] = []
+    named: dict[str, int] = {}  # the names given to rows without a session_id -> their lines
+    real: set[str] = set()
     for number, row in decode_rows(path, _row):
         if row.session_id is None:  # a row of its own, as AIPerf gives it a fresh session
-            row = msgspec.structs.replace(row, session_id=f"{ROW_SESSION}{number}")
+            name = f"{ROW_SESSION}{number}"
+            row = msgspec.structs.replace(row, session_id=name)
+            named[name] = number
+        else:
+            real.add(row.session_id)
+        if row.session_id in real and row.session_id in named:
+            raise TraceFormatError(
+                path,
+                number,
+                "session_id",
+                f"{row.session_id!r} is the name the row without a session_id on line "
+                f"{named[row.session_id]} gets; rename this session",
+            )
         if row.timestamp is not None and row.delay is not None:
             raise TraceFormatError(
                 path,

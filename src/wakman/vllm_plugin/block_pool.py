@@ -5,8 +5,9 @@
 which already hold the pool, keep using the same object. No vLLM code is copied: the per-block hot
 path (``get_new_blocks``, ``free_blocks``, ``_insert_block_hash``, ``_remove_cached_block_hashes``,
 ``unpin_blocks``) stays stock and reaches the policy through the queue (``popleft_n`` evicts,
-``remove`` pins, ``append_n`` / ``prepend_n`` release; ``unpin_blocks``' uncached pages wait in the
-queue's reserve, handed out after every cached block: free_queue.py). The hooks run once per call,
+``remove`` pins, ``append_n`` / ``prepend_n`` release; ``unpin_blocks``' uncached pages take their
+place at the order's newest end under lru and fifo, as in stock's one list, and wait in the queue's
+reserve under the other policies: free_queue.py). The hooks run once per call,
 each calling the method of the pool's own class and then telling the queue in one batch. They are
 set on the pool object (bound methods shadowing the class's), not by changing its class: CPython's
 attribute fast path for the pool's fields (which the stock per-block loops read) keys on the class

@@ -89,7 +89,7 @@ class PolicyFreeQueue(FreeBlockQueue):
                 assert block.block_hash is None or block.ref_cnt > 0 or in_blank, block
             else:
                 keyed += 1
-                if self.is_hashless(block):  # lost its hash while free; keeps its place (lru, fifo)
+                if self.is_hashless(block):  # lost its hash while free, or a page (lru, fifo)
                     assert block.block_hash is None and block.ref_cnt == 0, block
                 else:
                     assert block.block_hash is not None, f"{block!r} has a key but no hash"
