@@ -81,7 +81,12 @@ LIMIT = typer.Option(None, "--limit", help="Simulate only the first N requests."
 CACHE_OUTPUTS = typer.Option(
     True, "--cache-outputs/--no-cache-outputs", help="Cache the blocks generated tokens fill, as vLLM does."
 )
-WARMUP = typer.Option(0.0, "--warmup-s", help="Requests arriving earlier are left out of the figures.")
+WARMUP = typer.Option(
+    0.0,
+    "--warmup-s",
+    help="Requests arriving earlier are left out of the hit rates, token counts and latencies "
+    "(evictions, stranded blocks, preemptions and --per-request cover the whole run).",
+)
 MODE = typer.Option("serve", "--mode", help="serve (time, pinning) or cache (shadow replay).")
 # The server models' bounds (wakman.simulation.server), by flag; and a millisecond an interval at
 # the least (a million intervals over the trace's arrivals at the most: check_intervals).
