@@ -1034,6 +1034,7 @@ def test_a_plot_is_written_in_the_format_its_name_names(trace, tmp_path, suffix,
     result = invoke("simulate", trace, "--policy", "lru", "--capacity-blocks", 50, "--plot", plot)
     assert result.exit_code == 0, result.output
     assert plot.read_bytes().startswith(magic)
+    assert f"wrote {plot}" in result.stderr  # as sweep and stats say what they wrote
 
 
 def test_tables_piped_to_a_file_keep_every_value(tmp_path):

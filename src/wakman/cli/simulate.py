@@ -445,6 +445,7 @@ def simulate(
                     plot,
                     f"{policy}, {capacity:,} blocks, {trace.name}",
                 )
+            err_console.print(f"wrote {plot}", markup=False, highlight=False)
 
 
 def _write_sweep(
@@ -572,9 +573,10 @@ def sweep(
         )
     saturated = [f"{r['policy']} at {r['capacity_blocks']:,}" for r in rows if r.get("saturated")]
     if saturated:
+        named = ", ".join(saturated[:6]) + (f" and {len(saturated) - 6} more" if len(saturated) > 6 else "")
         err_console.print(
             f"[yellow]warning:[/yellow] the modelled server is saturated in {len(saturated)} of "
-            f"{len(rows)} runs ({', '.join(saturated)}): their hit rates are those of an overloaded "
+            f"{len(rows)} runs ({named}): their hit rates are those of an overloaded "
             "queue (`saturated`, `prefill_utilization` and `queue_growth` in sweep.csv; raise "
             "--prefill-tps / --max-running)",
             highlight=False,
