@@ -71,7 +71,7 @@ def _size_text(size: dict[str, Any] | None) -> str:
         return "-"
     text = f"{size['capacity_blocks']:,} blocks = {adv.human_tokens(size['tokens'])} tokens"
     if size["gib"] is not None:
-        text += f" = {size['gib']:z.2f} GiB"
+        text += f" = {_gib_text(size['gib'])} GiB"
     return text
 
 
@@ -334,7 +334,7 @@ def _print(result: dict[str, Any]) -> None:
             name,
             f"{blocks:,}",
             adv.human_tokens(entry["tokens"]),
-            f"{entry['gib']:z.2f}" if entry["gib"] is not None else "-",
+            _gib_text(entry["gib"]) if entry["gib"] is not None else "-",
             how,
         )
     console.print(t)
