@@ -67,6 +67,12 @@ def as_lists(req: Request) -> Request:
     )
 
 
+def write_rows(path: Path, *rows: dict) -> Path:
+    """``rows`` as a JSONL file at ``path``, one object a line."""
+    path.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    return path
+
+
 def same(a: Request, b: Request, session: bool = True) -> bool:
     return (
         abs(a.arrival_s - b.arrival_s) < 1e-9
@@ -149,7 +155,7 @@ def test_aiperf_chats_are_read_as_aiperf_replays_them(tmp_path, fmt):
         (7000, "s3", 100, 5, [32]),
     ]
     first_ms: dict[str, int] = {}
-    lines = []
+    rows = []
     for ms, sid, new, answer, ids in turns:
         row = {"session_id": sid, "input_length": new, "output_length": answer, "hash_ids": ids}
         if fmt == "mooncake" or sid not in first_ms:
@@ -157,9 +163,8 @@ def test_aiperf_chats_are_read_as_aiperf_replays_them(tmp_path, fmt):
         else:
             row["delay"] = ms - first_ms[sid]
         first_ms[sid] = ms
-        lines.append(json.dumps(row))
-    path = tmp_path / "chats.jsonl"
-    path.write_text("\n".join(lines) + "\n")
+        rows.append(row)
+    path = write_rows(tmp_path / "chats.jsonl", *rows)
     assert detect_format(path) == fmt
     reqs = list(read_trace(path))
     assert [r.prompt_tokens for r in reqs] == [1024, 900, 600, 1636, 1040, 1700]
@@ -231,8 +236,7 @@ def test_bailian_rows_written_by_hand(tmp_path):
             "hash_ids": [1, 2, 3, 6, 7, 8],
         },
     ]
-    path = tmp_path / "bailian.jsonl"
-    path.write_text("\n".join(json.dumps(r) for r in rows) + "\n")
+    path = write_rows(tmp_path / "bailian.jsonl", *rows)
     assert detect_format(path) == "bailian"
     reqs = list(read_trace(path))
     assert [r.session_id for r in reqs] == ["10", "11", "10", "10"]
@@ -289,9 +293,8 @@ def test_bailian_ids_name_blocks_not_prefixes(tmp_path):
 def test_bailian_rows_without_their_optional_fields(tmp_path):
     """parent_chat_id, type and turn are optional (AIPerf's loader has them so): a row without them
     is a first turn of its own session."""
-    path = tmp_path / "bailian.jsonl"
-    rows = [{"chat_id": 5, "timestamp": 0.5, "input_length": 40, "output_length": 8, "hash_ids": [1, 2, 3]}]
-    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    row = {"chat_id": 5, "timestamp": 0.5, "input_length": 40, "output_length": 8, "hash_ids": [1, 2, 3]}
+    path = write_rows(tmp_path / "bailian.jsonl", row)
     assert detect_format(path) == "bailian"
     [req] = read_trace(path)
     assert (req.session_id, req.label, req.prompt_tokens) == ("5", None, 40)
@@ -398,15 +401,10 @@ def test_native_sessions_read_back_their_own_keys_after_the_whole_trace(tmp_path
     assert [key_list(r.block_keys) for r in back] == [r.block_keys for r in reqs]
 
 
-def _session_rows(path: Path, *rows: dict) -> Path:
-    path.write_text("".join(json.dumps(row) + "\n" for row in rows))
-    return path
-
-
 def test_a_later_turn_before_its_sessions_previous_turn_is_refused(tmp_path):
     """Turn 2 extends turn 1's prompt and answer, so it cannot arrive first; read as given, turn 1
     would hit the blocks turn 2 brought."""
-    path = _session_rows(
+    path = write_rows(
         tmp_path / "back.jsonl",
         {"session_id": "a", "timestamp": 1000, "input_length": 600, "output_length": 5, "hash_ids": [1, 2]},
         {"session_id": "a", "timestamp": 500, "input_length": 100, "output_length": 5, "hash_ids": [3]},
@@ -421,7 +419,7 @@ def test_sessions_given_one_after_another_are_detected_and_read_in_arrival_order
     """AIPerf session rows with a timestamp on every turn, grouped by session (arrivals go back at
     the second session's first row): read as aiperf-sessions, which sorts them, not as Mooncake rows
     that must be in arrival order."""
-    path = _session_rows(
+    path = write_rows(
         tmp_path / "grouped.jsonl",
         {"session_id": "s1", "timestamp": 0, "input_length": 600, "output_length": 5, "hash_ids": [1, 2]},
         {"session_id": "s1", "timestamp": 5000, "input_length": 100, "output_length": 5, "hash_ids": [3]},
@@ -438,11 +436,11 @@ def test_sessions_given_one_after_another_are_detected_and_read_in_arrival_order
 def test_jsonl_rows_in_a_json_file_are_not_taken_for_a_conversation(tmp_path):
     """``.json`` names a kv-cache-tester conversation, unless its first line is a whole trace row."""
     rows = [{"timestamp": 0, "input_length": 600, "output_length": 5, "hash_ids": [1, 2]}]
-    path = _session_rows(tmp_path / "moon.json", *rows, {**rows[0], "timestamp": 1})
+    path = write_rows(tmp_path / "moon.json", *rows, {**rows[0], "timestamp": 1})
     assert detect_format(path) == "mooncake"
     assert len(list(read_trace(path))) == 2
     conversation = {"id": "c", "block_size": 64, "requests": [{"t": 0, "in": 100, "out": 5, "hash_ids": [1]}]}
-    assert detect_format(_session_rows(tmp_path / "c.json", conversation)) == "kv-cache-tester"
+    assert detect_format(write_rows(tmp_path / "c.json", conversation)) == "kv-cache-tester"
 
 
 @pytest.mark.parametrize("fmt", ["native", "mooncake", "aiperf-sessions", "kv-cache-tester"])
@@ -482,22 +480,17 @@ def test_aiperf_rows_without_a_session_id_are_sessions_of_their_own(tmp_path):
     """AIPerf gives a ``mooncake_trace`` row without a ``session_id`` a session of its own, beside the
     rows that carry one; such a file (its first row without one) is detected and read that way: the
     session's later turn extends its first turn's prompt and answer (1,000 + 100 + 300 tokens)."""
-    path = tmp_path / "mixed.jsonl"
-    path.write_text(
-        "\n".join(
-            json.dumps(row)
-            for row in (
-                {"timestamp": 0, "input_length": 1000, "output_length": 100, "hash_ids": [1, 2]},
-                {
-                    "session_id": "a",
-                    "timestamp": 10,
-                    "input_length": 1000,
-                    "output_length": 100,
-                    "hash_ids": [1, 2],
-                },
-                {"session_id": "a", "delay": 2000, "input_length": 300, "output_length": 50, "hash_ids": [4]},
-            )
-        )
+    path = write_rows(
+        tmp_path / "mixed.jsonl",
+        {"timestamp": 0, "input_length": 1000, "output_length": 100, "hash_ids": [1, 2]},
+        {
+            "session_id": "a",
+            "timestamp": 10,
+            "input_length": 1000,
+            "output_length": 100,
+            "hash_ids": [1, 2],
+        },
+        {"session_id": "a", "delay": 2000, "input_length": 300, "output_length": 50, "hash_ids": [4]},
     )
     assert detect_format(path) == "aiperf-sessions"
     got = list(read_trace(path))
@@ -513,21 +506,16 @@ def test_aiperf_rows_without_a_session_id_are_sessions_of_their_own(tmp_path):
 def test_a_session_named_as_a_row_without_one_is_refused(tmp_path):
     """A row without a session_id becomes session ``row:<line>``; a real session of that name would
     silently merge with it (a second turn of another's chat): refused, naming both lines."""
-    path = tmp_path / "t.jsonl"
-    path.write_text(
-        "\n".join(
-            json.dumps(row)
-            for row in (
-                {"timestamp": 0, "input_length": 1000, "output_length": 10, "hash_ids": [1, 2]},
-                {
-                    "session_id": "row:1",
-                    "timestamp": 5,
-                    "input_length": 300,
-                    "output_length": 5,
-                    "hash_ids": [7],
-                },
-            )
-        )
+    path = write_rows(
+        tmp_path / "t.jsonl",
+        {"timestamp": 0, "input_length": 1000, "output_length": 10, "hash_ids": [1, 2]},
+        {
+            "session_id": "row:1",
+            "timestamp": 5,
+            "input_length": 300,
+            "output_length": 5,
+            "hash_ids": [7],
+        },
     )
     with pytest.raises(TraceFormatError, match="line 1 gets; rename this session") as info:
         list(read_trace(path, "aiperf-sessions"))
@@ -571,8 +559,7 @@ def test_a_session_named_as_a_row_without_one_is_refused(tmp_path):
     ids=["timestamp-and-delay", "untimed-session", "delay-as-mooncake"],
 )
 def test_aiperf_rows_a_reader_cannot_time_are_refused(tmp_path, rows_, fmt, field, says):
-    path = tmp_path / "t.jsonl"
-    path.write_text("\n".join(json.dumps(r) for r in rows_))
+    path = write_rows(tmp_path / "t.jsonl", *rows_)
     with pytest.raises(TraceFormatError, match=says) as info:
         list(read_trace(path, fmt))
     assert info.value.field == field
