@@ -300,19 +300,32 @@ def test_a_switch_sends_unpinned_pages_where_the_new_policy_would(to):
         assert queue.get_all_free_blocks()[-3:] == pages
 
 
+def _request_steps(*more: st.SearchStrategy) -> st.SearchStrategy:
+    """1 to 40 requests, each (prefix root, full blocks, uncached extra blocks, *more)."""
+    return st.lists(
+        st.tuples(st.integers(0, 5), st.integers(1, 10), st.integers(0, 3), *more), min_size=1, max_size=40
+    )
+
+
+def _request_keys(root: int, length: int, extra: int, capacity: int) -> list | None:
+    """A step's prompt keys, or None where the request does not fit the pool."""
+    keys = vllm_keys(root * 1000 + i for i in range(length))
+    return keys if len(keys) + extra <= capacity else None
+
+
+def _assert_same_free_queue(stock: BlockPool, ours: BlockPool) -> None:
+    """``ours`` keeps its invariants and frees blocks in stock's order, block by block."""
+    ours.check()
+    order = [[b.block_id for b in p.free_block_queue.get_all_free_blocks()] for p in (stock, ours)]
+    assert order[0] == order[1]
+
+
 @settings(max_examples=80, deadline=None)
 @given(
     capacity=st.integers(8, 40),
-    steps=st.lists(
-        st.tuples(
-            st.integers(0, 5),  # prefix root
-            st.integers(1, 10),  # full blocks
-            st.integers(0, 3),  # uncached extra blocks
-            st.sets(st.integers(0, 40), max_size=4),  # connector evictions while the request holds
-            st.sets(st.integers(0, 40), max_size=4),  # ... and after it freed its blocks
-        ),
-        min_size=1,
-        max_size=40,
+    steps=_request_steps(
+        st.sets(st.integers(0, 40), max_size=4),  # connector evictions while the request holds
+        st.sets(st.integers(0, 40), max_size=4),  # ... and after it freed its blocks
     ),
 )
 def test_lru_is_stock_across_connector_evictions(capacity, steps):
@@ -321,8 +334,8 @@ def test_lru_is_stock_across_connector_evictions(capacity, steps):
     same free queue, block by block, after every step. Stock vLLM's pool is the reference."""
     stock, ours = make_pool(capacity, None), make_pool(capacity, "lru")
     for root, length, extra, held_evictions, free_evictions in steps:
-        keys = vllm_keys(root * 1000 + i for i in range(length))
-        if len(keys) + extra > capacity:
+        keys = _request_keys(root, length, extra, capacity)
+        if keys is None:
             continue
         hits = []
         for p in (stock, ours):
@@ -332,24 +345,13 @@ def test_lru_is_stock_across_connector_evictions(capacity, steps):
             )
             p.evict_blocks({i % len(p.blocks) for i in free_evictions})
         assert hits[0] == hits[1]
-        ours.check()
-        order = [[b.block_id for b in p.free_block_queue.get_all_free_blocks()] for p in (stock, ours)]
-        assert order[0] == order[1]
+        _assert_same_free_queue(stock, ours)
 
 
 @settings(max_examples=80, deadline=None)
 @given(
     capacity=st.integers(8, 40),
-    steps=st.lists(
-        st.tuples(
-            st.integers(0, 5),  # prefix root
-            st.integers(1, 10),  # full blocks
-            st.integers(0, 3),  # uncached extra blocks
-            st.integers(0, 4),  # pages then taken and unpinned (HiSparse)
-        ),
-        min_size=1,
-        max_size=40,
-    ),
+    steps=_request_steps(st.integers(0, 4)),  # pages then taken and unpinned (HiSparse)
 )
 def test_lru_is_stock_across_unpinned_pages(capacity, steps):
     """vLLM's ``unpin_blocks`` appends uncached pages to its one list's tail, so cached blocks freed
@@ -360,17 +362,15 @@ def test_lru_is_stock_across_unpinned_pages(capacity, steps):
     stock, ours = make_pool(capacity, None), make_pool(capacity, "lru")
     reused: dict[int, list[int]] = {id(stock): [], id(ours): []}
     for root, length, extra, pages in steps:
-        keys = vllm_keys(root * 1000 + i for i in range(length))
-        if len(keys) + extra > capacity:
+        keys = _request_keys(root, length, extra, capacity)
+        if keys is None:
             continue
         hits = [serve_one(p, keys, len(keys) - 1, extra) for p in (stock, ours)]
         assert hits[0] == hits[1]
         for p in (stock, ours):
             taken = p.get_new_blocks(min(pages, p.get_num_free_blocks()))
             p.unpin_blocks(taken, lambda b, p=p: reused[id(p)].append(b.block_id))
-        ours.check()
-        order = [[b.block_id for b in p.free_block_queue.get_all_free_blocks()] for p in (stock, ours)]
-        assert order[0] == order[1]
+        _assert_same_free_queue(stock, ours)
         assert reused[id(stock)] == reused[id(ours)]
 
 
