@@ -68,7 +68,7 @@ def _checked(requests: Iterator[Request], path: Path) -> Iterator[Request]:
     noticed = False
     for req in requests:
         total += 1
-        if not noticed and len(req.block_keys) < req.prompt_tokens // req.block_size:
+        if not noticed and req.short_keyed:
             noticed = True
             err_console.print(
                 f"[yellow]notice:[/yellow] request {total:,} has {len(req.block_keys):,} block keys for "

@@ -83,6 +83,13 @@ class Request(msgspec.Struct, kw_only=True, omit_defaults=True):
         return full_blocks(len(self.block_keys), self.prompt_tokens, self.block_size)
 
     @property
+    def short_keyed(self) -> bool:
+        """Fewer block keys than the prompt's full blocks (``prompt_tokens // block_size``): the rest
+        of the prompt can never hit (AIPerf's prefix-only rows, or a block size too small for the
+        trace's ids)."""
+        return len(self.block_keys) < self.prompt_tokens // self.block_size
+
+    @property
     def max_hit_blocks(self) -> int:
         """vLLM lets at most ``prompt_tokens - 1`` tokens hit, in whole blocks."""
         return hit_limit(len(self.block_keys), self.prompt_tokens, self.block_size)

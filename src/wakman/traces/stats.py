@@ -118,7 +118,7 @@ def compute_stats(requests: Iterable[Request], lru_curve: bool = True) -> TraceS
             sessions.add(req.session_id)
         keys = req.block_keys
         full = req.full_blocks
-        short_keyed += len(keys) < req.prompt_tokens // req.block_size
+        short_keyed += req.short_keyed
         depth = _core.cached_prefix(ceiling, keys, req.max_hit_blocks)
         hit_tokens += depth * req.block_size
         if full > depth:  # keys[:depth] are resident already: replaying them would change nothing
