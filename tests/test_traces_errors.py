@@ -448,3 +448,24 @@ def test_a_writer_refuses_a_compression_suffix_it_would_not_honour(tmp_path, suf
     with pytest.raises(ValueError, match=f"{suffix} is not a compression wakman writes"):
         write_trace([req], target, "native")
     assert not target.exists() and list(tmp_path.iterdir()) == []
+
+
+def test_an_interrupt_as_the_part_file_appears_leaves_nothing(tmp_path):
+    """A Ctrl-C that lands as the hidden ``.part`` file is created (before the writer holds its name)
+    still removes it: nothing is left beside the output (the generate test's rare leftover)."""
+    from wakman.traces import io as trace_io
+
+    real_close = os.close
+
+    def close_then_interrupt(fd: int) -> None:
+        real_close(fd)
+        raise KeyboardInterrupt
+
+    target = tmp_path / "out" / "t.jsonl"
+    trace_io.os.close = close_then_interrupt  # the module's os is os itself: restored at once below
+    try:
+        with pytest.raises(KeyboardInterrupt), trace_io.atomic_path(target):
+            pass
+    finally:
+        trace_io.os.close = real_close
+    assert list(tmp_path.iterdir()) == []

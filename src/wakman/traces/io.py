@@ -148,14 +148,17 @@ def read_rows(
         yield req
 
 
-def _new_temp(path: Path) -> Path:
+def _new_temp(path: Path, names: list[Path]) -> Path:
     """Create an empty hidden ``.part`` file beside ``path``, mode 0666 less the umask (what any new
-    file gets; ``tempfile`` would make it 0600)."""
+    file gets; ``tempfile`` would make it 0600). Its name is appended to ``names`` before the file
+    exists, so a caller interrupted at any point (a Ctrl-C as the file appears) can remove it."""
     while True:
         tmp = path.parent / f".{path.name}.{secrets.token_hex(4)}.part"
+        names.append(tmp)
         try:
             os.close(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666))
         except FileExistsError:
+            names.pop()  # another's file: not ours to remove
             continue
         return tmp
 
@@ -219,16 +222,15 @@ def atomic_path(path: str | Path) -> Iterator[Path]:
             yield path
             return
         created: list[Path] = []
+        temps: list[Path] = []  # named before it exists: removed whenever the block is interrupted
         try:
             _make_parents(target.parent, created)
-            tmp = _new_temp(target)
-            try:
-                yield tmp
-                os.replace(tmp, target)
-            except BaseException:
-                tmp.unlink(missing_ok=True)
-                raise
+            tmp = _new_temp(target, temps)
+            yield tmp
+            os.replace(tmp, target)
         except BaseException:
+            for name in temps:
+                name.unlink(missing_ok=True)
             for folder in created:  # deepest first; only what this call made, only if still empty
                 try:
                     folder.rmdir()
