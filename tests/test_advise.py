@@ -338,6 +338,19 @@ def test_bad_input_exits_2(args, flag):
     assert flag in result.output
 
 
+def test_gpu_memory_out_of_range_fails_at_the_first_request(tmp_path):
+    """A --gpu-memory the cache cannot take is refused at the trace's first request: a broken
+    second line is never reached (the check waited for the whole trace)."""
+    path = tmp_path / "t.jsonl"
+    row = {"timestamp": 0, "input_length": 1024, "output_length": 4, "hash_ids": [1, 2]}
+    path.write_text(json.dumps(row) + "\n" + "{not json\n")
+    result = CliRunner().invoke(
+        app, ["advise", str(path), "--gpu-memory", "1e5", "--kv-bytes-per-token", "1"]
+    )
+    assert result.exit_code == 2, result.output
+    assert "--gpu-memory 100000 GiB holds" in result.output and "line 2" not in result.output
+
+
 def test_unknown_model_lists_close_names():
     result = CliRunner().invoke(app, ["advise", "--model", "Qwen2.5-7B-Instrukt"])
     assert result.exit_code == 2

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +24,7 @@ from wakman.experiments.kv_memory import KVLayout, config_layout, dtype_bytes, m
 from wakman.experiments.plots import plot_advice
 from wakman.experiments.sweep import HINT_MODE, HINT_OPTIONS, run_grid
 from wakman.policies import SERVABLE_POLICIES
+from wakman.traces.model import Request
 
 DEFAULT_POLICIES = ",".join((*SERVABLE_POLICIES, *ADAPTIVE_PRESETS))  # what a server can run
 # serve mode simulates every request's prefill and decode in time; past these the run takes too long
@@ -30,6 +32,26 @@ SERVE_MAX_MEAN_PROMPT = 32_768
 SERVE_MAX_PROMPT_TOKENS = 200_000_000
 MAX_GPU_MEMORY_GIB = 1e6  # a million GiB
 MAX_POINTS = 1000
+
+
+def _memory_blocks(layout: KVLayout, gib: float, block_size: int) -> int:
+    """The blocks of ``block_size`` tokens ``--gpu-memory`` holds; a ValueError outside 1..MAX_BLOCKS."""
+    blocks = layout.blocks_in(gib, block_size)
+    if not 1 <= blocks <= MAX_BLOCKS:
+        raise ValueError(
+            f"--gpu-memory {gib:g} GiB holds {blocks:,} blocks of {block_size} tokens "
+            f"({layout.block_bytes(block_size):,} B each); the cache needs 1 to {MAX_BLOCKS:,}"
+        )
+    return blocks
+
+
+def _memory_checked(requests: Iterator[Request], layout: KVLayout, gib: float) -> Iterator[Request]:
+    """``requests`` unchanged, ``--gpu-memory`` checked at the first one's block size (a size the
+    cache cannot take fails before the whole trace is read)."""
+    for i, req in enumerate(requests):
+        if i == 0:
+            _memory_blocks(layout, gib, req.block_size)
+        yield req
 
 
 def _layout(
@@ -156,7 +178,11 @@ def advise(
             raise ValueError("--gpu-memory needs --model, --model-config or --kv-bytes-per-token")
         progress = progress_bars(to=err_console, transient=True, disable=not err_console.is_terminal)
         with progress:
-            requests = list(counted(open_trace(path, fmt, block_size), progress, f"reading {path.name}"))
+            stream = open_trace(path, fmt, block_size)
+            if gpu_memory is not None:  # checked at the first request, not after the whole trace
+                assert layout is not None
+                stream = _memory_checked(stream, layout, gpu_memory)
+            requests = list(counted(stream, progress, f"reading {path.name}"))
             if sessions:
                 require_session_ids(path, requests)
             curve_task = progress.add_task("exact LRU curve", total=1)
@@ -164,13 +190,7 @@ def advise(
             progress.update(curve_task, completed=1)
             if gpu_memory is not None:
                 assert layout is not None
-                capacity = layout.blocks_in(gpu_memory, curve.block_size)
-                if not 1 <= capacity <= MAX_BLOCKS:
-                    raise ValueError(
-                        f"--gpu-memory {gpu_memory:g} GiB holds {capacity:,} blocks of {curve.block_size} "
-                        f"tokens ({layout.block_bytes(curve.block_size):,} B each); the cache needs 1 to "
-                        f"{MAX_BLOCKS:,}"
-                    )
+                capacity = _memory_blocks(layout, gpu_memory, curve.block_size)
             warnings: list[str] = []
             mean_prompt = curve.prompt_tokens / curve.requests
             chosen = mode
