@@ -7,6 +7,7 @@ value store when it is first imported, from ``PROMETHEUS_MULTIPROC_DIR``. The re
 from __future__ import annotations
 
 import json
+import math
 import os
 import re
 import subprocess
@@ -173,6 +174,66 @@ def test_counters_still_at_zero_are_scraped_as_in_one_process(tmp_path):
     text = _scrape(prom)
     for name in ("decisions", "switches", "replay_errors", "replay_seconds", "session_ends"):
         assert _value(text, f'wakman:{name}_total{{engine="0"}}') == 0.0
+
+
+# Engines as processes of their own (their pids name their state files): engine A publishes, its
+# last replay fails, it is replaced by engine B (same rank), then B is gone; the mirror copies after
+# each and the scrape is taken then
+LIFE_WRITER = """
+import json, subprocess, sys
+from pathlib import Path
+from prometheus_client import CollectorRegistry, generate_latest, multiprocess
+from wakman.vllm_plugin.metrics import MultiprocessMirror
+states, prom, state = Path(sys.argv[1]), sys.argv[2], json.loads(sys.argv[3])
+mirror = MultiprocessMirror()
+scrapes = []
+def publish(engine, **fields):
+    (states / f"engine-{engine.pid}-0.json").write_text(json.dumps({**state, **fields}))
+def copy():
+    mirror.refresh()
+    registry = CollectorRegistry()
+    multiprocess.MultiProcessCollector(registry, path=prom)
+    scrapes.append(generate_latest(registry).decode())
+a = subprocess.Popen(["sleep", "60"])
+publish(a, decisions=10)
+copy()
+publish(a, decisions=11, replay_errors=2, shadow_hit_rate={})  # the last replay failed
+copy()
+a.kill(); a.wait()
+b = subprocess.Popen(["sleep", "60"])
+publish(b, decisions=4)  # the restarted engine
+copy()
+publish(b, decisions=13)
+copy()
+b.kill(); b.wait()
+copy()
+print(json.dumps(scrapes))
+"""
+
+
+def test_the_mirror_across_a_failed_replay_a_restart_and_a_gone_engine(tmp_path):
+    """A restarted engine's counts are added from 0 (they were lost until they passed the old
+    engine's total: 4 read 11, 13 read 13); a shadow rate the last replay did not give, and every
+    gauge of an engine that is gone, read NaN (they kept their last values)."""
+    prom, states = tmp_path / "prom", tmp_path / "states"
+    prom.mkdir()
+    states.mkdir()
+    env = {**os.environ, "PROMETHEUS_MULTIPROC_DIR": str(prom), "WAKMAN_METRICS_DIR": str(states)}
+    args = [sys.executable, "-c", LIFE_WRITER, str(states), str(prom), json.dumps(_state(0, "s3fifo"))]
+    proc = subprocess.run(args, env=env, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    first, failed, restarted, later, gone = json.loads(proc.stdout)
+    decisions = 'wakman:decisions_total{engine="0"}'
+    shadow = 'wakman:shadow_hit_rate{engine="0",policy="s3fifo"}'
+    live = 'wakman:live_policy{engine="0",policy="s3fifo"}'
+    assert _value(first, decisions) == 10 and _value(first, shadow) == 0.5
+    assert _value(failed, decisions) == 11 and _value(failed, 'wakman:replay_errors_total{engine="0"}') == 2
+    assert math.isnan(_value(failed, shadow)) and _value(failed, live) == 1.0
+    assert _value(restarted, decisions) == 11 + 4 and _value(restarted, shadow) == 0.5
+    assert _value(later, decisions) == 11 + 13
+    assert math.isnan(_value(gone, live)) and math.isnan(_value(gone, shadow))
+    assert math.isnan(_value(gone, 'wakman:last_replay_seconds{engine="0"}'))
+    assert _value(gone, decisions) == 24  # a counter keeps its total
 
 
 def test_a_metrics_dir_wakman_made_is_removed_when_its_maker_exits(tmp_path):

@@ -14,8 +14,13 @@ server (rank 0) copies the published states into real metrics whose values live 
 (``MultiprocessMirror``): gauges in ``mostrecent`` mode, counters raised by what changed since its
 last copy, so the sum over processes the multiprocess collector reports is the engine's own count.
 It copies them once a second from a daemon thread, traffic or not (and ``--disable-log-stats`` or
-not), so the figures lag the engine's published state by at most a second.
-Metrics, the same in both modes:
+not), so the figures lag the engine's published state by at most a second. Two differences from
+one API server, where the collector reads the engines' current states: a counter there counts over
+the engine processes of a rank (an engine that restarts adds from 0 to its predecessor's total;
+one server shows the new process's count), and a gauge series the states stop giving (a shadow's
+rate after a failed replay, an engine that is gone) reads NaN (one server leaves it out): the
+multiprocess files cannot drop a series.
+Metrics, in both modes:
 
 - ``wakman:live_policy{policy}``: 1 for the live policy, 0 for the other candidates;
 - ``wakman:decisions_total``, ``wakman:switches_total``, ``wakman:replay_errors_total``;
@@ -30,6 +35,7 @@ from __future__ import annotations
 
 import atexit
 import logging
+import math
 import os
 import shutil
 import tempfile
@@ -107,14 +113,19 @@ def _alive(pid: int) -> bool:
 
 
 def read_states() -> list[EngineState]:
-    """The states of the engines alive now. A file left by an engine process that has exited (a
-    restarted engine, an earlier run sharing the directory) is removed, never reported: its
-    counters would be read as the live engine's (one the reader may not remove is skipped all the
-    same). Reading creates nothing: with ``WAKMAN_METRICS_DIR`` unset no engine of this process
-    tree publishes (the plugin sets it wherever wakman is asked for), and the list is empty. A file
-    that is not an ``EngineState`` (another version's, another program's, a partial write's) is
-    skipped, not reported in part. Never raises: the readers run inside vLLM's ``/metrics`` and its
-    output handler."""
+    """The states of the engines alive now (``read_states_by_pid``'s, without the pids)."""
+    return [state for _, state in read_states_by_pid()]
+
+
+def read_states_by_pid() -> list[tuple[int, EngineState]]:
+    """The states of the engines alive now, each with its engine process's pid. A file left by an
+    engine process that has exited (a restarted engine, an earlier run sharing the directory) is
+    removed, never reported: its counters would be read as the live engine's (one the reader may
+    not remove is skipped all the same). Reading creates nothing: with ``WAKMAN_METRICS_DIR`` unset
+    no engine of this process tree publishes (the plugin sets it wherever wakman is asked for), and
+    the list is empty. A file that is not an ``EngineState`` (another version's, another
+    program's, a partial write's) is skipped, not reported in part. Never raises: the readers run
+    inside vLLM's ``/metrics`` and its output handler."""
     path = os.environ.get(ENV_DIR)
     if not path:
         return []
@@ -133,7 +144,7 @@ def read_states() -> list[EngineState]:
                 path.unlink(missing_ok=True)
             continue
         try:
-            states.append(msgspec.json.decode(path.read_bytes(), type=EngineState))
+            states.append((pid, msgspec.json.decode(path.read_bytes(), type=EngineState)))
         except (OSError, msgspec.DecodeError):  # ValidationError is a DecodeError
             continue
     return states
@@ -226,27 +237,42 @@ class MultiprocessMirror:
                 ("session_ends", "wakman:session_ends", "Session ends told to the live policy"),
             )
         }
-        self._copied: dict[tuple[str, str], float] = {}
+        self._copied: dict[tuple[str, str], tuple[int, float]] = {}  # (counter, engine) -> (pid, value)
+        self._shown: set[tuple[Any, tuple[str, ...]]] = set()  # gauge series the last copy set
         self._lock = threading.Lock()
         self._thread: threading.Thread | None = None
         self._failed = False
 
     def refresh(self) -> None:
+        """Copy the live engines' states. A counter adds what its engine process counted since the
+        last copy: an engine that restarted (a new process, same rank) counts from 0 again, added
+        to its predecessor's total. A gauge series the states no longer give (a shadow's rate after
+        a failed replay, an engine gone) reads NaN: the multiprocess files cannot drop a series, where
+        one process's collector leaves it out."""
         with self._lock:
-            for state in read_states():
+            shown: set[tuple[Any, tuple[str, ...]]] = set()
+            for pid, state in read_states_by_pid():
                 engine = str(state.engine)
                 for name in state.candidates:
                     self.live.labels(engine, name).set(1.0 if name == state.live_policy else 0.0)
+                    shown.add((self.live, (engine, name)))
                 for name, rate in state.shadow_hit_rate.items():
                     self.shadow.labels(engine, name).set(rate)
+                    shown.add((self.shadow, (engine, name)))
                 self.last.labels(engine).set(state.last_replay_seconds)
+                shown.add((self.last, (engine,)))
                 for key, counter in self.counters.items():
                     value = float(getattr(state, key))
-                    delta = value - self._copied.get((key, engine), 0.0)
+                    copied_pid, copied = self._copied.get((key, engine), (pid, 0.0))
+                    if copied_pid != pid:  # a new engine process for this rank: it counts from 0
+                        copied = 0.0
                     child = counter.labels(engine)  # a counter at 0 is scraped too, as in one process
-                    if delta > 0:  # an engine that restarted counts from its old total on
-                        child.inc(delta)
-                        self._copied[(key, engine)] = value
+                    if value > copied:
+                        child.inc(value - copied)
+                    self._copied[(key, engine)] = (pid, value)
+            for gauge, labels in self._shown - shown:
+                gauge.labels(*labels).set(math.nan)
+            self._shown = shown
 
     def safe_refresh(self) -> None:
         """``refresh`` that never raises (it runs in the daemon thread)."""
