@@ -10,7 +10,8 @@
 //   remove(k)    k leaves outside eviction, O(1); every other key keeps its metadata
 //   evict_key(k) k (pinned or not) leaves as this policy's own eviction of it would leave it: the
 //                ghost entry such an eviction keeps stays (S3-FIFO: from S into G, from M gone; ARC:
-//                T1 into B1, T2 into B2; chain-lru: from P into G, from M gone), nothing else moves;
+//                its directory trim, then T1 into B1, T2 into B2; chain-lru: from P into G, from M
+//                gone), nothing else moves;
 //                a policy without ghosts forgets k, as remove(). O(1); a key not resident: no-op.
 //                (vLLM 0.34's free_blocks(evict_first=True): the host, not the policy, chose k.)
 //   adopt(k)     hand-over: k arrives unpinned from another policy, oldest (first victim) first

@@ -463,7 +463,7 @@ def _warmed(name: str, capacity: int, keys: list[int]):
 
 @settings(max_examples=300, deadline=None)
 @given(
-    name=st.sampled_from(["lru", "fifo", "s3fifo", "s3fifo-v0", "chain-lru"]),
+    name=st.sampled_from(["lru", "fifo", "s3fifo", "s3fifo-v0", "chain-lru", "arc"]),
     capacity=st.integers(10, 24),  # S3-FIFO's small queue holds a block or more
     before=st.lists(st.integers(0, 40), min_size=30, max_size=160),
     after=st.lists(st.integers(0, 40), max_size=120),
@@ -474,7 +474,8 @@ def test_evict_key_of_the_next_victim_is_that_eviction(name, capacity, before, a
     orders, ghost hits on the victim included. Compared where ``evict()`` moved no other key (no
     promotion or second chance: every other key keeps its S3-FIFO segment and frequency; chain-lru
     without hints has none) and after a first eviction (S3-FIFO's warm-up rule counts only the
-    policy's own)."""
+    policy's own). ARC's ``evict_key`` makes ``evict()``'s directory trim too: the ghosts, ``p`` and
+    every later decision agree (its ghost lists grew by one per ``evict_key`` without the trim)."""
     assume(len(set(before)) > capacity)
     natural, hosted = _warmed(name, capacity, before), _warmed(name, capacity, before)
     order = hosted.eviction_order()
@@ -483,13 +484,51 @@ def test_evict_key_of_the_next_victim_is_that_eviction(name, capacity, before, a
     assert victim == order[0]
     if name.startswith("s3fifo"):
         assume(all(natural.segment(k) == hosted.segment(k) for k in order[1:]))
-    if hasattr(natural, "ghost_size"):
+    if name == "arc":
+        assert natural.ghost_size == hosted.ghost_size
+    elif hasattr(natural, "ghost_size"):
         assume(natural.ghost_size == hosted.ghost_size)
         assert natural.in_ghost(victim) == hosted.in_ghost(victim)
     assert victim not in hosted and len(hosted) == len(natural)
     for key in [victim, *after]:
         assert natural.access(key) == hosted.access(key)
         assert natural.eviction_order() == hosted.eviction_order()
+        if name == "arc":
+            assert (natural.p, natural.ghost_size) == (hosted.p, hosted.ghost_size)
+
+
+@pytest.mark.parametrize("share", [1.0, 0.5])
+def test_arc_ghosts_stay_bounded_when_the_host_evicts_by_key(share):
+    """A host that makes room with ``evict_key`` (vLLM 0.34's lazy offload frees blocks that way and
+    hands them out blank, with no ``evict()``): ARC's directory keeps its bounds, |T1| + |B1| <= C
+    and |T1| + |T2| + |B1| + |B2| <= 2C, as under ``evict()`` alone (B1 and B2 grew by one per call,
+    to 19,900 ghosts at C = 100)."""
+    capacity, rng = 100, random.Random(0)
+    arc = make_policy("arc", capacity)
+    for key in range(20_000):
+        if len(arc) >= capacity:
+            if rng.random() < share:
+                arc.evict_key(arc.eviction_order()[0])
+            else:
+                arc.evict()
+        arc.miss(key)
+        arc.insert(key)
+        if key % 7 == 0 and key - 50 in arc:
+            arc.hit(key - 50)  # some reuse: T2 and B2 are used too
+        assert len(arc) + arc.ghost_size <= 2 * capacity
+    assert arc.ghost_size <= capacity
+
+
+def test_arc_adopt_refuses_a_known_key():
+    """``adopt`` puts an inherited key in T1; a key ARC already knows (a ghost) is refused as
+    S3-FIFO and chain-lru refuse it (it went to T2 and moved p)."""
+    arc = make_policy("arc", 2)
+    for key in (0, 1, 0, 2):  # 0 to T2; 2's eviction takes T1's 1 into B1
+        arc.access(key)
+    assert arc.ghost_size == 1 and 1 not in arc
+    with pytest.raises(KeyError):
+        arc.adopt([1])
+    assert arc.p == 0.0 and 1 not in arc and arc.ghost_size == 1
 
 
 @pytest.mark.parametrize("pinned", [False, True])

@@ -132,23 +132,42 @@ class ARC final : public Policy {
     else (n.where == kT1 ? t1_ : t2_).unlink(s_.nodes, i);
     s_.drop(i);
   }
-  // T1 -> B1, T2 -> B2, as REPLACE moves its victim; p stays, and |T1| + |B1| and the directory's
-  // size do not change, so its bounds hold as before.
+  // The host's eviction of `key`, as evict() would leave its own victim: first the directory's trim
+  // evict() makes room with (outside a pending ghost hit: |T1| + |B1| >= C drops B1's LRU ghost, or,
+  // with B1 empty, a key from T1 leaves outright; else a directory of 2C drops B2's LRU ghost), then
+  // T1 -> B1, T2 -> B2, as REPLACE moves its victim; p stays. So evict_key(the first victim) is
+  // evict(), and the directory keeps its bounds (the ghosts grew by one per call without the trim).
   void evict_key(Key key) override {
     int32_t i = find_resident(key);
     if (i < 0) return;
     Node& n = s_.nodes[i];
     const bool t1 = n.where == kT1;
+    bool ghost = true;
+    if (!incoming_) {
+      if (static_cast<int64_t>(t1_.size() + t1_pinned_ + b1_.size()) >= capacity_) {
+        if (!b1_.empty()) s_.drop(s_.pop_tail(b1_));
+        else ghost = !t1;
+      } else if (static_cast<int64_t>(size() + b1_.size() + b2_.size()) >= 2 * capacity_ && !b2_.empty()) {
+        s_.drop(s_.pop_tail(b2_));
+      }
+    }
     if (n.pinned) {
       n.pinned = 0;
       --(t1 ? t1_pinned_ : t2_pinned_);
     } else {
       (t1 ? t1_ : t2_).unlink(s_.nodes, i);
     }
+    if (!ghost) {
+      s_.drop(i);
+      return;
+    }
     n.where = t1 ? kB1 : kB2;
     (t1 ? b1_ : b2_).push_head(s_.nodes, i);
   }
-  void adopt(Key key) override { insert(key, false); }
+  void adopt(Key key) override {
+    if (s_.index.find(key) >= 0) bad_key("adopt of a known key", key);
+    insert(key, false);
+  }
   void reset() override {
     s_.clear();
     t1_.clear();

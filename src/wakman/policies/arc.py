@@ -15,9 +15,16 @@ B1 and B2 hold evicted keys; ``p`` (a float) is T1's target size.
 
 Pinning: pinned keys leave T1/T2 (sizes still count them); ``unpin`` re-enters at the MRU end of the
 same list; when the list REPLACE picks has no unpinned key the other one is used. ``adopt`` puts
-inherited keys in T1, oldest first. ``remove`` forgets a key without a ghost; ``evict_key`` (the
-host's eviction of a given key) moves it from T1 to B1's MRU end or from T2 to B2's, as REPLACE
-does, with ``p`` unchanged. No parameters.
+inherited keys in T1, oldest first (a key it knows, resident or ghost, is refused). ``remove``
+forgets a key without a ghost; ``evict_key`` (the host's eviction of a given key) leaves the
+directory as an eviction of that key would: the trim above first (outside a pending ghost hit:
+``|T1| + |B1| >= C`` drops B1's LRU key, or, B1 empty, a key from T1 leaves outright, without a
+ghost; else a directory of 2C drops B2's LRU key), then T1 to B1's MRU end or T2 to B2's, as REPLACE
+does, ``p`` unchanged: ``evict_key`` of the first victim is ``evict()``, and the ghosts stay within
+the directory's bounds however the host makes room.
+Batched misses (the pools report every missed key of an admission, then evict, then insert): the
+REPLACE flag is the last ``miss``'s, so a ghost hit governs the evictions that follow only when its
+miss comes last; an insert clears it. No parameters.
 """
 
 from __future__ import annotations
