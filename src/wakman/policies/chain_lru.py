@@ -131,8 +131,9 @@ Parameters: ``window_s=120`` (seconds an end waits to be extended), ``threshold=
 the filter mode, S3-FIFO's small queue), ``switch_walk=65536`` (M's blocks the switch walk examines
 a request).
 
-Memory: per resident block one node (24 bytes) and its index entry (16 bytes, the table at most
-half full: 32-64 bytes), the same per ghost key (at most ``ghost_ratio * C``); per open end 24 bytes
+Memory: per resident block one node (24 bytes) and its index entries (16 bytes each; the table at
+most a quarter full up to 2^21 entries, 64-128 bytes a key, at most half full beyond, 32-64
+bytes), the same per ghost key (at most ``ghost_ratio * C``); per open end 24 bytes
 and its index entry (about two ends per request that arrived in the last ``window_s``); 16 bytes per
 root (at most 4,097). The adaptive mode's two miniatures hold ``C // S`` blocks and ghosts each:
 ``2 / S`` of the cache's own per-block memory on top of it (as much again for ``C < 8192``, where
