@@ -86,6 +86,30 @@ def test_stock_vllm_with_wakman_installed_is_unchanged(tmp_path, api_servers):
         assert list((tmp_path / "prom").iterdir()) == []
 
 
+PLUGIN_GROUPS = """
+import json
+from vllm.plugins import load_plugins_by_group
+print(json.dumps({group: sorted(load_plugins_by_group(group))
+                  for group in ("vllm.general_plugins", "vllm.stat_logger_plugins")}))
+"""
+
+
+def test_vllm_plugins_can_leave_the_stat_logger_out(tmp_path):
+    """vLLM turns its stats on (``log_stats``) wherever any stat logger plugin is installed,
+    ``--disable-log-stats`` or not: the documented way to keep them off with wakman installed is
+    ``VLLM_PLUGINS=wakman``, which keeps the general plugin and leaves the stat logger out. Its
+    entry point is named apart from the general plugin's for that (one name covered both)."""
+    env = _clean_env(tmp_path)
+    env.pop("VLLM_PLUGINS", None)
+    loaded = json.loads(_run(PLUGIN_GROUPS, env).stdout.strip().splitlines()[-1])
+    assert "wakman" in loaded["vllm.general_plugins"]
+    assert "wakman-metrics" in loaded["vllm.stat_logger_plugins"]
+    env["VLLM_PLUGINS"] = "wakman"
+    loaded = json.loads(_run(PLUGIN_GROUPS, env).stdout.strip().splitlines()[-1])
+    assert "wakman" in loaded["vllm.general_plugins"]
+    assert not [name for name in loaded["vllm.stat_logger_plugins"] if name.startswith("wakman")]
+
+
 def _stable(text: str) -> list[str]:
     """The page without the process's own gauges and counters (GC, CPU time), which move anyway."""
     return [line for line in text.splitlines() if "python_gc" not in line and "process_" not in line]

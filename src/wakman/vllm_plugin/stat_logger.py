@@ -2,8 +2,11 @@
 
 vLLM loads it into every ``vllm serve`` where wakman is installed, asked for or not. It does nothing
 unless ``WAKMAN_METRICS_DIR`` is set, which the general plugin does in the first vLLM process
-whenever wakman is asked for (the API servers and engines inherit it): stock vLLM's ``/metrics``
-stays byte for byte stock, and nothing is created on disk.
+whenever wakman is asked for (the API servers and engines inherit it): nothing of wakman's appears
+on ``/metrics`` and nothing is created on disk. One effect it cannot avoid: vLLM turns its stats on
+wherever a stat logger plugin is installed (``AsyncLLM``: ``log_stats or has_custom_loggers``),
+``--disable-log-stats`` or not; ``VLLM_PLUGINS=wakman`` leaves this entry point (``wakman-metrics``)
+out and keeps the general plugin (``docs/vllm.md``).
 
 With one API server it puts ``WakmanCollector`` in vLLM's Prometheus registry and records nothing
 per step: the engine publishes its own state (``metrics.py``). With several
