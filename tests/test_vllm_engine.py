@@ -412,7 +412,8 @@ main()
 def test_metrics_with_two_api_servers(tmp_path, log_stats):
     """``--api-server-count 2``: vLLM serves /metrics from prometheus_client's multiprocess files,
     whichever server a scrape reaches. Every scrape shows wakman's figures once (counters not summed
-    over the servers), beside vLLM's own where its stats are logged; a few seconds after the last
+    over the servers), beside vLLM's own where its stats are logged, and without them under
+    ``--disable-log-stats``; a few seconds after the last
     request, with no traffic (and with ``--disable-log-stats``, where vLLM never calls a stat
     logger's ``log``), they are exactly what the engine last published."""
     from wakman.vllm_plugin.engine import SCHEDULER_CLS, tiny_model_dir
@@ -452,7 +453,9 @@ def test_metrics_with_two_api_servers(tmp_path, log_stats):
     assert re.search(r"ApiServer_1", server_log), "the second API server did not start"
     for text in scrapes:
         hits = re.search(r"^vllm:prefix_cache_hits_total\{[^}]*\} (\S+)", text, re.M)
-        assert not log_stats or (hits and float(hits.group(1)) >= 3 * 192)
+        # --disable-log-stats holds with wakman: vLLM's own stats stay off (a stat logger plugin of
+        # wakman's turned them on, as vLLM does wherever one is installed)
+        assert (hits and float(hits.group(1)) >= 3 * 192) if log_stats else hits is None
         live = re.findall(r'^wakman:live_policy\{engine="0",policy="([\w-]+)"\} 1\.0$', text, re.M)
         assert len(live) == 1 and live[0] in published[0]["candidates"]
         decisions = re.findall(r'^wakman:decisions_total\{engine="0"\} (\S+)$', text, re.M)

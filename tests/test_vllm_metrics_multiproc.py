@@ -38,7 +38,7 @@ for decisions in (3, 5, 9):  # the engines publish new states; the mirror copies
 """
 
 
-# The API server's mirror as the stat logger starts it, then no call at all (no traffic, or
+# The server's mirror as the general plugin starts it, then no call at all (no traffic, or
 # --disable-log-stats): the engine publishes a new state and the server only waits
 IDLE_WRITER = """
 import json, sys, time
@@ -82,8 +82,8 @@ def _value(text: str, sample: str) -> float:
 
 
 def test_mirror_writes_exact_counters_and_gauges(tmp_path):
-    """One writer (API server rank 0) for two engines: counters equal the engines' totals, not the
-    sum of the copies, and gauges the latest values."""
+    """One writer (the process holding the mirror lock) for two engines: counters equal the
+    engines' totals, not the sum of the copies, and gauges the latest values."""
     prom, states = tmp_path / "prom", tmp_path / "states"
     prom.mkdir()
     states.mkdir()

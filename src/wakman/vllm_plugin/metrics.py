@@ -4,13 +4,15 @@ The policy lives in the engine-core process; ``/metrics`` is served by the API-s
 engine publishes its state (``PolicyRuntime.state``) to a small JSON file per engine in
 ``WAKMAN_METRICS_DIR`` (the plugin creates it in the first vLLM process, so spawned engines inherit
 it), rewritten atomically at start-up and after each decision; ``WakmanCollector``, registered in
-the API server by the ``vllm.stat_logger_plugins`` entry point (or in-process by the scheduler when
-the engine runs in the same process), reads them at scrape time.
+the API server by the general plugin (``expose_metrics``; in-process by the scheduler too, for an
+engine in the API's process), reads them at scrape time. wakman has no stat logger plugin: vLLM
+turns its own stats on wherever one is installed, ``--disable-log-stats`` or not.
 
 With several API servers (``--api-server-count > 1``) vLLM serves ``/metrics`` from
 prometheus_client's multiprocess files (``PROMETHEUS_MULTIPROC_DIR``) through a fresh registry that
-holds only the multiprocess collector, so no custom collector can join it. There the first API
-server (rank 0) copies the published states into real metrics whose values live in those files
+holds only the multiprocess collector, so no custom collector can join it. There one process of
+the server (the first to take the mirror lock, ``expose_metrics``) copies the published states
+into real metrics whose values live in those files
 (``MultiprocessMirror``): gauges in ``mostrecent`` mode, counters raised by what changed since its
 last copy, so the sum over processes the multiprocess collector reports is the engine's own count.
 It copies them once a second from a daemon thread, traffic or not (and ``--disable-log-stats`` or
@@ -208,11 +210,11 @@ def multiprocess_mode() -> bool:
 class MultiprocessMirror:
     """The published engine states as prometheus_client metrics in the multiprocess files.
 
-    One writer per server (``shared_mirror``, in API server rank 0), so summed counters stay exact.
+    One writer per server (``shared_mirror``, in the process holding the mirror lock:
+    ``expose_metrics``), so summed counters stay exact.
     ``refresh`` copies the states once; ``start`` copies them every ``min_interval_s`` from a
     daemon thread, the only caller in a server, so the figures follow the
-    engines with no traffic too (vLLM calls its stat loggers' ``record`` per engine step only, and
-    their ``log`` never under ``--disable-log-stats``). A copy that fails is logged once (logger
+    engines with no traffic too, with no call from vLLM. A copy that fails is logged once (logger
     ``wakman``) and tried again at the next."""
 
     def __init__(self, min_interval_s: float = 1.0) -> None:
@@ -302,9 +304,57 @@ _mirror: MultiprocessMirror | None = None
 
 
 def shared_mirror() -> MultiprocessMirror:
-    """This process's one mirror, started (vLLM builds a stat logger per engine; they share it)."""
+    """This process's one mirror, started."""
     global _mirror
     if _mirror is None:
         _mirror = MultiprocessMirror()
         _mirror.start()
     return _mirror
+
+
+MIRROR_LOCK = "mirror.lock"  # in the metrics directory: held by the one process that mirrors
+_mirror_lock: tuple[int, int] | None = None  # (pid, fd) of the lock this process holds
+
+
+def _writes_multiprocess_files() -> bool:
+    """prometheus_client in this process keeps its values in the multiprocess files: it was first
+    imported with ``PROMETHEUS_MULTIPROC_DIR`` set (vLLM's launcher imported it before setting it,
+    and a process forked from it keeps its values in memory)."""
+    from prometheus_client import values
+
+    return values.ValueClass is not values.MutexValue
+
+
+def _take_mirror_lock() -> bool:
+    """True in the one process of the server that holds the metrics directory's mirror lock (an
+    exclusive ``flock``, released when the process exits); a forked child does not inherit it."""
+    global _mirror_lock
+    if _mirror_lock is not None and _mirror_lock[0] == os.getpid():
+        return True
+    import fcntl
+
+    fd = os.open(metrics_dir() / MIRROR_LOCK, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        os.close(fd)
+        return False
+    _mirror_lock = (os.getpid(), fd)
+    return True
+
+
+def expose_metrics() -> None:
+    """Put the engines' figures on the ``/metrics`` this process may serve (the general plugin calls
+    it in every vLLM process wherever wakman is asked for). One API server: ``WakmanCollector`` in
+    prometheus_client's default registry, read at scrape time (in a process that serves no
+    ``/metrics``, an engine's, it is never read). Several (multiprocess files): the first process of
+    the server to take the mirror lock among those that write the files starts the mirror, so one
+    writer copies the states and counters summed over processes stay exact. Never raises: a failure
+    is logged and the server runs without wakman's figures."""
+    try:
+        if not multiprocess_mode():
+            register_collector()
+        elif _writes_multiprocess_files() and _take_mirror_lock():
+            shared_mirror()
+    except Exception as exc:
+        log.warning("wakman: cannot put wakman's figures on /metrics: %s", exc)

@@ -7,8 +7,11 @@ unsupported vLLM version or one whose relied-on code changed (``compat.py``: the
 where the scheduler is asked for, the offload tier's where its module is named), and refuses a
 ``WAKMAN_*`` value the plugin cannot use (naming the variable); it hands wakman's log records
 (logger ``wakman``) to vLLM's handlers, so they appear in vLLM's log in its format
-(``log_through_vllm``); and it creates the metrics directory in the first process so the engine
-processes it spawns inherit it.
+(``log_through_vllm``); it creates the metrics directory in the first process so the engine
+processes it spawns inherit it, and puts wakman's figures on the ``/metrics`` of the process that
+serves it (``metrics.expose_metrics``: the collector with one API server, the one mirror with
+several). When wakman is not asked for it returns at once and nothing changes; wakman ships no
+stat logger plugin, whose mere presence turns vLLM's stats on (``--disable-log-stats`` or not).
 
 Why ``--scheduler-cls`` and not only this entry point: the scheduler class is vLLM's official,
 per-engine switch (stock vLLM runs when it is absent, even with wakman installed), it sees the
@@ -43,7 +46,7 @@ def register() -> None:
         check_offload_vllm_version,
         check_vllm_version,
     )
-    from wakman.vllm_plugin.metrics import metrics_dir
+    from wakman.vllm_plugin.metrics import expose_metrics, metrics_dir
     from wakman.vllm_plugin.settings import PluginSettings, SettingsError, offload_policy_from_env
 
     # the scheduler (WAKMAN_POLICY, --scheduler-cls) and the offload tier (--kv-transfer-config)
@@ -79,6 +82,7 @@ def register() -> None:
         metrics_dir()
     except OSError as exc:  # WAKMAN_METRICS_DIR names a file, or a folder it cannot make
         raise SystemExit(f"wakman: WAKMAN_METRICS_DIR: cannot use it as a folder ({exc})") from None
+    expose_metrics()
 
 
 _WARNED = "_WAKMAN_WARNED_STOCK_SCHEDULER"  # set once warned: the processes `vllm serve` starts inherit it
