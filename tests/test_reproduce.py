@@ -128,6 +128,26 @@ def test_new_policy_summary_by_hand():
     assert "met at no capacity" in text and "+0.50" in text and "m1 (-1.00)" in text
 
 
+def test_worst_losses_by_hand_and_a_mix_that_hits_nothing():
+    """Worst relative losses by hand: LRU's 0.40 against S3-FIFO's 0.50 is 20 %; a mix where the
+    rival hits nothing has no relative loss and is left out (it divided by zero), n/a where every
+    mix is such."""
+    mixes = [
+        {"hit_rate": {"lru": 0.40, "s3fifo": 0.50}},
+        {"hit_rate": {"lru": 0.60, "s3fifo": 0.45}},
+        {"hit_rate": {"lru": 0.0, "s3fifo": 0.0}},
+        {"hit_rate": {"lru": 0.1, "s3fifo": 0.0}},
+    ]
+    assert summary_module.worst_loss_pct(mixes, "lru", "s3fifo") == pytest.approx(20.0)
+    assert summary_module.worst_loss_pct(mixes[:2], "s3fifo", "lru") == pytest.approx(25.0)
+    assert summary_module.worst_loss_pct(mixes, "s3fifo", "lru") == pytest.approx(100.0)
+    assert summary_module.worst_loss_pct(mixes[2:], "lru", "s3fifo") is None
+    assert summary_module.worst_loss_pct(mixes[2:], "s3fifo", "lru") == pytest.approx(100.0)
+    from wakman.experiments.report import _pct
+
+    assert _pct(None, 1) == "n/a" and _pct(-0.01, 1) == "0.0 %"
+
+
 def test_hint_mode_is_chain_lru_told_each_session(quick_run):
     """Hint mode's column is chain-lru in session mode told each session's end at 0 s (a direct run
     through the simulator), it differs from hash-only chain-lru where sessions end, and the summary

@@ -153,7 +153,7 @@ def reproduce(
     console.print(table)
     console.print(
         f"LRU wins {s['lru_wins']}, S3-FIFO wins {s['s3fifo_wins']} (paper: 8 / 12); "
-        f"worst losses {s['lru_worst_loss_pct']:z.1f} % / {s['s3fifo_worst_loss_pct']:z.1f} % "
+        f"worst losses {_loss(s['lru_worst_loss_pct'])} / {_loss(s['s3fifo_worst_loss_pct'])} "
         f"(paper: 22.4 % / 11.7 %)"
     )
     if s["saturated_runs"]:
@@ -164,3 +164,8 @@ def reproduce(
         )
     written = ", ".join(["results.json", "table1.csv", "results.md", *sorted(figures)])
     console.print(f"wrote {written} to {out} in {time.perf_counter() - started:z.0f} s")
+
+
+def _loss(pct: float | None) -> str:
+    """A worst loss in percent, or n/a where no mix has one (the rival hit nothing everywhere)."""
+    return "n/a" if pct is None else f"{pct:z.1f} %"

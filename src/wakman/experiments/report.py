@@ -231,11 +231,11 @@ def _comparison(s: dict[str, Any]) -> str:
                 f"{paper['lru_wins']} / {paper['s3fifo_wins']}",
                 f"{s['lru_wins']} / {s['s3fifo_wins']}",
             ],
-            ["LRU worst loss", f"{paper['lru_worst_loss_pct']} %", f"{s['lru_worst_loss_pct']:z.1f} %"],
+            ["LRU worst loss", f"{paper['lru_worst_loss_pct']} %", _pct(s["lru_worst_loss_pct"], 1)],
             [
                 "S3-FIFO worst loss",
                 f"{paper['s3fifo_worst_loss_pct']} %",
-                f"{s['s3fifo_worst_loss_pct']:z.1f} %",
+                _pct(s["s3fifo_worst_loss_pct"], 1),
             ],
             [
                 "WAKMan gain over LRU",
@@ -578,7 +578,7 @@ def _points(value: float) -> str:
 
 
 def _pct(value: float | None, decimals: int = 0) -> str:
-    return "n/a" if value is None else f"{value:.{decimals}f} %"
+    return "n/a" if value is None else f"{value:z.{decimals}f} %"
 
 
 def _capacity_table(mixes: list[dict[str, Any]], caps: list[int]) -> str:

@@ -20,6 +20,17 @@ PAPER = {
 }
 
 
+def worst_loss_pct(mixes: list[dict[str, Any]], own: str, rival: str) -> float | None:
+    """``own``'s largest loss against ``rival`` over the mixes, in percent of ``rival``'s hit rate;
+    a mix where ``rival`` hits nothing has no such loss and is left out (None where all are)."""
+    losses = [
+        100 * (rates[rival] - rates[own]) / rates[rival]
+        for rates in (m["hit_rate"] for m in mixes)
+        if rates[rival] > 0
+    ]
+    return max(losses) if losses else None
+
+
 def summarize(mixes: list[dict[str, Any]], ablations: list[dict[str, Any]] | None = None) -> dict[str, Any]:
     """Regret against the better of lru and s3fifo per mix, wins, recovery, gap to Belady; with
     ``ablations``, the new policies' and hint mode's gains on them (primary capacity, no Belady)."""
@@ -43,12 +54,8 @@ def summarize(mixes: list[dict[str, Any]], ablations: list[dict[str, Any]] | Non
     lru_wins = sum(static_winner(m["hit_rate"]) == "lru" for m in mixes)
     summary["lru_wins"] = lru_wins
     summary["s3fifo_wins"] = len(mixes) - lru_wins
-    summary["lru_worst_loss_pct"] = max(
-        100 * (rate(m, "s3fifo") - rate(m, "lru")) / rate(m, "s3fifo") for m in mixes
-    )
-    summary["s3fifo_worst_loss_pct"] = max(
-        100 * (rate(m, "lru") - rate(m, "s3fifo")) / rate(m, "lru") for m in mixes
-    )
+    summary["lru_worst_loss_pct"] = worst_loss_pct(mixes, "lru", "s3fifo")
+    summary["s3fifo_worst_loss_pct"] = worst_loss_pct(mixes, "s3fifo", "lru")
     for policy in ADAPTIVE:
         recovered = [
             100
