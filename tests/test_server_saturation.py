@@ -82,6 +82,27 @@ def test_keeping_up_sizes_the_lane_from_the_trace():
     assert run(reqs, server)["prefill_utilization"] < 0.5
 
 
+def test_requests_that_arrive_at_one_instant(tmp_path):
+    """A burst: 50 requests at t = 0 queue for the lane (request i waits i prefills), so the prefill
+    work outruns the arrivals' span of 0 s: utilization is infinite (null in JSON) and the run is
+    saturated, where it read 0 and not saturated; one request alone stays 0."""
+    burst = steady_trace(50, 0.0, 1600)
+    server = ServerModel(prefill_tokens_per_s=4_000, max_running=50)
+    out = run(burst, server)
+    assert out["ttft_s_p99"] > 40 * server.prefill_s(1600)
+    assert out["prefill_utilization"] == float("inf") and out["saturated"] is True
+    single = run(burst[:1], server)
+    assert single["prefill_utilization"] == 0.0 and single["saturated"] is False
+    path = tmp_path / "burst.jsonl"
+    write_trace(burst, path, "native")
+    result = CliRunner().invoke(
+        app, ["simulate", str(path), "--policy", "lru", "--capacity-blocks", "5000", "--json"]
+    )
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.stdout)["prefill_utilization"] is None
+    assert "prefill utilization unbounded" in result.stderr
+
+
 def test_simulate_json_and_warning_name_the_saturation(tmp_path):
     path = tmp_path / "t.jsonl"
     write_trace(steady_trace(200, 0.1, 1600), path, "native")  # 0.165 s of prefill every 0.1 s

@@ -172,8 +172,13 @@ class Saturation:
                 "the prefill lane keeps up, so requests wait for running slots or free cache blocks: "
                 "raise --max-running / --max-num-seqs, --decode-tps or the cache's size, or lower the load"
             )
+        utilization = (
+            f"{self.prefill_utilization:.2f}"
+            if math.isfinite(self.prefill_utilization)
+            else "unbounded (the measured requests arrived at one instant)"
+        )
         return (
-            f"the modelled server is saturated: prefill utilization {self.prefill_utilization:.2f}, "
+            f"the modelled server is saturated: prefill utilization {utilization}, "
             f"time to first token growing {self.queue_growth:.3f} s per s of traffic, "
             f"{self.backlog_at_last_arrival:,} requests waiting at the last arrival; hit rates are "
             f"those of an overloaded queue ({remedy})"
@@ -192,7 +197,8 @@ def saturation(
     run on a ``VllmServer``)."""
     n = len(arrivals_s)
     span = max(arrivals_s) - min(arrivals_s) if n else 0.0
-    utilization = prefill_busy_s / span if span > 0 else 0.0
+    burst = n >= 2 and prefill_busy_s > 0  # arrived at one instant: their prefill outruns a 0 s span
+    utilization = prefill_busy_s / span if span > 0 else (math.inf if burst else 0.0)
     growth = 0.0
     if n >= 2 and span > 0:
         mean_t = sum(arrivals_s) / n
