@@ -1486,6 +1486,17 @@ def test_requests_larger_than_the_cache_are_flagged_wherever_they_skew_the_hit_r
     assert result.exit_code == 0
     rejected = json.loads(result.stdout)["rejected"]
     assert rejected > 0 and f"{rejected:,} of" in result.stderr and "were rejected" in result.stderr
+    # with a warm-up the share is of the requests after it (it was of all the trace's requests)
+    arrivals = [r.arrival_s for r in read_trace(trace)]
+    warmup = arrivals[len(arrivals) // 2]
+    warm = invoke(
+        "simulate", trace, "--policy", "lru", "--capacity-blocks", small, "--warmup-s", warmup, "--json"
+    )
+    out = json.loads(warm.stdout)
+    after = out["measured_requests"] + out["rejected"]
+    assert out["rejected"] > 0 and after < out["requests"]
+    share = f"{out['rejected']:,} of {after:,} requests after the warm-up ({out['rejected'] / after:.0%})"
+    assert share in " ".join(warm.stderr.split())
     fits = invoke("simulate", trace, "--policy", "lru", "--capacity-blocks", 4 * longest, "--json")
     assert json.loads(fits.stdout)["rejected"] == 0 and "rejected" not in fits.stderr
     out = tmp_path / "s"

@@ -85,7 +85,7 @@ WARMUP = typer.Option(
     0.0,
     "--warmup-s",
     help="Requests arriving earlier are left out of the hit rates, token counts and latencies "
-    "(evictions, stranded blocks, preemptions and --per-request cover the whole run).",
+    "(evictions, stranded blocks, preemptions, --per-request and --series cover the whole run).",
 )
 MODE = typer.Option("serve", "--mode", help="serve (time, pinning) or cache (shadow replay).")
 # The server models' bounds (wakman.simulation.server), by flag; and a millisecond an interval at
@@ -404,9 +404,11 @@ def simulate(
         if result.saturation is not None and result.saturation.saturated:
             err_console.print(f"[yellow]warning:[/yellow] {result.saturation.describe()}", highlight=False)
         if result.rejected and result.measured_requests:
+            after = result.measured_requests + result.rejected  # the requests after the warm-up
+            of = f"{after:,} requests" + (" after the warm-up" if after < result.requests else "")
             err_console.print(
-                f"[yellow]warning:[/yellow] {result.rejected:,} of {result.requests:,} requests "
-                f"({result.rejected / result.requests:.0%}) need more blocks than the whole cache "
+                f"[yellow]warning:[/yellow] {result.rejected:,} of {of} "
+                f"({result.rejected / after:.0%}) need more blocks than the whole cache "
                 f"({capacity:,}) and were rejected, as vLLM refuses a request past max_model_len: the hit "
                 "rate is over the others only, so a smaller cache can read higher",
                 highlight=False,
@@ -415,7 +417,7 @@ def simulate(
             err_console.print(
                 f"[yellow]warning:[/yellow] no request was measured ({result.requests:,} read, "
                 f"{result.rejected:,} rejected as larger than the cache, the rest in the warm-up of "
-                f"{warmup_s:g} s): every figure is 0",
+                f"{warmup_s:g} s): the hit rate and token counts are 0",
                 highlight=False,
             )
         if as_json:
