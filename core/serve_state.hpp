@@ -263,6 +263,7 @@ class LoopState {
     while (start < t) {
       IntervalCell& cell = interval(start);
       double end = std::min(t, cell.start_s + interval_s_);
+      cell.policy = tag_;  // the live policy through the stretch (an interval with no event had none)
       cell.free_block_seconds += free * (end - start);
       cell.seconds += end - start;
       start = end > start ? end : t;

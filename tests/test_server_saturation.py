@@ -339,6 +339,18 @@ def test_a_run_whose_clock_outruns_its_interval_series_stops_with_an_error():
     assert simulate(big, "lru", 200_000, server=server, interval_s=60.0).measured_requests == 2
 
 
+def test_an_interval_with_no_event_names_the_live_policy():
+    """Requests at 0 s and 30 s in 5 s intervals: the intervals between them hold no event but the
+    live policy ordered the cache through them (they were labelled with no policy)."""
+    from wakman.simulation import VllmServer
+
+    reqs = [msgspec.structs.replace(r, arrival_s=30.0 * r.arrival_s) for r in steady_trace(2, 1.0, 64)]
+    for server in (ServerModel(), VllmServer()):
+        result = simulate(reqs, "s3fifo", 100, server=server, interval_s=5.0)
+        assert len(result.intervals) == 7
+        assert [i.policy for i in result.intervals] == ["s3fifo"] * 7
+
+
 def test_a_late_trace_costs_no_interval_before_it():
     """Two requests at 10**8 s: the series starts at their interval (it held 1,666,667 cells)."""
     from wakman.simulation import VllmServer
