@@ -10,13 +10,14 @@ set -euo pipefail
 VENV=$(realpath -m "${1:-$(dirname "$0")/../.venv-gpu}")  # a relative VENV: from the caller's folder
 cd "$(dirname "$0")/.."
 if [ -z "${PYTHON:-}" ]; then
-  # wakman needs Python 3.11+ (Ubuntu 22.04's python3 is 3.10) and a C++17 compiler for its core
+  # wakman needs Python 3.11+ (Ubuntu 22.04's python3 is 3.10), its headers and a C++17 compiler
+  # for its core
   BASE=$(for p in python3 python3.13 python3.12 python3.11; do
     command -v "$p" >/dev/null && "$p" -c 'import sys; sys.exit(sys.version_info < (3, 11))' && { echo "$p"; break; }
   done || true)
   if [ -z "$BASE" ]; then
     echo "gpu-check: wakman needs Python 3.11 or later (python3 is $(python3 -V 2>&1)); install one" \
-      "(e.g. apt install python3.11 python3.11-venv) or set PYTHON to an interpreter with vLLM and wakman" >&2
+      "(e.g. apt install python3.11 python3.11-venv python3.11-dev) or set PYTHON to an interpreter with vLLM and wakman" >&2
     exit 2
   fi
   if ! command -v "${CXX:-c++}" >/dev/null; then

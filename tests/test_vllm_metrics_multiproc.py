@@ -236,6 +236,88 @@ def test_the_mirror_across_a_failed_replay_a_restart_and_a_gone_engine(tmp_path)
     assert _value(gone, decisions) == 24  # a counter keeps its total
 
 
+TWO_OF_ONE_RANK = """
+import json, subprocess, sys
+from pathlib import Path
+from prometheus_client import CollectorRegistry, generate_latest, multiprocess
+from wakman.vllm_plugin.metrics import MultiprocessMirror
+states, prom, state = Path(sys.argv[1]), sys.argv[2], json.loads(sys.argv[3])
+mirror = MultiprocessMirror()
+engines = [subprocess.Popen(["sleep", "60"]) for _ in range(2)]
+for engine, decisions in zip(engines, (10, 3)):
+    (states / f"engine-{engine.pid}-0.json").write_text(json.dumps({**state, "decisions": decisions}))
+scrapes = []
+for _ in range(3):
+    mirror.refresh()
+    registry = CollectorRegistry()
+    multiprocess.MultiProcessCollector(registry, path=prom)
+    scrapes.append(generate_latest(registry).decode())
+for engine in engines:
+    engine.kill()
+print(json.dumps(scrapes))
+"""
+
+
+def test_two_live_processes_of_one_rank_add_up_once(tmp_path):
+    """Two live engine processes publishing rank 0 (two servers sharing a metrics directory, a
+    predecessor not yet reaped): the counter is their sum at every copy (it grew by both totals
+    at each copy, 13, 26, 39, when the mirror kept one process per rank)."""
+    prom, states = tmp_path / "prom", tmp_path / "states"
+    prom.mkdir()
+    states.mkdir()
+    env = {**os.environ, "PROMETHEUS_MULTIPROC_DIR": str(prom), "WAKMAN_METRICS_DIR": str(states)}
+    args = [sys.executable, "-c", TWO_OF_ONE_RANK, str(states), str(prom), json.dumps(_state(0, "lru"))]
+    proc = subprocess.run(args, env=env, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    for text in json.loads(proc.stdout):
+        assert _value(text, 'wakman:decisions_total{engine="0"}') == 13.0
+
+
+# A server process that took the mirror lock forks a child (vLLM forks engine and worker processes
+# on a GPU) and exits while the child lives: the child neither mirrors nor keeps the lock
+FORKING_HOLDER = """
+import os, sys, time
+from wakman.vllm_plugin import metrics
+metrics.expose_metrics()
+assert metrics._mirror is not None, "the holder did not take the lock"
+pid = os.fork()
+if pid == 0:
+    sys.stdout.write(f"child holds: {metrics._mirror_lock is not None}\\n")
+    sys.stdout.flush()
+    time.sleep(6)
+    os._exit(0)
+time.sleep(1)
+print(pid)
+"""
+
+TAKER = """
+from wakman.vllm_plugin import metrics
+metrics.expose_metrics()
+print(metrics._mirror is not None)
+"""
+
+
+def test_the_mirror_lock_is_the_servers_and_dies_with_its_holder(tmp_path):
+    """The lock lives in the server's multiprocess directory (one per server; a metrics directory
+    shared by two servers left one of them without figures), and a forked child of its holder does
+    not keep it: once the holder exits, another process takes it."""
+    prom, states = tmp_path / "prom", tmp_path / "states"
+    prom.mkdir()
+    states.mkdir()
+    env = {**os.environ, "PROMETHEUS_MULTIPROC_DIR": str(prom), "WAKMAN_METRICS_DIR": str(states)}
+    holder = subprocess.run(
+        [sys.executable, "-c", FORKING_HOLDER], env=env, capture_output=True, text=True, timeout=120
+    )
+    assert holder.returncode == 0, holder.stderr
+    assert "child holds: False" in holder.stdout
+    assert (prom / "wakman-mirror.lock").exists() and not list(states.glob("*.lock"))
+    taker = subprocess.run(
+        [sys.executable, "-c", TAKER], env=env, capture_output=True, text=True, timeout=120
+    )
+    assert taker.returncode == 0, taker.stderr
+    assert taker.stdout.strip() == "True"  # the child still lives (it sleeps 6 s) but holds nothing
+
+
 def test_a_metrics_dir_wakman_made_is_removed_when_its_maker_exits(tmp_path):
     """Without WAKMAN_METRICS_DIR each server made a temporary folder and left it behind; the
     process that made it removes it at exit, a child that inherited it does not, and a folder the

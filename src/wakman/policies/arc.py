@@ -20,8 +20,10 @@ forgets a key without a ghost; ``evict_key`` (the host's eviction of a given key
 directory as an eviction of that key would: the trim above first (outside a pending ghost hit:
 ``|T1| + |B1| >= C`` drops B1's LRU key, or, B1 empty, a key from T1 leaves outright, without a
 ghost; else a directory of 2C drops B2's LRU key), then T1 to B1's MRU end or T2 to B2's, as REPLACE
-does, ``p`` unchanged: ``evict_key`` of the first victim is ``evict()``, and the ghosts stay within
-the directory's bounds however the host makes room.
+does, ``p`` unchanged: ``evict_key`` of the first victim is ``evict()``, and with one miss per
+insert the directory stays within its bounds however the host makes room (it grew by one ghost per
+``evict_key``). Batched misses (below) can take it past 2C under ``evict()`` alone, as they could
+before.
 Batched misses (the pools report every missed key of an admission, then evict, then insert): the
 REPLACE flag is the last ``miss``'s, so a ghost hit governs the evictions that follow only when its
 miss comes last; an insert clears it. No parameters.

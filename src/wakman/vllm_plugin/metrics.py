@@ -239,20 +239,23 @@ class MultiprocessMirror:
                 ("session_ends", "wakman:session_ends", "Session ends told to the live policy"),
             )
         }
-        self._copied: dict[tuple[str, str], tuple[int, float]] = {}  # (counter, engine) -> (pid, value)
+        # (counter, engine, pid) -> the value last copied: each engine process counts on its own
+        self._copied: dict[tuple[str, str, int], float] = {}
         self._shown: set[tuple[Any, tuple[str, ...]]] = set()  # gauge series the last copy set
         self._lock = threading.Lock()
         self._thread: threading.Thread | None = None
         self._failed = False
 
     def refresh(self) -> None:
-        """Copy the live engines' states. A counter adds what its engine process counted since the
+        """Copy the live engines' states. A counter adds what each engine process counted since the
         last copy: an engine that restarted (a new process, same rank) counts from 0 again, added
-        to its predecessor's total. A gauge series the states no longer give (a shadow's rate after
-        a failed replay, an engine gone) reads NaN: the multiprocess files cannot drop a series, where
-        one process's collector leaves it out."""
+        to its predecessor's total (two live processes of one rank add up, each once). A gauge
+        series the states no longer give (a shadow's rate after a failed replay, an engine gone)
+        reads NaN: the multiprocess files cannot drop a series, where one process's collector leaves
+        it out."""
         with self._lock:
             shown: set[tuple[Any, tuple[str, ...]]] = set()
+            copied_now: dict[tuple[str, str, int], float] = {}
             for pid, state in read_states_by_pid():
                 engine = str(state.engine)
                 for name in state.candidates:
@@ -265,16 +268,15 @@ class MultiprocessMirror:
                 shown.add((self.last, (engine,)))
                 for key, counter in self.counters.items():
                     value = float(getattr(state, key))
-                    copied_pid, copied = self._copied.get((key, engine), (pid, 0.0))
-                    if copied_pid != pid:  # a new engine process for this rank: it counts from 0
-                        copied = 0.0
+                    copied = self._copied.get((key, engine, pid), 0.0)  # a new process: from 0
                     child = counter.labels(engine)  # a counter at 0 is scraped too, as in one process
                     if value > copied:
                         child.inc(value - copied)
-                    self._copied[(key, engine)] = (pid, value)
+                    copied_now[(key, engine, pid)] = value
             for gauge, labels in self._shown - shown:
                 gauge.labels(*labels).set(math.nan)
             self._shown = shown
+            self._copied = copied_now  # the processes gone are forgotten
 
     def safe_refresh(self) -> None:
         """``refresh`` that never raises (it runs in the daemon thread)."""
@@ -312,7 +314,9 @@ def shared_mirror() -> MultiprocessMirror:
     return _mirror
 
 
-MIRROR_LOCK = "mirror.lock"  # in the metrics directory: held by the one process that mirrors
+# in the server's PROMETHEUS_MULTIPROC_DIR (one per server; prometheus_client reads only its *.db
+# files): held by the one process of the server that mirrors
+MIRROR_LOCK = "wakman-mirror.lock"
 _mirror_lock: tuple[int, int] | None = None  # (pid, fd) of the lock this process holds
 
 
@@ -326,21 +330,32 @@ def _writes_multiprocess_files() -> bool:
 
 
 def _take_mirror_lock() -> bool:
-    """True in the one process of the server that holds the metrics directory's mirror lock (an
-    exclusive ``flock``, released when the process exits); a forked child does not inherit it."""
+    """True in the one process of the server that holds the mirror lock (an exclusive ``flock`` on
+    ``MIRROR_LOCK`` in the server's multiprocess directory, released when the process exits). A
+    forked child closes its copy of the descriptor at once (an ``flock`` is shared across a fork):
+    it never mirrors, and the lock lives as long as its holder."""
     global _mirror_lock
     if _mirror_lock is not None and _mirror_lock[0] == os.getpid():
         return True
     import fcntl
 
-    fd = os.open(metrics_dir() / MIRROR_LOCK, os.O_RDWR | os.O_CREAT, 0o644)
+    fd = os.open(Path(os.environ[MULTIPROC_ENV]) / MIRROR_LOCK, os.O_RDWR | os.O_CREAT, 0o644)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except OSError:
         os.close(fd)
         return False
     _mirror_lock = (os.getpid(), fd)
+    os.register_at_fork(after_in_child=_close_inherited_lock)
     return True
+
+
+def _close_inherited_lock() -> None:
+    global _mirror_lock
+    if _mirror_lock is not None:
+        with suppress(OSError):
+            os.close(_mirror_lock[1])
+        _mirror_lock = None
 
 
 def expose_metrics() -> None:
@@ -349,7 +364,8 @@ def expose_metrics() -> None:
     prometheus_client's default registry, read at scrape time (in a process that serves no
     ``/metrics``, an engine's, it is never read). Several (multiprocess files): the first process of
     the server to take the mirror lock among those that write the files starts the mirror, so one
-    writer copies the states and counters summed over processes stay exact. Never raises: a failure
+    writer copies the states and counters summed over processes stay exact (the lock is the
+    server's own: it lives in the server's multiprocess directory). Never raises: a failure
     is logged and the server runs without wakman's figures."""
     try:
         if not multiprocess_mode():
