@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import heapq
 import math
-from collections import OrderedDict
+from collections import OrderedDict, deque
 from collections.abc import Iterable
 
 from wakman.policies import EvictionPolicy
@@ -57,6 +57,72 @@ class _RequestRanks(dict):
     reach several tiers)."""
 
 
+Entry = tuple[Rank, "OffloadKey", int]  # (rank, chunk key, core key): the tie-break is the chunk key's
+
+
+class _HeldQueue:
+    """The held chunks' entries in rank order: ``run``, a deque of entries pushed in rising order
+    (a fresh rank is above every rank given before it, so nearly every push lands here, O(1)), and
+    a heap for the others (O(log n)). Lazy: an entry whose chunk was re-ranked or is no longer held
+    is dropped where ``first`` meets it; ``compact`` rebuilds from the live entries once the stale
+    ones outnumber them."""
+
+    __slots__ = ("heap", "run", "size")
+
+    def __init__(self) -> None:
+        self.run: deque[Entry] = deque()
+        self.heap: list[Entry] = []
+        self.size = 0  # entries in run and heap, stale ones included
+
+    def clear(self) -> None:
+        self.run.clear()
+        self.heap.clear()
+        self.size = 0
+
+    def push(self, entry: Entry) -> None:
+        run = self.run
+        if not run or run[-1] < entry:
+            run.append(entry)
+        else:
+            heapq.heappush(self.heap, entry)
+        self.size += 1
+
+    def compact(self, live: Iterable[Entry]) -> None:
+        self.run = deque(sorted(live))
+        self.heap.clear()
+        self.size = len(self.run)
+
+    def first(self, held: set[int], ranks: dict[int, Rank]) -> Entry | None:
+        """The lowest entry of a held chunk at its rank, left in place, or None; the stale entries
+        before it are dropped."""
+        run, heap = self.run, self.heap
+        while run:
+            entry = run[0]
+            k = entry[2]
+            if k in held and ranks[k] == entry[0]:
+                break
+            run.popleft()
+            self.size -= 1
+        while heap:
+            entry = heap[0]
+            k = entry[2]
+            if k in held and ranks[k] == entry[0]:
+                break
+            heapq.heappop(heap)
+            self.size -= 1
+        if run and (not heap or run[0] < heap[0]):
+            return run[0]
+        return heap[0] if heap else None
+
+    def pop_first(self) -> Entry:
+        """Remove and return the entry ``first`` returned (call it right after ``first``)."""
+        run, heap = self.run, self.heap
+        self.size -= 1
+        if run and (not heap or run[0] < heap[0]):
+            return run.popleft()
+        return heapq.heappop(heap)
+
+
 class VllmLruOrder:
     """vLLM's LRU order of the tier's evictable chunks: the ``front`` (chunks an eviction had to
     skip, pinned in the core, oldest first), the core's order, then the ``held`` chunks
@@ -79,7 +145,7 @@ class VllmLruOrder:
         self.held: set[int] = set()
         self.in_place: set[int] = set()
         self.front: OrderedDict[int, None] = OrderedDict()  # below the core's order, oldest first
-        self._held_heap: list[tuple[Rank, OffloadKey, int]] = []  # lazy: stale entries skipped
+        self._held_queue = _HeldQueue()  # the held chunks by rank (lazy: stale entries skipped)
         self._busy_heap: list[tuple[Rank, OffloadKey, int]] = []
         self._open: OrderedDict[_RequestRank, None] = OrderedDict()  # ranked, unfinished requests
         self._next_rank = 0
@@ -92,7 +158,7 @@ class VllmLruOrder:
         self.held.clear()
         self.in_place.clear()
         self.front.clear()
-        self._held_heap.clear()
+        self._held_queue.clear()
         self._busy_heap.clear()
         self._open.clear()
         self._next_rank = 0
@@ -115,19 +181,19 @@ class VllmLruOrder:
             self._open[state] = None
         return state.rank
 
-    def _push(self, heap: list, rank: Rank, key: OffloadKey, k: int, live: int) -> None:
-        heapq.heappush(heap, (rank, key, k))
-        if len(heap) > 2 * live + 64:  # drop the stale entries
-            keep = self.held if heap is self._held_heap else self.ranks.keys() - self.held
-            heap[:] = [(self.ranks[k], self.key_of[k], k) for k in keep]
-            heapq.heapify(heap)
-
     def _push_held(self, k: int, key: OffloadKey) -> None:
-        self.held.add(k)
-        self._push(self._held_heap, self.ranks[k], key, k, len(self.held))
+        held, queue = self.held, self._held_queue
+        held.add(k)
+        queue.push((self.ranks[k], key, k))
+        if queue.size > 2 * len(held) + 64:  # drop the stale entries
+            queue.compact((self.ranks[k], self.key_of[k], k) for k in held)
 
     def _push_busy(self, k: int, key: OffloadKey) -> None:
-        self._push(self._busy_heap, self.ranks[k], key, k, len(self.ranks) - len(self.held))
+        heap = self._busy_heap
+        heapq.heappush(heap, (self.ranks[k], key, k))
+        if len(heap) > 2 * (len(self.ranks) - len(self.held)) + 64:  # drop the stale entries
+            heap[:] = [(self.ranks[k], self.key_of[k], k) for k in self.ranks.keys() - self.held]
+            heapq.heapify(heap)
 
     def _set_rank(self, k: int, key: OffloadKey, rank: Rank) -> None:
         """Give a resident chunk vLLM's LRU rank ``rank``: a chunk in the core's order (or the
@@ -184,16 +250,17 @@ class VllmLruOrder:
     def _flush(self) -> None:
         """Move the held chunks ranked below every later rank to the core's newest end, in rank
         order: from there the core's order is vLLM's LRU order."""
-        heap = self._held_heap
-        if not heap:
+        queue = self._held_queue
+        if not queue.size:
             return
         bound = self._bound()
-        while heap and heap[0][0] < bound:
-            rank, _, k = heapq.heappop(heap)
-            if k in self.held and self.ranks[k] == rank:
-                self.held.discard(k)
-                del self.ranks[k]
-                self.policy.unpin(k)
+        held, ranks, unpin = self.held, self.ranks, self.policy.unpin
+        while (entry := queue.first(held, ranks)) is not None and entry[0] < bound:
+            queue.pop_first()
+            k = entry[2]
+            held.discard(k)
+            del ranks[k]
+            unpin(k)
 
     # ------------------------------------------------------------------ the tier's events
     def inserted(self, k: int, key: OffloadKey, chunk: ChunkStatus, req_context: ReqContext | None) -> None:
@@ -306,12 +373,12 @@ class VllmLruOrder:
 
     def _evict_held(self, n: int, protected: set[OffloadKey]) -> list[int]:
         """The ``n`` lowest-ranked held chunks outside ``protected`` (enough exist), as vLLM's LRU."""
-        heap, out, deferred = self._held_heap, [], []
+        queue, out, deferred = self._held_queue, [], []
         while len(out) < n:
-            entry = heapq.heappop(heap)
-            rank, key, k = entry
-            if k not in self.held or self.ranks[k] != rank:
-                continue
+            entry = queue.first(self.held, self.ranks)
+            assert entry is not None  # enough exist
+            queue.pop_first()
+            _, key, k = entry
             if key in protected:
                 deferred.append(entry)
                 continue
@@ -319,5 +386,5 @@ class VllmLruOrder:
             self.policy.remove(k)
             out.append(k)
         for entry in deferred:
-            heapq.heappush(heap, entry)
+            queue.push(entry)
         return out
