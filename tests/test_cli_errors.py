@@ -695,6 +695,53 @@ def test_convert_says_what_the_output_format_cannot_carry(trace, tmp_path):
     assert result.exit_code == 0 and "notice" not in result.output, result.output
 
 
+def test_convert_to_aiperf_sessions_says_when_it_adds_answer_blocks(trace, tmp_path):
+    """Two-turn sessions without output keys (as Bailian's): AIPerf replays turn 2 after turn 1's
+    answer, whose blocks the reader keys, so the file read back hits more than the source (its
+    infinite-cache token ceiling rises, as stats shows) and convert says so; the generated trace,
+    whose turns carry their output keys, converts without that notice."""
+    from wakman.traces import Request, write_trace
+
+    reqs = []
+    for s in range(20):
+        first = [1000 * s + b for b in range(1, 5)]  # 64 tokens of 16: 4 full blocks
+        reqs.append(
+            Request(
+                arrival_s=s,
+                block_keys=first,
+                prompt_tokens=64,
+                output_tokens=40,
+                block_size=16,
+                session_id=f"c{s}",
+            )
+        )
+        follow = first + [1000 * s + b for b in range(100, 104)]  # history 104 tokens + 24 new
+        reqs.append(
+            Request(
+                arrival_s=s + 0.5,
+                block_keys=follow,
+                prompt_tokens=128,
+                output_tokens=8,
+                block_size=16,
+                session_id=f"c{s}",
+            )
+        )
+    reqs.sort(key=lambda r: r.arrival_s)
+    source = tmp_path / "b.jsonl"
+    write_trace(reqs, source, "native")
+    out = tmp_path / "a.jsonl"
+    result = invoke("convert", source, out, "--to", "aiperf-sessions", "--block-size", "16")
+    assert result.exit_code == 0, result.output
+    assert "20 session turns follow a turn that carries no output keys" in " ".join(result.output.split())
+    ceiling = [
+        json.loads(invoke("stats", path, *flags, "--json", "--no-curve").output)["infinite_token_hit_ratio"]
+        for path, flags in ((source, ()), (out, ("--block-size", "16")))
+    ]
+    assert ceiling[1] > ceiling[0]
+    keyed = invoke("convert", trace, tmp_path / "g.jsonl", "--to", "aiperf-sessions", "--block-size", "32")
+    assert keyed.exit_code == 0 and "output keys" not in keyed.output, keyed.output
+
+
 # 9. generate's --set and --mix
 
 

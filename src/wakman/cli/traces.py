@@ -115,6 +115,37 @@ class _Dropped:
         return f"{self.to_fmt} rows carry no {', no '.join(lost)}: dropped (--to native keeps them)"
 
 
+class _AnswersAdded:
+    """Counts, as ``requests`` pass, the later session turns written ``--to aiperf-sessions`` whose
+    previous turn carries no output keys: AIPerf replays a turn after the previous turn's answer,
+    whose decoded blocks the server caches, and the reader gives them to the previous turn as its
+    output keys, so the file describes hits the source trace did not have."""
+
+    def __init__(self) -> None:
+        self.turns = 0
+        self._unkeyed: dict[str, bool] = {}  # session -> its latest turn decodes blocks it has no keys for
+
+    def watch(self, requests: Iterator[Request]) -> Iterator[Request]:
+        for req in requests:
+            if req.session_id is not None:
+                self.turns += self._unkeyed.get(req.session_id, False)
+                decoded = (req.prompt_tokens + req.output_tokens - 1) // req.block_size
+                self._unkeyed[req.session_id] = (
+                    len(req.output_keys) == 0 and decoded > req.prompt_tokens // req.block_size
+                )
+            yield req
+
+    def notice(self) -> str | None:
+        if not self.turns:
+            return None
+        return (
+            f"{self.turns:,} session turns follow a turn that carries no output keys: AIPerf replays "
+            "each after the previous answer, whose blocks the server caches, and reading this file "
+            "back keys them, so it hits blocks the source trace did not (its infinite-cache token "
+            "ceiling rises)"
+        )
+
+
 def convert(
     source: Path = typer.Argument(..., help="Input trace."),
     target: Path = typer.Argument(..., help="Output trace (.gz, .bz2, .xz compress)."),
@@ -146,9 +177,13 @@ def convert(
             requests = open_trace(source, name, block_size if reads_it else None, rate, seed)
             if to_fmt in FORMATS_WITHOUT_BLOCK_SIZE:
                 requests = _block_size_kept(requests, to_fmt, block_size)
-            dropped = _Dropped(to_fmt)
-            requests = dropped.watch(requests)
+            watchers: list[_Dropped | _AnswersAdded] = [_Dropped(to_fmt)]
+            if to_fmt == "aiperf-sessions":
+                watchers.append(_AnswersAdded())
+            for watcher in watchers:
+                requests = watcher.watch(requests)
             count = write_trace(counted(requests, progress, "requests converted"), target, to_fmt)
-    if (notice := dropped.notice()) is not None:
-        err_console.print(f"[yellow]notice:[/yellow] {notice}", highlight=False)
+    for watcher in watchers:
+        if (notice := watcher.notice()) is not None:
+            err_console.print(f"[yellow]notice:[/yellow] {notice}", highlight=False)
     err_console.print(f"wrote {count:,} request{'' if count == 1 else 's'} to {target} ({to_fmt})")

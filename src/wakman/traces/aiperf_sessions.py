@@ -16,7 +16,9 @@ each followed by the answer the server generated for it, then turn k's ``input_l
   holds live answers; a turn's own ``hash_ids`` then name only the text AIPerf generates for it),
   one a block, the partial last block included, as Mooncake's rows key a prompt (a trace converted
   from one whose later turns key full blocks only, as the generator's do, reads back with one more
-  block access on such turns: its block counts move a little, its token hit rates do not);
+  block access on such turns: its block counts move a little, its token hit rates do not; one
+  whose turns carry no output keys, as Bailian's, reads back with them, hits the source did not
+  have, and ``convert`` says so);
 - each turn's ``output_keys``: the blocks its decoding completes (full prompt blocks to
   ``(prompt + output - 1) // block_size``), which turn k+1's prompt hits.
 
