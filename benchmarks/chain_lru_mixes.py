@@ -90,7 +90,8 @@ def main() -> None:
     print("|---|---|---|---|---|")
     for c in capacities:
         gain, gap = statistics.mean(gains[c]), statistics.mean(gaps[c])
-        print(f"| {c} | {gain:+.2f} | {min(gains[c]):+.2f} | {gap:.2f} | {100 * gain / gap:.1f} % |")
+        closed = f"{100 * gain / gap:.1f} %" if gap > 0 else "n/a (no gap)"
+        print(f"| {c} | {gain:+.2f} | {min(gains[c]):+.2f} | {gap:.2f} | {closed} |")
     print(f"({time.perf_counter() - started:.0f} s)")
 
 

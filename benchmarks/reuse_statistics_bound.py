@@ -299,11 +299,9 @@ def main() -> None:
             f"  ({time.perf_counter() - started:.0f} s)",
             flush=True,
         )
-    print(
-        f"mean gain at the best horizon {np.mean(gains):+.2f} points; "
-        f"mean gap to Belady {np.mean(gaps):.2f}; "
-        f"closed {100 * np.mean(gains) / np.mean(gaps):.0f} % (mean gain over mean gap)"
-    )
+    gain, gap = np.mean(gains), np.mean(gaps)
+    closed = f"closed {100 * gain / gap:.0f} % (mean gain over mean gap)" if gap > 0 else "no gap to close"
+    print(f"mean gain at the best horizon {gain:+.2f} points; mean gap to Belady {gap:.2f}; {closed}")
 
 
 if __name__ == "__main__":

@@ -166,7 +166,8 @@ def main() -> None:
     print(f"mean gap to Belady {gap:.2f} points over {len(gaps)} mixes")
     for name, values in gains.items():
         mean = sum(values) / len(values)
-        print(f"{name:>10}: mean {mean:+.2f} points ({mean / gap:.0%} of the gap), worst {min(values):+.2f}")
+        closed = f"{mean / gap:.0%} of the gap" if gap > 0 else "no gap to close"
+        print(f"{name:>10}: mean {mean:+.2f} points ({closed}), worst {min(values):+.2f}")
 
 
 if __name__ == "__main__":

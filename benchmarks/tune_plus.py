@@ -1,5 +1,5 @@
-"""Measure candidate settings for ``wakman-plus`` on the 20 mixes and the real traces; the preset's
-defaults are the configuration with the lowest mean regret here (docs/adaptive.md records the run).
+"""Measure candidate settings for ``wakman-plus`` on the 20 mixes; the preset's defaults are the
+configuration with the lowest mean regret here (docs/adaptive.md records the run).
 
 Regret of a policy on a trace = (best of static lru and s3fifo) - its hit rate, in points.
 Run: ``python benchmarks/tune_plus.py [--duration 3600] [--capacity 6000] [--seed 0]``."""
