@@ -318,6 +318,50 @@ def test_the_mirror_lock_is_the_servers_and_dies_with_its_holder(tmp_path):
     assert taker.stdout.strip() == "True"  # the child still lives (it sleeps 6 s) but holds nothing
 
 
+# vLLM's launcher on a GPU: prometheus_client imported before PROMETHEUS_MULTIPROC_DIR is set (its
+# values then live in memory), the engine core forked from it, the API servers spawned fresh
+GPU_LAUNCHER = """
+import json, multiprocessing, os, sys
+import prometheus_client  # the launcher's imports come before setup_multiprocess_prometheus
+os.environ["PROMETHEUS_MULTIPROC_DIR"] = sys.argv[1]
+
+def start(queue):
+    from wakman.vllm_plugin import metrics
+    metrics.expose_metrics()
+    queue.put(metrics._mirror is not None)
+
+if __name__ == "__main__":
+    results = {}
+    for method in ("fork", "spawn"):  # the engine core (forked on a GPU), then an API server
+        ctx = multiprocessing.get_context(method)
+        queue = ctx.Queue()
+        proc = ctx.Process(target=start, args=(queue,))
+        proc.start()
+        results[method] = queue.get(timeout=120)
+        proc.join()
+    print(json.dumps(results))
+"""
+
+
+def test_a_forked_engine_core_leaves_the_mirror_to_a_spawned_api_server(tmp_path):
+    """The GPU arrangement, which the CPU engine tests do not reach (vLLM's CPU platform spawns its
+    engine core): a process forked from the launcher keeps prometheus_client's in-memory values, so
+    it must not take the mirror lock (its copies would reach no file); a spawned API server, whose
+    prometheus_client writes the files, takes it."""
+    prom, states = tmp_path / "prom", tmp_path / "states"
+    prom.mkdir()
+    states.mkdir()
+    env = {k: v for k, v in os.environ.items() if k != "PROMETHEUS_MULTIPROC_DIR"}
+    env |= {"WAKMAN_METRICS_DIR": str(states)}
+    script = tmp_path / "launcher.py"  # a file: spawn re-imports the main module
+    script.write_text(GPU_LAUNCHER)
+    proc = subprocess.run(
+        [sys.executable, str(script), str(prom)], env=env, capture_output=True, text=True, timeout=300
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout.strip().splitlines()[-1]) == {"fork": False, "spawn": True}
+
+
 def test_a_metrics_dir_wakman_made_is_removed_when_its_maker_exits(tmp_path):
     """Without WAKMAN_METRICS_DIR each server made a temporary folder and left it behind; the
     process that made it removes it at exit, a child that inherited it does not, and a folder the
