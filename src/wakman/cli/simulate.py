@@ -437,9 +437,10 @@ def simulate(
         if plot is not None:
             from wakman.experiments.plots import plot_decisions, plot_intervals
 
-            if "decisions" in result.extra:
+            if result.extra.get("decisions"):  # an adaptive run that decided; else its intervals
+                end_s = result.intervals[-1].start_s + interval_s if result.intervals else None
                 plot_decisions(
-                    result.extra["decisions"], plot, f"{policy}, {capacity:,} blocks, {trace.name}"
+                    result.extra["decisions"], plot, f"{policy}, {capacity:,} blocks, {trace.name}", end_s
                 )
             else:
                 plot_intervals(

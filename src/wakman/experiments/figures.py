@@ -147,6 +147,6 @@ def write_figures(payload: dict[str, Any], out: Path) -> list[Path]:
         written.append(out / "map.png")
     example = payload["decisions_example"]
     title = f"wakman decisions on {example['mix']} ({_seed(payload)})"
-    plot_decisions(example["decisions"], out / "decisions.png", title)
+    plot_decisions(example["decisions"], out / "decisions.png", title, payload["plan"]["duration_s"])
     written.append(out / "decisions.png")
     return written

@@ -70,14 +70,57 @@ def plot_lru_curve(stats: TraceStats, path: Path, title: str = "") -> Path:
     return save_figure(fig, path)
 
 
+def nested(index: int, lines: int) -> dict[str, float]:
+    """Line width and marker size of the ``index``-th of ``lines`` lines, each thinner than the one
+    before: a line equal to an earlier one is drawn inside it, so both stay visible."""
+    step = 0 if lines <= 1 else index / (lines - 1)
+    return {"lw": 3.2 - 2.2 * step, "ms": 8.0 - 5.0 * step}
+
+
 def plot_sweep(rows: list[dict], path: Path, title: str = "") -> Path:
-    """Hit rate (vLLM's token metric) against cache size, one line per policy."""
+    """Hit rate (vLLM's token metric) against cache size, one line per policy (each thinner than the
+    one before, so equal results stay visible). A size where requests were rejected as longer than
+    the cache is a hollow marker off the line (its rate is over the others only); one that measured
+    no request is left out. Sizes spanning a factor of 10 or more get a log axis."""
     plt = _pyplot()
     fig, ax = plt.subplots(figsize=(7, 4.2))
-    for policy in dict.fromkeys(r["policy"] for r in rows):
-        points = sorted((r["capacity_blocks"], r["hit_rate"]) for r in rows if r["policy"] == policy)
+    policies = list(dict.fromkeys(r["policy"] for r in rows))
+    rejected_any = False
+    for index, policy in enumerate(policies):
+        mine = sorted(
+            (r for r in rows if r["policy"] == policy and r.get("measured_requests", 1) != 0),
+            key=lambda r: r["capacity_blocks"],
+        )
+        kept = [r for r in mine if not r.get("rejected")]
         style = "--" if policy in ("belady", "infinite") else "-"
-        ax.plot([p[0] for p in points], [p[1] for p in points], style, marker="o", label=policy)
+        size = nested(index, len(policies))
+        (line,) = ax.plot(
+            [r["capacity_blocks"] for r in kept],
+            [r["hit_rate"] for r in kept],
+            style,
+            marker="o",
+            label=policy,
+            **size,
+        )
+        left_out = [r for r in mine if r.get("rejected")]
+        if left_out:
+            rejected_any = True
+            ax.plot(
+                [r["capacity_blocks"] for r in left_out],
+                [r["hit_rate"] for r in left_out],
+                linestyle="none",
+                marker="o",
+                ms=size["ms"],
+                mfc="none",
+                color=line.get_color(),
+            )
+    if rejected_any:
+        ax.plot(
+            [], [], linestyle="none", marker="o", mfc="none", color="grey", label="hollow: requests rejected"
+        )
+    sizes = [r["capacity_blocks"] for r in rows if r["capacity_blocks"] > 0]
+    if sizes and max(sizes) >= 10 * min(sizes):
+        ax.set_xscale("log")
     _finish_axes(
         ax, "cache size (blocks)", "prefix-cache hit rate (tokens)", title or "hit rate against cache size"
     )
@@ -105,8 +148,9 @@ def plot_intervals(series: list[dict], path: Path, title: str = "") -> Path:
     return save_figure(fig, path)
 
 
-def plot_decisions(decisions: list[dict], path: Path, title: str = "") -> Path:
-    """WAKMan's shadow hit rates at each decision and the live policy over time."""
+def plot_decisions(decisions: list[dict], path: Path, title: str = "", end_s: float | None = None) -> Path:
+    """WAKMan's shadow hit rates at each decision and the live policy over time: from 0 s, the
+    policy live before the first decision, to ``end_s`` (seconds; the last decision without it)."""
     plt = _pyplot()
     fig, (top, bottom) = plt.subplots(
         2, 1, figsize=(8, 5), sharex=True, gridspec_kw={"height_ratios": [3, 1]}
@@ -120,9 +164,13 @@ def plot_decisions(decisions: list[dict], path: Path, title: str = "") -> Path:
         top.legend()
     top.grid(alpha=0.3)
     top.set_title(title or "WAKMan decisions")
-    order = {n: i for i, n in enumerate(names or ["lru"])}
-    xs = [d["time_s"] / 60 for d in decisions]
-    bottom.step(xs, [order.get(d["choice"], 0) for d in decisions], where="post")
+    times = [0.0] + [d["time_s"] for d in decisions]
+    live = [decisions[0]["live_before"] if decisions else "lru"] + [d["choice"] for d in decisions]
+    if end_s is not None and end_s > times[-1]:
+        times.append(end_s)
+        live.append(live[-1])
+    order = {n: i for i, n in enumerate(dict.fromkeys([*names, *sorted(set(live) - set(names))]))}
+    bottom.step([t / 60 for t in times], [order[n] for n in live], where="post")
     bottom.set_yticks(list(order.values()), list(order))
     bottom.set_ylabel("live")
     bottom.set_xlabel("time (min)")
@@ -143,20 +191,25 @@ def plot_advice(result: dict[str, Any], curve: LruCurve, layout: KVLayout | None
         [scale(c) for c in caps],
         [curve.hit_rate(c) for c in caps],
         color="black",
-        lw=1.5,
+        lw=4.5,  # the widest, drawn first: the policies' lines run inside it where they equal it
         label="lru (exact curve, cache mode)",
     )
     rejected_any = False
-    for name in dict.fromkeys(r["policy"] for r in result["sweep"]):
-        if name == "lru" and result["mode"] == "cache":
-            continue
+    drawn = [
+        name
+        for name in dict.fromkeys(r["policy"] for r in result["sweep"])
+        if not (name == "lru" and result["mode"] == "cache")
+    ]
+    for index, name in enumerate(drawn):  # each thinner than the one before: equal lines stay visible
         rows = sorted((r for r in result["sweep"] if r["policy"] == name), key=lambda r: r["capacity_blocks"])
         kept = [r for r in rows if not r.get("rejected")]
+        size = nested(index, len(drawn))
         (line,) = ax.plot(
             [scale(r["capacity_blocks"]) for r in kept],
             [r["hit_rate"] for r in kept],
             marker="o",
-            ms=3,
+            lw=size["lw"],
+            ms=size["ms"] * 0.6,
             label=name,
         )
         left_out = [r for r in rows if r.get("rejected")]  # hit rates over the requests that fit only
