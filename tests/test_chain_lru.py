@@ -21,6 +21,8 @@ from wakman.traces import read_trace
 from wakman.traces.model import full_blocks
 from wakman.workload import build_config, generate_requests
 
+MAX_SESSIONS = 4096  # followed at once
+
 
 class Model:
     """chain-lru as its docstring states it, written without the core's structures."""
@@ -81,12 +83,16 @@ class Model:
     ) -> None:
         if self.sessions and session is not None:
             chain = keys[:full] + outputs
-            last = self.session_last.get(session, [])
+            last = self.session_last.pop(session, [])  # back in at the newest end: heard last
             shared = 0
             while shared < min(len(last), len(chain)) and last[shared] == chain[shared]:
                 shared += 1
-            for k in last[shared:]:
-                self.demote(k)
+            for k in last[shared:]:  # the abandoned branch: the session's own blocks
+                if self.owner.get(k) == self.serial.get(session):
+                    self.demote(k)
+            if session not in self.serial and len(self.serial) >= MAX_SESSIONS:
+                oldest = next(iter(self.session_last))  # heard from longest ago: forgotten
+                del self.session_last[oldest], self.serial[oldest]
             self.session_last[session] = chain
             if session not in self.serial:  # followed from now on, under a new serial
                 self.serial[session] = self.next_serial = self.next_serial + 1
@@ -564,6 +570,46 @@ def test_a_sessions_end_follows_its_stated_semantics(reqs, capacity, mode):
         assert policy.eviction_order() == model.order()
         assert policy.sessions_followed == len(model.session_last)
     assert policy.sessions_ended == ended
+
+
+def _served(policy, keys: list[int], now: float, session: str) -> int:
+    """One request of ``keys`` (16-token blocks, all full, one token past them) in ``session``: its
+    hit blocks."""
+    return replay_request(policy, keys, len(keys) * 16 + 1, 16, [], now, session)[0]
+
+
+def test_an_abandoned_branch_spares_the_blocks_a_sub_agent_extends():
+    """A parent session brings 1-4, a sub-agent (a session of its own) extends them, the parent
+    compacts to [1, 60]: 2, 3 and 4 are shared now, not the parent's own, so they keep their place
+    as they would at the parent's end, and the sub-agent's next step hits 4 of its 5 blocks after
+    two evictions, as hash-only chain-lru does (its compaction demoted them: 3 of 5)."""
+    hits = {}
+    for sessions in (False, True):
+        policy = make_policy("chain-lru", 8, sessions=sessions, mode="recency")
+        _served(policy, [1, 2, 3, 4], 0.0, "parent")
+        _served(policy, [1, 2, 3, 4, 50], 1.0, "parent/agent_001")
+        _served(policy, [1, 60], 2.0, "parent")  # compacted: 2, 3, 4 abandoned
+        _served(policy, [70, 71, 72], 3.0, "other")  # 8 blocks -> 10: two evictions
+        hits[sessions] = _served(policy, [1, 2, 3, 4, 50, 51], 4.0, "parent/agent_001")
+        assert policy.demoted == 0
+    assert hits == {False: 4, True: 4}
+
+
+def test_sessions_that_never_end_do_not_stop_session_mode():
+    """4,096 sessions followed, none ever ended (clients that never mark an end): a new session
+    takes the place of the one heard from longest ago, so its end is heard and demotes its blocks
+    (the table stayed full for good: no session was followed any more, every end was unknown); the
+    Model does the same."""
+    policy = make_policy("chain-lru", 64, sessions=True, mode="recency")
+    model = Model(64, sessions=True, mode="recency")
+    for i in range(MAX_SESSIONS + 10):
+        _session_request(policy, model, i, [10**9 + i], i * 0.001)
+    assert policy.sessions_followed == len(model.session_last) == MAX_SESSIONS
+    _session_request(policy, model, "closing", [1, 2, 3], 100.0)
+    policy.end_session(session_key("sclosing"))  # _session_request names it s<session>
+    model.end_session("closing")
+    assert policy.sessions_ended == 1 and policy.demoted == 3
+    assert policy.eviction_order() == model.order()
 
 
 def test_session_ends_in_cache_mode_are_told_after_each_sessions_last_request():

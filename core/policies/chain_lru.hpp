@@ -158,7 +158,10 @@ class ChainLRU final : public Policy {
   // back from G) and the hits counted in M (at most 3)
   static constexpr uint8_t kRare = 0x80, kHit = 0x40, kCount = 0x3f, kMaxCount = 3;
 
-  static constexpr size_t kMaxSessions = 4096;  // sessions past it are not followed
+  // sessions followed at once; a new one past it takes the place of the one heard from longest ago
+  // (forgotten as if it had ended, without demoting anything: a client that never marks its end
+  // must not stop session mode for good)
+  static constexpr size_t kMaxSessions = 4096;
 
   // The adaptive mode's miniatures: blocks sampled 1 in `sample_every` (a power of two: the largest
   // <= capacity / kMiniBlocks, at least 2, at most 64), each miniature capacity / sample_every blocks.
@@ -295,13 +298,7 @@ class ChainLRU final : public Policy {
     const auto at = static_cast<size_t>(slot);
     for (Key k : followed_[at].last)
       if (owner_.find(k) == followed_[at].serial) demote(k);
-    session_index_.erase(session);
-    const size_t moved = followed_.size() - 1;  // the last slot fills the freed one
-    if (at != moved) {
-      followed_[at] = std::move(followed_[moved]);
-      *session_index_.value_of(followed_[at].session) = slot;
-    }
-    followed_.pop_back();
+    forget_session(at);
     ++sessions_ended_;
   }
   size_t sessions_followed() const { return session_index_.size(); }
@@ -438,6 +435,7 @@ class ChainLRU final : public Policy {
     owner_epoch_ = 0;
     next_serial_ = kShared + 1;
     sessions_ended_ = 0;
+    heard_ = 0;
     has_session_ = false;
     if (adaptive_) {
       for (auto& mini : minis_) mini->reset();
@@ -576,8 +574,9 @@ class ChainLRU final : public Policy {
 
   // Session mode: the session's previous request (its full prompt blocks, then its outputs) against
   // this one; the blocks after their common prefix are the session's abandoned branch (a compacted
-  // or edited context): each resident, unpinned one goes to P's oldest end, the deepest last, so
-  // it is evicted first and never before a block under it.
+  // or edited context): each resident, unpinned one the session owns (brought, and held by no other
+  // followed session since: a sub-agent extending it makes it shared) goes to P's oldest end, the
+  // deepest last, so it is evicted first and never before a block under it.
   // Ownership: the common prefix's blocks were owned at the session's previous request, and owner_
   // can since only have made them shared, unless a sweep or a wrap (owner_epoch_) dropped entries:
   // without one, only the blocks past the prefix are owned now (the same owner_ either way).
@@ -585,7 +584,7 @@ class ChainLRU final : public Policy {
     int32_t slot = session_index_.find(session_);
     size_t shared = 0;
     if (slot < 0) {
-      if (followed_.size() >= kMaxSessions) return;
+      if (followed_.size() >= kMaxSessions) forget_session(least_recent_session());
       slot = static_cast<int32_t>(followed_.size());
       session_index_.insert(session_, slot);
       if (next_serial_ == INT32_MAX) {  // serials wrap: no ownership survives from before
@@ -593,14 +592,17 @@ class ChainLRU final : public Policy {
         ++owner_epoch_;
         next_serial_ = kShared + 1;
       }
-      followed_.push_back(FollowedSession{{}, session_, next_serial_++, owner_epoch_});
+      followed_.push_back(FollowedSession{{}, session_, next_serial_++, owner_epoch_, 0});
     } else {
-      const std::vector<Key>& last = followed_[static_cast<size_t>(slot)].last;
+      const FollowedSession& was = followed_[static_cast<size_t>(slot)];
+      const std::vector<Key>& last = was.last;
       auto now_at = [&](size_t j) { return j < full ? keys[j] : outputs[j - full]; };
       while (shared < last.size() && shared < full + n_out && last[shared] == now_at(shared)) ++shared;
-      for (size_t j = shared; j < last.size(); ++j) demote(last[j]);
+      for (size_t j = shared; j < last.size(); ++j)  // its own blocks: not one another session holds
+        if (owner_.find(last[j]) == was.serial) demote(last[j]);
     }
     FollowedSession& f = followed_[static_cast<size_t>(slot)];
+    f.heard = ++heard_;
     f.last.resize(shared);  // the common prefix stays; the rest of this request follows it
     for (size_t j = shared; j < full; ++j) f.last.push_back(keys[j]);
     for (size_t j = std::max(shared, full) - full; j < n_out; ++j) f.last.push_back(outputs[j]);
@@ -608,6 +610,24 @@ class ChainLRU final : public Policy {
     const size_t first_new = f.epoch == owner_epoch_ ? shared : 0;
     f.epoch = owner_epoch_;
     for (size_t j = first_new; j < f.last.size(); ++j) own(f.last[j], f.serial);
+  }
+  // The followed session in slot `at` is followed no more; the last slot fills the freed one.
+  void forget_session(size_t at) {
+    session_index_.erase(followed_[at].session);
+    const size_t moved = followed_.size() - 1;
+    if (at != moved) {
+      followed_[at] = std::move(followed_[moved]);
+      *session_index_.value_of(followed_[at].session) = static_cast<int32_t>(at);
+    }
+    followed_.pop_back();
+  }
+  // The slot of the followed session heard from longest ago (O(kMaxSessions), only when the table
+  // is full and a new session arrives).
+  size_t least_recent_session() const {
+    size_t at = 0;
+    for (size_t i = 1; i < followed_.size(); ++i)
+      if (followed_[i].heard < followed_[at].heard) at = i;
+    return at;
   }
   // A followed session (serial) holds key in a request: a block no one owns becomes its own,
   // unless it is already cached (another brought it); one another session owns becomes shared.
@@ -669,6 +689,7 @@ class ChainLRU final : public Policy {
     Key session;
     int32_t serial;
     uint64_t epoch;
+    uint64_t heard;  // heard_ at its latest request
   };
   KeyMap session_index_;                   // session key -> its slot in followed_
   std::vector<FollowedSession> followed_;  // the followed sessions, by slot
@@ -678,6 +699,7 @@ class ChainLRU final : public Policy {
   uint64_t owner_epoch_ = 0;  // bumped when owner_ loses entries (a sweep, serials wrapping)
   int32_t next_serial_ = kShared + 1;
   int64_t demoted_ = 0, sessions_ended_ = 0;
+  uint64_t heard_ = 0;  // requests of followed sessions so far (their order, for the table's limit)
 };
 
 }  // namespace wakman

@@ -89,10 +89,14 @@ the guard never holds.)
 Session mode (``sessions=True``, off by default), for hosts that know each request's session id (a
 trace's ``session_id``: kv-cache-tester conversations and sub-agents, AIPerf sessions; sent by
 ``replay_request`` as ``in_session(key)`` before ``on_request``): per session (at most 4,096
-followed) chain-lru keeps its previous request's chain (full prompt blocks, then outputs). When the
-session's next request shares only a prefix of it (a compacted or edited context, a restart), the
-rest is the session's abandoned branch: each of its resident, unpinned blocks moves to P's oldest
-end, shallowest first, so the deepest is evicted first and none before a block under it (a later hit
+followed; a new session past that takes the place of the one heard from longest ago, forgotten as
+if it had ended but with nothing demoted, so sessions whose ends never come cannot stop session
+mode for good) chain-lru keeps its previous request's chain (full prompt blocks, then outputs).
+When the session's next request shares only a prefix of it (a compacted or edited context, a
+restart; also a side request, such as a title prompt, sent under the same id), the rest is the
+session's abandoned branch: each of its resident, unpinned blocks that are the session's *own*
+(below; a sub-agent's session extending them makes them shared) moves to P's oldest end,
+shallowest first, so the deepest is evicted first and none before a block under it (a later hit
 still moves it to M). A session's end, where the host is told of it (``end_session(key)``: a client
 that closes its sessions; ``simulate(..., session_ends_after_s=D)`` replays a trace telling each end
 ``D`` seconds after the session's last-arriving request is done (serve mode: when it finishes or is
