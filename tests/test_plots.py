@@ -19,7 +19,10 @@ def drawn(monkeypatch, tmp_path):
         figures.append(fig)
         return path
 
+    from wakman.experiments import figures as report_figures
+
     monkeypatch.setattr(plots, "save_figure", keep)
+    monkeypatch.setattr(report_figures, "save_figure", keep)  # imported there by name
     return figures
 
 
@@ -86,3 +89,52 @@ def test_an_adaptive_run_without_decisions_plots_its_intervals(drawn, tmp_path):
     assert result.exit_code == 0, result.output
     top, bottom = drawn[0].axes
     assert bottom.get_ylabel() == "mean free blocks" and _lines(top)
+
+
+def _payload() -> dict:
+    """A reproduce payload in miniature: two mixes, one ablation group of two, a map axis of two."""
+    rates = {"lru": 0.5, "s3fifo": 0.4, "wakman": 0.5, "wakman-plus": 0.45, "chain-lru": 0.5}
+    fresh = dict.fromkeys(rates, False)
+    mixes = [
+        {"name": f"mix0{i}", "fractions": [1, 0, 0], "hit_rate": rates, "saturated": fresh} for i in (1, 2)
+    ]
+    ablations = [
+        {"name": f"turns{t}-thirds", "group": "ablation-turns-thirds", "hit_rate": rates, "saturated": s}
+        for t, s in ((2, fresh), (4, dict.fromkeys(rates, True)))
+    ]
+    cells = [
+        {
+            "axis": "agentic-turns",
+            "value": v,
+            "capacity": 3000,
+            "lead_points": 1.0,
+            "regret_points": {"wakman": 3.0 * v, "wakman-plus": 0.5},
+            "saturated": v == 2,
+        }
+        for v in (1, 2)
+    ]
+    return {"mixes": mixes, "ablations": ablations, "map": cells, "plan": {"capacity": 6000, "seed": 0}}
+
+
+def test_figure1_keeps_equal_regrets_apart(drawn, tmp_path):
+    """Four policies at a regret of 0 on a mix: each at its own height (only the last drawn showed)."""
+    from wakman.experiments.figures import figure1
+
+    figure1(_payload(), tmp_path / "f.png")
+    heights = {tuple(line.get_ydata()) for line in _lines(drawn[0].axes[0])}
+    assert len(heights) == 5
+
+
+def test_figure3_circles_saturated_points_and_the_map_shares_its_regret_scale(drawn, tmp_path):
+    """A saturated ablation is circled; the managers' map panels share one colour scale (each had
+    its own, so equal colours meant different regrets) and a saturated cell is starred."""
+    from wakman.experiments.figures import figure3, figure_map
+
+    figure3(_payload(), tmp_path / "f3.png")
+    circles = [line for line in _lines(drawn[0].axes[0]) if line.get_markerfacecolor() == "none"]
+    assert circles and all(list(c.get_xdata()) == [4] for c in circles)
+    figure_map(_payload(), tmp_path / "map.png")
+    images = [ax.get_images()[0] for ax in drawn[1].axes if ax.get_images()]
+    assert images[1].get_clim() == images[2].get_clim() == (0.0, 6.0)
+    texts = [t.get_text() for t in drawn[1].axes[0].texts]
+    assert texts == ["+1.00", "+1.00*"]

@@ -21,6 +21,17 @@ def _seed(payload: dict[str, Any]) -> str:
     return f"seed {payload['plan'].get('seed', 0)}"
 
 
+def _saturated(row: dict[str, Any]) -> bool:
+    """A mix or ablation whose modelled server fell behind for some policy (its rates are those of
+    an overloaded queue)."""
+    return any(row.get("saturated", {}).values())
+
+
+def _mix_label(mix: dict[str, Any]) -> str:
+    fractions = "/".join(f"{x:g}" for x in mix["fractions"])
+    return f"{mix['name']} ({fractions})" + (" saturated" if _saturated(mix) else "")
+
+
 def figure1(payload: dict[str, Any], path: Path) -> None:
     """Regret per mix (points behind the better of LRU and S3-FIFO) of every online policy of the
     reproduction (regret.ONLINE: the static ones, the managers, chain-lru), one row per mix: 0 is
@@ -30,17 +41,20 @@ def figure1(payload: dict[str, Any], path: Path) -> None:
     mixes = payload["mixes"]
     fig, ax = plt.subplots(figsize=(8, 0.32 * len(mixes) + 1.4))
     ys = range(len(mixes))
-    for policy in ONLINE:
+    for index, policy in enumerate(ONLINE):
+        dodge = 0.5 * (
+            index / (len(ONLINE) - 1) - 0.5
+        )  # each policy a little apart: equal regrets stay visible
         ax.plot(
             [regret_points(m["hit_rate"], policy) for m in mixes],
-            ys,
+            [y + dodge for y in ys],
             MARKERS[policy],
             ms=5,
             alpha=0.8,
             linestyle="none",
             label=policy,
         )
-    ax.set_yticks(list(ys), [f"{m['name']} ({'/'.join(f'{x:g}' for x in m['fractions'])})" for m in mixes])
+    ax.set_yticks(list(ys), [_mix_label(m) for m in mixes])
     ax.tick_params(axis="y", labelsize=7)
     ax.invert_yaxis()
     ax.axvline(0, color="grey", lw=0.8)
@@ -52,14 +66,32 @@ def figure1(payload: dict[str, Any], path: Path) -> None:
 
 
 def figure3(payload: dict[str, Any], path: Path) -> None:
+    """Each ablation group's hit rate against its varied parameter, one panel a group, three panels
+    a row (readable at page width); a circled point's modelled server was saturated."""
     plt = _pyplot()
     groups = list(dict.fromkeys(a["group"] for a in payload["ablations"]))
-    fig, axes = plt.subplots(1, len(groups), figsize=(4 * len(groups), 3.6), squeeze=False)
-    for ax, group in zip(axes[0], groups, strict=True):
+    columns = min(3, len(groups))
+    rows_of_panels = -(-len(groups) // columns)
+    fig, axes = plt.subplots(
+        rows_of_panels, columns, figsize=(4.6 * columns, 3.6 * rows_of_panels), squeeze=False
+    )
+    panels = [ax for line in axes for ax in line]
+    for ax in panels[len(groups) :]:
+        ax.set_visible(False)
+    circled = False
+    for ax, group in zip(panels, groups, strict=False):
         rows = [a for a in payload["ablations"] if a["group"] == group]
         xs = [int("".join(c for c in a["name"].split("-")[0] if c.isdigit())) for a in rows]
         for policy in ONLINE:
             ax.plot(xs, [a["hit_rate"][policy] for a in rows], marker=MARKERS[policy], label=policy)
+            busy = [
+                (x, a["hit_rate"][policy])
+                for x, a in zip(xs, rows, strict=True)
+                if a["saturated"].get(policy)
+            ]
+            if busy:
+                circled = True
+                ax.plot(*zip(*busy, strict=True), "o", ms=12, mfc="none", color="grey", lw=0)
         ax.set_xscale("log", base=2)
         ax.set_title(group.replace("ablation-", ""), fontsize=9)
         ax.set_xlabel(
@@ -70,9 +102,12 @@ def figure3(payload: dict[str, Any], path: Path) -> None:
             else "input tokens per turn"
         )
         ax.grid(alpha=0.3)
-    axes[0][0].set_ylabel("hit rate")
+    for line in axes:
+        line[0].set_ylabel("hit rate")
+    if circled:
+        axes[0][0].plot([], [], "o", ms=12, mfc="none", color="grey", label="circled: saturated")
     axes[0][0].legend(fontsize=7)
-    fig.suptitle(f"Figure 3: ablations ({_seed(payload)})")
+    fig.suptitle(f"Figure 3: ablations ({payload['plan']['capacity']:,} blocks, {_seed(payload)})")
     save_figure(fig, path)
 
 
@@ -89,6 +124,9 @@ def figure_map(payload: dict[str, Any], path: Path) -> None:
         values = sorted({c["value"] for c in mine})
         capacities = sorted({c["capacity"] for c in mine})
         at = {(c["value"], c["capacity"]): c for c in mine}
+        # the managers' panels share one scale: equal colours are equal regrets
+        regrets = [c["regret_points"][p] for c in mine for p in panels[1:]]
+        regret_bound = max([1.0] + [x for x in regrets if x == x])  # a NaN (x != x) left out
         for ax, panel in zip(row, panels, strict=True):
             data = [
                 [
@@ -100,7 +138,8 @@ def figure_map(payload: dict[str, Any], path: Path) -> None:
             lead = panel == "lead"
             # the lead's scale is symmetric; a regret's runs from 0 up (a negative regret, a manager
             # ahead of the better static policy, is drawn as 0: white)
-            bound = max(1.0, max(abs(x) if lead else x for line in data for x in line))
+            leads = [abs(x) for line in data for x in line if x == x]  # a NaN (x != x) left out
+            bound = max([1.0, *leads]) if lead else regret_bound
             image = ax.imshow(
                 data,
                 cmap="RdBu" if lead else "Reds",
@@ -114,7 +153,9 @@ def figure_map(payload: dict[str, Any], path: Path) -> None:
                     ax.text(
                         j,
                         i,
-                        f"{x:+.2f}" if lead else f"{x:z.1f}",  # the lead's sign says who wins: kept
+                        # the lead's sign says who wins: kept; * a saturated modelled server
+                        (f"{x:+.2f}" if lead else f"{x:z.1f}")
+                        + ("*" if at[values[j], capacities[i]]["saturated"] else ""),
                         ha="center",
                         va="center",
                         fontsize=8,
@@ -130,9 +171,14 @@ def figure_map(payload: dict[str, Any], path: Path) -> None:
                 fontsize=9,
             )
             fig.colorbar(image, ax=ax, shrink=0.8)
+    sizes = sorted({c["capacity"] for c in cells})
+    across = (
+        "across workloads and cache sizes" if len(sizes) > 1 else f"across workloads at {sizes[0]:,} blocks"
+    )
+    starred = any(c["saturated"] for c in cells)
     fig.suptitle(
-        "Which static policy wins, and what the managers lose, across workloads and cache sizes "
-        f"({_seed(payload)})"
+        f"Which static policy wins, and what the managers lose, {across} ({_seed(payload)})"
+        + ("\n* the modelled server is saturated there" if starred else "")
     )
     save_figure(fig, path)
 
