@@ -6,13 +6,14 @@ from __future__ import annotations
 import json
 import math
 
+import msgspec
 import pytest
 from typer.testing import CliRunner
 
 from conftest import MOONCAKE
 from wakman.cli.main import app
 from wakman.simulation import simulate
-from wakman.traces import read_trace
+from wakman.traces import read_trace, write_trace
 from wakman.workload import build_config, generate_requests
 
 ONLINE = ("lru", "fifo", "s3fifo", "s3fifo-v0", "sieve", "arc")
@@ -173,6 +174,34 @@ def test_sweep_cli_writes_csv_json_png(tmp_path):
         (p, c) for p in ("lru", "s3fifo", "infinite") for c in (500, 1000)
     ]
     assert (out / "sweep.csv").read_text().count("\n") == 7 and (out / "sweep.png").stat().st_size > 1000
+
+
+def test_sweep_sessions_adds_the_hint_column_as_simulate_runs_it(tmp_path):
+    """``sweep --sessions --session-ends-after-s 0`` adds ``chain-lru+sessions``, whose rate at each
+    size is ``simulate --policy chain-lru --sessions --session-ends-after-s 0``'s (sweep had no
+    hint mode); a trace without session ids is refused naming the flag."""
+    path = tmp_path / "t.jsonl"
+    runner = CliRunner()
+    args = ["generate", "--preset", "mix04-single-multi-50", "--duration", "300", "-o", str(path)]
+    assert runner.invoke(app, args).exit_code == 0
+    out = tmp_path / "sweep"
+    told = ["--sessions", "--session-ends-after-s", "0"]
+    sweep = ["sweep", str(path), "--policies", "lru", "--capacities", "1000,3000", "--out", str(out)]
+    result = runner.invoke(app, [*sweep, "--jobs", "1", *told])
+    assert result.exit_code == 0, result.output
+    rows = json.loads((out / "sweep.json").read_text())["results"]
+    hint = {r["capacity_blocks"]: r["hit_rate"] for r in rows if r["policy"] == "chain-lru+sessions"}
+    for capacity, rate in hint.items():
+        base = ["simulate", str(path), "--policy", "chain-lru", "--capacity-blocks", str(capacity), "--json"]
+        alone = runner.invoke(app, [*base, *told])
+        assert rate == json.loads(alone.stdout)["hit_rate"]
+    assert sorted(hint) == [1000, 3000]
+    plain = tmp_path / "plain.jsonl"  # the same requests without their session ids
+    write_trace([msgspec.structs.replace(r, session_id=None) for r in read_trace(path)], plain, "native")
+    refused = runner.invoke(
+        app, ["sweep", str(plain), "--capacities", "100", "--out", str(tmp_path / "x"), "--sessions"]
+    )
+    assert refused.exit_code == 2 and "no session ids" in refused.output
 
 
 def test_unknown_policy_is_a_clean_error(tmp_path):

@@ -508,13 +508,23 @@ def sweep(
     block_size: int | None = BlockSizeOption,
     rate: float | None = RateOption,
     seed: int | None = SeedOption,
+    sessions: bool = typer.Option(
+        False,
+        "--sessions",
+        help="Add chain-lru in its session mode, following the trace's session ids, as the column "
+        "chain-lru+sessions (as simulate --policy chain-lru --sessions).",
+    ),
+    session_ends_after_s: float | None = SESSION_ENDS,
 ) -> None:
     """Every policy at every cache size, on all cores; CSV, JSON and a plot."""
-    from wakman.experiments.sweep import GridInterrupted, run_grid  # worker pools: sweep's alone
+    from wakman.experiments.sweep import HINT_MODE, GridInterrupted, run_grid  # worker pools: sweep's alone
 
     with cli_errors(f"nothing was written to {out}"):
         names = parse_names(policies, "--policies", POLICY_NAMES)
         sizes = list(dict.fromkeys(parse_ints(capacities, "--capacities", maximum=MAX_BLOCKS)))
+        hint, options = session_mode("chain-lru", sessions, session_ends_after_s)
+        variants = {HINT_MODE: (hint, options)} if sessions else {}
+        labels = [*names, *variants]
         if mode not in MODES:
             raise ValueError(f"--mode must be one of {', '.join(MODES)}")
         check_numbers(("--jobs", jobs, ">=1"))
@@ -540,17 +550,20 @@ def sweep(
             requests = view.apply(
                 list(counted(view.take(open_trace(trace, fmt, block_size, rate, seed)), progress, "reading"))
             )
-            task = progress.add_task(f"sweeping {trace.name}", total=len(names) * len(sizes))
+            if sessions:
+                require_session_ids(trace, requests)
+            task = progress.add_task(f"sweeping {trace.name}", total=len(labels) * len(sizes))
             try:
                 rows = run_grid(
                     requests,
-                    names,
+                    labels,
                     sizes,
                     mode,
                     server,
                     warmup_s,
                     jobs=jobs,
                     on_done=lambda _row: progress.advance(task),
+                    variants=variants,
                 )
             except GridInterrupted as stop:
                 stop_rows, total = stop.rows, stop.total
@@ -563,7 +576,7 @@ def sweep(
                 f"kept the {len(stop_rows)} of {total} runs that finished in "
                 f"{', '.join(map(str, written))} (no plot)"
             )
-        written = _write_sweep(rows, out, trace, mode, len(names) * len(sizes), plot=can_plot())
+        written = _write_sweep(rows, out, trace, mode, len(labels) * len(sizes), plot=can_plot())
         if not can_plot():
             err_console.print(
                 f"no sweep.png: plots need matplotlib ({PLOT_EXTRA})", markup=False, highlight=False
