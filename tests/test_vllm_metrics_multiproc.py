@@ -273,6 +273,40 @@ def test_two_live_processes_of_one_rank_add_up_once(tmp_path):
         assert _value(text, 'wakman:decisions_total{engine="0"}') == 13.0
 
 
+FLAKY_READ = """
+import json, os, sys
+from pathlib import Path
+from prometheus_client import CollectorRegistry, generate_latest, multiprocess
+from wakman.vllm_plugin.metrics import MultiprocessMirror
+states, prom, state = Path(sys.argv[1]), sys.argv[2], json.loads(sys.argv[3])
+path = states / f"engine-{os.getpid()}-0.json"
+mirror = MultiprocessMirror()
+path.write_text(json.dumps({**state, "decisions": 10}))
+mirror.refresh()
+path.write_text("{not json")  # one copy cannot read it (say a read failed)
+mirror.refresh()
+path.write_text(json.dumps({**state, "decisions": 12}))
+mirror.refresh()
+registry = CollectorRegistry()
+multiprocess.MultiProcessCollector(registry, path=prom)
+print(json.dumps(generate_latest(registry).decode()))
+"""
+
+
+def test_a_state_read_failing_once_does_not_count_its_engine_again(tmp_path):
+    """A live engine's state that one copy could not read keeps the count copied before it: 12
+    decisions read 12, not 22 (forgetting the process when its state was missing once would count
+    it from 0 again)."""
+    prom, states = tmp_path / "prom", tmp_path / "states"
+    prom.mkdir()
+    states.mkdir()
+    env = {**os.environ, "PROMETHEUS_MULTIPROC_DIR": str(prom), "WAKMAN_METRICS_DIR": str(states)}
+    args = [sys.executable, "-c", FLAKY_READ, str(states), str(prom), json.dumps(_state(0, "lru"))]
+    proc = subprocess.run(args, env=env, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert _value(json.loads(proc.stdout), 'wakman:decisions_total{engine="0"}') == 12.0
+
+
 # A server process that took the mirror lock forks a child (vLLM forks engine and worker processes
 # on a GPU) and exits while the child lives: the child neither mirrors nor keeps the lock
 FORKING_HOLDER = """

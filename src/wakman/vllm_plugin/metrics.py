@@ -272,11 +272,14 @@ class MultiprocessMirror:
                     child = counter.labels(engine)  # a counter at 0 is scraped too, as in one process
                     if value > copied:
                         child.inc(value - copied)
-                    copied_now[(key, engine, pid)] = value
+                    copied_now[(key, engine, pid)] = max(value, copied)
             for gauge, labels in self._shown - shown:
                 gauge.labels(*labels).set(math.nan)
             self._shown = shown
-            self._copied = copied_now  # the processes gone are forgotten
+            # a process is forgotten once it has exited (a state it could not read this once
+            # keeps its count: read again, it must not count from 0)
+            kept = {**self._copied, **copied_now}
+            self._copied = {k: v for k, v in kept.items() if k in copied_now or _alive(k[2])}
 
     def safe_refresh(self) -> None:
         """``refresh`` that never raises (it runs in the daemon thread)."""
