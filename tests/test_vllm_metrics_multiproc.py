@@ -69,6 +69,25 @@ def _state(engine: int, live: str) -> dict:
     }
 
 
+def _folders(tmp_path: Path) -> tuple[Path, Path, dict[str, str]]:
+    """The server's multiprocess folder, the engines' state folder, and an environment naming both."""
+    prom, states = tmp_path / "prom", tmp_path / "states"
+    prom.mkdir()
+    states.mkdir()
+    env = {**os.environ, "PROMETHEUS_MULTIPROC_DIR": str(prom), "WAKMAN_METRICS_DIR": str(states)}
+    return prom, states, env
+
+
+def _write(env: dict[str, str], script: str, *args: str) -> str:
+    """``script`` run as a server process of its own (its prometheus_client picks the multiprocess
+    store at import): its stdout."""
+    proc = subprocess.run(
+        [sys.executable, "-c", script, *args], env=env, capture_output=True, text=True, timeout=120
+    )
+    assert proc.returncode == 0, proc.stderr
+    return proc.stdout
+
+
 def _scrape(path: Path) -> str:
     registry = CollectorRegistry()
     multiprocess.MultiProcessCollector(registry, path=str(path))
@@ -84,18 +103,13 @@ def _value(text: str, sample: str) -> float:
 def test_mirror_writes_exact_counters_and_gauges(tmp_path):
     """One writer (the process holding the mirror lock) for two engines: counters equal the
     engines' totals, not the sum of the copies, and gauges the latest values."""
-    prom, states = tmp_path / "prom", tmp_path / "states"
-    prom.mkdir()
-    states.mkdir()
-    env = {**os.environ, "PROMETHEUS_MULTIPROC_DIR": str(prom), "WAKMAN_METRICS_DIR": str(states)}
+    prom, states, env = _folders(tmp_path)
     published = {
         # published under this (live) process's pid: states of exited engines are not read
         str(states / f"engine-{os.getpid()}-{engine}.json"): _state(engine, live)
         for engine, live in ((0, "s3fifo"), (1, "lru"))
     }
-    args = [sys.executable, "-c", WRITER, json.dumps(published)]
-    proc = subprocess.run(args, env=env, capture_output=True, text=True, timeout=120)
-    assert proc.returncode == 0, proc.stderr
+    _write(env, WRITER, json.dumps(published))
     text = _scrape(prom)
     for engine, live, other in (("0", "s3fifo", "lru"), ("1", "lru", "s3fifo")):
         assert _value(text, f'wakman:live_policy{{engine="{engine}",policy="{live}"}}') == 1.0
@@ -132,14 +146,9 @@ def test_the_mirror_copies_on_its_own_with_no_traffic(tmp_path):
     """The first API server's mirror copies the engines' states once a second from its own thread:
     a state the engine publishes after the last of vLLM's calls (an idle server; vLLM calls no
     ``log`` under ``--disable-log-stats``) reaches ``/metrics`` within about a second."""
-    prom, states = tmp_path / "prom", tmp_path / "states"
-    prom.mkdir()
-    states.mkdir()
-    env = {**os.environ, "PROMETHEUS_MULTIPROC_DIR": str(prom), "WAKMAN_METRICS_DIR": str(states)}
+    prom, states, env = _folders(tmp_path)
     published = [str(states / f"engine-{os.getpid()}-0.json"), _state(0, "s3fifo")]
-    args = [sys.executable, "-c", IDLE_WRITER, json.dumps(published), "2.5"]
-    proc = subprocess.run(args, env=env, capture_output=True, text=True, timeout=120)
-    assert proc.returncode == 0, proc.stderr
+    _write(env, IDLE_WRITER, json.dumps(published), "2.5")
     text = _scrape(prom)
     assert _value(text, 'wakman:decisions_total{engine="0"}') == 7.0
     assert _value(text, 'wakman:switches_total{engine="0"}') == 3.0
@@ -161,16 +170,10 @@ def test_counters_still_at_zero_are_scraped_as_in_one_process(tmp_path):
     """A healthy server's replay errors and a fresh one's decisions are 0: with several API servers
     they are scraped as 0, as with one (they were missing, so an alert on their increase or their
     absence could not tell a healthy server from a broken one)."""
-    prom, states = tmp_path / "prom", tmp_path / "states"
-    prom.mkdir()
-    states.mkdir()
-    env = {**os.environ, "PROMETHEUS_MULTIPROC_DIR": str(prom), "WAKMAN_METRICS_DIR": str(states)}
+    prom, states, env = _folders(tmp_path)
     zero = {**_state(0, "lru"), "switches": 0, "replay_errors": 0, "session_ends": 0}
     published = [str(states / f"engine-{os.getpid()}-0.json"), zero]
-    proc = subprocess.run(
-        [sys.executable, "-c", ZERO_WRITER, json.dumps(published)], env=env, capture_output=True, text=True
-    )
-    assert proc.returncode == 0, proc.stderr
+    _write(env, ZERO_WRITER, json.dumps(published))
     text = _scrape(prom)
     for name in ("decisions", "switches", "replay_errors", "replay_seconds", "session_ends"):
         assert _value(text, f'wakman:{name}_total{{engine="0"}}') == 0.0
@@ -215,14 +218,9 @@ def test_the_mirror_across_a_failed_replay_a_restart_and_a_gone_engine(tmp_path)
     """A restarted engine's counts are added from 0 (they were lost until they passed the old
     engine's total: 4 read 11, 13 read 13); a shadow rate the last replay did not give, and every
     gauge of an engine that is gone, read NaN (they kept their last values)."""
-    prom, states = tmp_path / "prom", tmp_path / "states"
-    prom.mkdir()
-    states.mkdir()
-    env = {**os.environ, "PROMETHEUS_MULTIPROC_DIR": str(prom), "WAKMAN_METRICS_DIR": str(states)}
-    args = [sys.executable, "-c", LIFE_WRITER, str(states), str(prom), json.dumps(_state(0, "s3fifo"))]
-    proc = subprocess.run(args, env=env, capture_output=True, text=True, timeout=120)
-    assert proc.returncode == 0, proc.stderr
-    first, failed, restarted, later, gone = json.loads(proc.stdout)
+    prom, states, env = _folders(tmp_path)
+    stdout = _write(env, LIFE_WRITER, str(states), str(prom), json.dumps(_state(0, "s3fifo")))
+    first, failed, restarted, later, gone = json.loads(stdout)
     decisions = 'wakman:decisions_total{engine="0"}'
     shadow = 'wakman:shadow_hit_rate{engine="0",policy="s3fifo"}'
     live = 'wakman:live_policy{engine="0",policy="s3fifo"}'
@@ -262,14 +260,9 @@ def test_two_live_processes_of_one_rank_add_up_once(tmp_path):
     """Two live engine processes publishing rank 0 (two servers sharing a metrics directory, a
     predecessor not yet reaped): the counter is their sum at every copy (it grew by both totals
     at each copy, 13, 26, 39, when the mirror kept one process per rank)."""
-    prom, states = tmp_path / "prom", tmp_path / "states"
-    prom.mkdir()
-    states.mkdir()
-    env = {**os.environ, "PROMETHEUS_MULTIPROC_DIR": str(prom), "WAKMAN_METRICS_DIR": str(states)}
-    args = [sys.executable, "-c", TWO_OF_ONE_RANK, str(states), str(prom), json.dumps(_state(0, "lru"))]
-    proc = subprocess.run(args, env=env, capture_output=True, text=True, timeout=120)
-    assert proc.returncode == 0, proc.stderr
-    for text in json.loads(proc.stdout):
+    prom, states, env = _folders(tmp_path)
+    stdout = _write(env, TWO_OF_ONE_RANK, str(states), str(prom), json.dumps(_state(0, "lru")))
+    for text in json.loads(stdout):
         assert _value(text, 'wakman:decisions_total{engine="0"}') == 13.0
 
 
@@ -297,14 +290,9 @@ def test_a_state_read_failing_once_does_not_count_its_engine_again(tmp_path):
     """A live engine's state that one copy could not read keeps the count copied before it: 12
     decisions read 12, not 22 (forgetting the process when its state was missing once would count
     it from 0 again)."""
-    prom, states = tmp_path / "prom", tmp_path / "states"
-    prom.mkdir()
-    states.mkdir()
-    env = {**os.environ, "PROMETHEUS_MULTIPROC_DIR": str(prom), "WAKMAN_METRICS_DIR": str(states)}
-    args = [sys.executable, "-c", FLAKY_READ, str(states), str(prom), json.dumps(_state(0, "lru"))]
-    proc = subprocess.run(args, env=env, capture_output=True, text=True, timeout=120)
-    assert proc.returncode == 0, proc.stderr
-    assert _value(json.loads(proc.stdout), 'wakman:decisions_total{engine="0"}') == 12.0
+    prom, states, env = _folders(tmp_path)
+    stdout = _write(env, FLAKY_READ, str(states), str(prom), json.dumps(_state(0, "lru")))
+    assert _value(json.loads(stdout), 'wakman:decisions_total{engine="0"}') == 12.0
 
 
 # A server process that took the mirror lock forks a child (vLLM forks engine and worker processes
@@ -335,21 +323,10 @@ def test_the_mirror_lock_is_the_servers_and_dies_with_its_holder(tmp_path):
     """The lock lives in the server's multiprocess directory (one per server; a metrics directory
     shared by two servers left one of them without figures), and a forked child of its holder does
     not keep it: once the holder exits, another process takes it."""
-    prom, states = tmp_path / "prom", tmp_path / "states"
-    prom.mkdir()
-    states.mkdir()
-    env = {**os.environ, "PROMETHEUS_MULTIPROC_DIR": str(prom), "WAKMAN_METRICS_DIR": str(states)}
-    holder = subprocess.run(
-        [sys.executable, "-c", FORKING_HOLDER], env=env, capture_output=True, text=True, timeout=120
-    )
-    assert holder.returncode == 0, holder.stderr
-    assert "child holds: False" in holder.stdout
+    prom, states, env = _folders(tmp_path)
+    assert "child holds: False" in _write(env, FORKING_HOLDER)
     assert (prom / "wakman-mirror.lock").exists() and not list(states.glob("*.lock"))
-    taker = subprocess.run(
-        [sys.executable, "-c", TAKER], env=env, capture_output=True, text=True, timeout=120
-    )
-    assert taker.returncode == 0, taker.stderr
-    assert taker.stdout.strip() == "True"  # the child still lives (it sleeps 6 s) but holds nothing
+    assert _write(env, TAKER).strip() == "True"  # the child still lives (it sleeps 6 s) but holds nothing
 
 
 # vLLM's launcher on a GPU: prometheus_client imported before PROMETHEUS_MULTIPROC_DIR is set (its
@@ -382,11 +359,8 @@ def test_a_forked_engine_core_leaves_the_mirror_to_a_spawned_api_server(tmp_path
     engine core): a process forked from the launcher keeps prometheus_client's in-memory values, so
     it must not take the mirror lock (its copies would reach no file); a spawned API server, whose
     prometheus_client writes the files, takes it."""
-    prom, states = tmp_path / "prom", tmp_path / "states"
-    prom.mkdir()
-    states.mkdir()
-    env = {k: v for k, v in os.environ.items() if k != "PROMETHEUS_MULTIPROC_DIR"}
-    env |= {"WAKMAN_METRICS_DIR": str(states)}
+    prom, _, env = _folders(tmp_path)
+    del env["PROMETHEUS_MULTIPROC_DIR"]  # the launcher sets it itself, after its imports
     script = tmp_path / "launcher.py"  # a file: spawn re-imports the main module
     script.write_text(GPU_LAUNCHER)
     proc = subprocess.run(
