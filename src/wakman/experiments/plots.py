@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -77,6 +78,48 @@ def nested(index: int, lines: int) -> dict[str, float]:
     return {"lw": 3.2 - 2.2 * step, "ms": 8.0 - 5.0 * step}
 
 
+def plot_policy_rows(
+    ax: Any,
+    rows: list[dict],
+    x: Callable[[int], float],  # capacity_blocks -> the x axis's unit (blocks, GiB)
+    label: str,
+    style: str = "-",
+    lw: float = 1.5,
+    ms: float = 6.0,
+    hollow_ms: float = 6.0,
+) -> bool:
+    """One policy's rows (sorted by size) as a line, x = ``x(capacity_blocks)``; a size where requests
+    were rejected as longer than the cache is a hollow marker off the line (its rate is over the
+    others only). True where it drew one."""
+    kept = [r for r in rows if not r.get("rejected")]
+    (line,) = ax.plot(
+        [x(r["capacity_blocks"]) for r in kept],
+        [r["hit_rate"] for r in kept],
+        style,
+        marker="o",
+        lw=lw,
+        ms=ms,
+        label=label,
+    )
+    left_out = [r for r in rows if r.get("rejected")]
+    if left_out:
+        ax.plot(
+            [x(r["capacity_blocks"]) for r in left_out],
+            [r["hit_rate"] for r in left_out],
+            linestyle="none",
+            marker="o",
+            ms=hollow_ms,
+            mfc="none",
+            color=line.get_color(),
+        )
+    return bool(left_out)
+
+
+def legend_rejected(ax: Any, label: str) -> None:
+    """The legend entry of ``plot_policy_rows``'s hollow markers."""
+    ax.plot([], [], linestyle="none", marker="o", mfc="none", color="grey", label=label)
+
+
 def plot_sweep(rows: list[dict], path: Path, title: str = "") -> Path:
     """Hit rate (vLLM's token metric) against cache size, one line per policy (each thinner than the
     one before, so equal results stay visible). A size where requests were rejected as longer than
@@ -91,33 +134,13 @@ def plot_sweep(rows: list[dict], path: Path, title: str = "") -> Path:
             (r for r in rows if r["policy"] == policy and r.get("measured_requests", 1) != 0),
             key=lambda r: r["capacity_blocks"],
         )
-        kept = [r for r in mine if not r.get("rejected")]
         style = "--" if policy in ("belady", "infinite") else "-"
         size = nested(index, len(policies))
-        (line,) = ax.plot(
-            [r["capacity_blocks"] for r in kept],
-            [r["hit_rate"] for r in kept],
-            style,
-            marker="o",
-            label=policy,
-            **size,
+        rejected_any |= plot_policy_rows(
+            ax, mine, lambda c: c, policy, style, size["lw"], size["ms"], size["ms"]
         )
-        left_out = [r for r in mine if r.get("rejected")]
-        if left_out:
-            rejected_any = True
-            ax.plot(
-                [r["capacity_blocks"] for r in left_out],
-                [r["hit_rate"] for r in left_out],
-                linestyle="none",
-                marker="o",
-                ms=size["ms"],
-                mfc="none",
-                color=line.get_color(),
-            )
     if rejected_any:
-        ax.plot(
-            [], [], linestyle="none", marker="o", mfc="none", color="grey", label="hollow: requests rejected"
-        )
+        legend_rejected(ax, "hollow: requests rejected")
     sizes = [r["capacity_blocks"] for r in rows if r["capacity_blocks"] > 0]
     if sizes and max(sizes) >= 10 * min(sizes):
         ax.set_xscale("log")
@@ -202,38 +225,10 @@ def plot_advice(result: dict[str, Any], curve: LruCurve, layout: KVLayout | None
     ]
     for index, name in enumerate(drawn):  # each thinner than the one before: equal lines stay visible
         rows = sorted((r for r in result["sweep"] if r["policy"] == name), key=lambda r: r["capacity_blocks"])
-        kept = [r for r in rows if not r.get("rejected")]
         size = nested(index, len(drawn))
-        (line,) = ax.plot(
-            [scale(r["capacity_blocks"]) for r in kept],
-            [r["hit_rate"] for r in kept],
-            marker="o",
-            lw=size["lw"],
-            ms=size["ms"] * 0.6,
-            label=name,
-        )
-        left_out = [r for r in rows if r.get("rejected")]  # hit rates over the requests that fit only
-        if left_out:
-            rejected_any = True
-            ax.plot(
-                [scale(r["capacity_blocks"]) for r in left_out],
-                [r["hit_rate"] for r in left_out],
-                linestyle="none",
-                marker="o",
-                ms=5,
-                mfc="none",
-                color=line.get_color(),
-            )
+        rejected_any |= plot_policy_rows(ax, rows, scale, name, "-", size["lw"], size["ms"] * 0.6, 5)
     if rejected_any:
-        ax.plot(
-            [],
-            [],
-            linestyle="none",
-            marker="o",
-            mfc="none",
-            color="grey",
-            label="hollow: requests rejected (too long)",
-        )
+        legend_rejected(ax, "hollow: requests rejected (too long)")
     ax.axhline(curve.ceiling, color="grey", linestyle="--", label=f"infinite cache {curve.ceiling:.3f}")
     ax.axhline(
         result["target_hit_rate"], color="grey", linestyle=":", label=f"{result['target']:g} of ceiling"
