@@ -96,7 +96,8 @@ def test_regret_summary_matches_the_table(quick_run):
         assert s["policies"][policy]["mean_regret_points"] == pytest.approx(statistics.mean(regrets))
         assert s["policies"][policy]["max_regret_points"] == pytest.approx(max(regrets))
     assert s["lru_wins"] == sum(r["hit_rate"]["lru"] > r["hit_rate"]["s3fifo"] for r in table)
-    assert s["lru_wins"] + s["s3fifo_wins"] == 20
+    assert s["s3fifo_wins"] == sum(r["hit_rate"]["lru"] < r["hit_rate"]["s3fifo"] for r in table)
+    assert s["lru_wins"] + s["s3fifo_wins"] + s["static_ties"] == 20
     runs = [
         flag
         for m in payload["mixes"]
@@ -124,14 +125,90 @@ def test_new_policy_summary_by_hand():
     assert got["mixes_over_half_point_below"] == ["m1"]
     from wakman.experiments.report import _new_policy_section
 
-    text = _new_policy_section({"real_traces": []}, "chain-lru", {"100": got})
+    payload = {"real_traces": [], "mixes": mixes, "plan": {"capacity": 100}}
+    text = _new_policy_section(payload, "chain-lru", {"100": got})
     assert "met at no capacity" in text and "+0.50" in text and "m1 (-1.00)" in text
+    assert "saturated" not in text.split("\n\n")[0]
+    # m1's run saturated the modelled server: the verdict and the table say so where they quote it
+    mixes[1]["saturated"] = {"chain-lru": True}
+    text = _new_policy_section(payload, "chain-lru", {"100": got})
+    assert "m1 (saturated server) -1.00" in text and "m1 (-1.00, saturated server)" in text
+    assert "1 of the mixes at 100 blocks" in text
+
+
+def _gap_rows(*leads: float) -> list[dict]:
+    return [
+        {
+            "name": f"gap{g}-single-multi-50",
+            "group": "ablation-gap-single-multi-50",
+            "hit_rate": {"lru": 0.5 + lead / 100, "s3fifo": 0.5},
+        }
+        for g, lead in zip((30, 120, 600), leads, strict=True)
+    ]
+
+
+def test_the_gap_sentence_names_every_change_of_winner():
+    """The gap sentence reads all the gaps, not only the first and the last (LRU, S3-FIFO, LRU read
+    "ahead at every gap"), and a tie is a tie, not an S3-FIFO win."""
+    from wakman.experiments.report import _gap_sentence
+
+    assert "leaves LRU ahead at every gap" in _gap_sentence({"ablations": _gap_rows(2, 1, 3)})
+    assert "from LRU to S3-FIFO" in _gap_sentence({"ablations": _gap_rows(2, -1, -3)})
+    mixed = _gap_sentence({"ablations": _gap_rows(2, -1, 2)})
+    assert "more than once" in mixed and "(LRU, S3-FIFO, LRU)" in mixed and "every gap" not in mixed
+    assert "tie" in _gap_sentence({"ablations": _gap_rows(2, 0, -3)})
+
+
+def test_ties_are_no_ones_win():
+    """Equal hit rates are a tie everywhere the report counts wins (they were S3-FIFO's)."""
+    from wakman.experiments.regret import static_winner
+
+    assert static_winner({"lru": 0.5, "s3fifo": 0.5}) == "tie"
+    assert static_winner({"lru": 0.5005, "s3fifo": 0.5}, tie_points=0.1) == "tie"
+    assert static_winner({"lru": 0.502, "s3fifo": 0.5}, tie_points=0.1) == "lru"
+    rates = [(0.5, 0.4), (0.4, 0.4), (0.3, 0.4), (0.4, 0.4)]
+    others = {"wakman": 0.4, "wakman-plus": 0.4, "chain-lru": 0.4, "belady": 0.6, "infinite": 0.7}
+    mixes = [
+        {"name": f"m{i}", "hit_rate": {"lru": a, "s3fifo": b, **others}, "by_capacity": {}}
+        for i, (a, b) in enumerate(rates)
+    ]
+    s = summarize(mixes)
+    assert (s["lru_wins"], s["s3fifo_wins"], s["static_ties"]) == (1, 1, 2)
+
+
+def test_verdicts_print_what_they_decide():
+    """A value decided on one side of a goal is never printed on the other side of it or on it."""
+    from wakman.experiments.report import _beside, _compare, _shortfall
+
+    assert (
+        _beside(2.996, 3.0) == "+2.996" and _beside(3.004, 3.0) == "+3.004" and _beside(2.5, 3.0) == "+2.50"
+    )
+    assert _beside(-0.5004, -0.5) == "-0.5004" and _beside(29.96, 30.0, 1, "") == "29.96"
+    assert _compare(0.7201, 0.7204) == "equal to" and _compare(0.71, 0.72) == "lower than"
+    v = {
+        "mean_gain_points": 2.996,
+        "gap_closed_pct": 29.96,
+        "mean_gap_to_belady_points": 10.0,
+        "worst_mix": "m",
+        "worst_gain_points": -0.5004,
+    }
+    assert _shortfall(v) == "mean gain +2.996, 29.96 % of the gap closed, m -0.5004"
+    # serve mode: Belady (optimal in cache mode only) can fall behind the better static policy
+    behind = {**v, "gap_closed_pct": None, "mean_gap_to_belady_points": -1.0}
+    assert "Belady 1.00 points behind the better static policy" in _shortfall(behind)
+
+
+def test_a_hit_rate_that_is_not_a_number_is_refused():
+    """A NaN passes every "never below" check (it compares false) and vanishes from max(): refused."""
+    rates = {p: 0.5 for p in ("lru", "s3fifo", "wakman", "wakman-plus", "chain-lru", "belady", "infinite")}
+    with pytest.raises(ValueError, match="m0: the hit rate of wakman-plus is not a finite number"):
+        summarize([{"name": "m0", "hit_rate": {**rates, "wakman-plus": float("nan")}, "by_capacity": {}}])
 
 
 def test_worst_losses_by_hand_and_a_mix_that_hits_nothing():
     """Worst relative losses by hand: LRU's 0.40 against S3-FIFO's 0.50 is 20 %; a mix where the
-    rival hits nothing has no relative loss and is left out (it divided by zero), n/a where every
-    mix is such."""
+    rival hits nothing, or where the policy is not behind, has no loss and is left out (the first
+    divided by zero, the second made a gain the worst "loss"), n/a where every mix is such."""
     mixes = [
         {"hit_rate": {"lru": 0.40, "s3fifo": 0.50}},
         {"hit_rate": {"lru": 0.60, "s3fifo": 0.45}},
@@ -143,6 +220,10 @@ def test_worst_losses_by_hand_and_a_mix_that_hits_nothing():
     assert summary_module.worst_loss_pct(mixes, "s3fifo", "lru") == pytest.approx(100.0)
     assert summary_module.worst_loss_pct(mixes[2:], "lru", "s3fifo") is None
     assert summary_module.worst_loss_pct(mixes[2:], "s3fifo", "lru") == pytest.approx(100.0)
+    # a policy ahead or level on every mix has no loss (the largest "loss" was a gain: -10 %)
+    ahead = [{"hit_rate": {"lru": 0.55, "s3fifo": 0.50}}, {"hit_rate": {"lru": 0.5, "s3fifo": 0.5}}]
+    assert summary_module.worst_loss_pct(ahead, "lru", "s3fifo") is None
+    assert summary_module.worst_loss_pct(ahead, "s3fifo", "lru") == pytest.approx(100 * 0.05 / 0.55)
     from wakman.experiments.report import _pct
 
     assert _pct(None, 1) == "n/a" and _pct(-0.01, 1) == "0.0 %"
@@ -197,7 +278,7 @@ def test_the_map_covers_its_grid(quick_run):
     for c in cells:
         lead = 100 * (c["hit_rate"]["lru"] - c["hit_rate"]["s3fifo"])
         assert c["lead_points"] == pytest.approx(lead)
-        assert c["winner"] == ("lru" if lead > 0 else "s3fifo")
+        assert c["winner"] == ("lru" if lead > 0 else "s3fifo" if lead < 0 else "tie")
 
 
 def _with(payload: dict, **rates: float) -> dict:

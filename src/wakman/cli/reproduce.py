@@ -141,7 +141,7 @@ def reproduce(
         "mean regret",
         "max regret",
         "gain over LRU",
-        title=f"regret (points) over the 20 mixes, seed {plan.seed}",
+        title=f"regret (points) over the {len(payload['mixes'])} mixes, seed {plan.seed}",
     )
     for name, v in s["policies"].items():
         table.add_row(
@@ -151,10 +151,13 @@ def reproduce(
             f"{v['mean_gain_over_lru_points']:+z.2f}",
         )
     console.print(table)
+    paper = s["paper"]
+    ties = f", {s['static_ties']} tied" if s["static_ties"] else ""
     console.print(
-        f"LRU wins {s['lru_wins']}, S3-FIFO wins {s['s3fifo_wins']} (paper: 8 / 12); "
+        f"LRU wins {s['lru_wins']}, S3-FIFO wins {s['s3fifo_wins']}{ties} "
+        f"(paper: {paper['lru_wins']} / {paper['s3fifo_wins']}); "
         f"worst losses {_loss(s['lru_worst_loss_pct'])} / {_loss(s['s3fifo_worst_loss_pct'])} "
-        f"(paper: 22.4 % / 11.7 %)"
+        f"(paper: {paper['lru_worst_loss_pct']} % / {paper['s3fifo_worst_loss_pct']} %)"
     )
     if s["saturated_runs"]:
         err_console.print(
@@ -167,5 +170,5 @@ def reproduce(
 
 
 def _loss(pct: float | None) -> str:
-    """A worst loss in percent, or n/a where no mix has one (the rival hit nothing everywhere)."""
+    """A worst loss in percent, or n/a where no mix has one (never behind, or the rival hit nothing)."""
     return "n/a" if pct is None else f"{pct:z.1f} %"

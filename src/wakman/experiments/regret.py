@@ -21,9 +21,17 @@ def lru_lead_points(hit_rate: dict[str, float]) -> float:
     return 100 * (hit_rate["lru"] - hit_rate["s3fifo"])
 
 
-def static_winner(hit_rate: dict[str, float]) -> str:
-    """The better of static LRU and S3-FIFO (``lru`` only when strictly ahead)."""
-    return "lru" if hit_rate["lru"] > hit_rate["s3fifo"] else "s3fifo"
+TIE = "tie"  # static_winner where neither static policy leads
+
+
+def static_winner(hit_rate: dict[str, float], tie_points: float = 0.0) -> str:
+    """The better of static LRU and S3-FIFO: ``lru`` or ``s3fifo`` where it leads the other by more
+    than ``tie_points`` (points of hit rate; 0: strictly ahead), else ``TIE``. Every count of wins
+    in the summary and the report is of this function, so a tie is never a win."""
+    lead = lru_lead_points(hit_rate)
+    if abs(lead) <= tie_points:
+        return TIE
+    return "lru" if lead > 0 else "s3fifo"
 
 
 def behind_summary(rows: list[dict], policy: str) -> dict | None:

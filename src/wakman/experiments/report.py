@@ -5,6 +5,7 @@ numbers hold it, and then with them; figures are linked only when they were draw
 from __future__ import annotations
 
 import csv
+import itertools
 import statistics
 from pathlib import Path
 from typing import Any
@@ -14,12 +15,15 @@ from wakman.experiments.regret import (
     BEHIND_POINTS,
     NEW,
     ONLINE,
+    TIE,
     behind_summary,
     lru_lead_points,
     regret_points,
     static_winner,
 )
+from wakman.experiments.summary import require_finite
 from wakman.experiments.workload_map import AXES
+from wakman.simulation.server import KEEP_UP_STEP, KEEP_UP_UTILIZATION, ServerModel
 from wakman.traces.io import atomic_path
 
 TYPES = ("single_turn", "multi_turn", "agentic")
@@ -73,6 +77,9 @@ def render_markdown(
 ) -> str:
     """The report; ``figures`` names the PNGs drawn beside it (none: figures are not linked)."""
     figures = figures or set()
+    require_finite(
+        [*payload["mixes"], *payload["ablations"], *payload["real_traces"], *payload.get("map", [])]
+    )
     s = payload["summary"]
     t1 = _markdown_table(
         ["mix", "single/multi/agentic", *POLICIES],
@@ -229,7 +236,7 @@ def _comparison(s: dict[str, Any]) -> str:
             [
                 "LRU / S3-FIFO wins",
                 f"{paper['lru_wins']} / {paper['s3fifo_wins']}",
-                f"{s['lru_wins']} / {s['s3fifo_wins']}",
+                f"{s['lru_wins']} / {s['s3fifo_wins']}" + _ties(s.get("static_ties", 0)),
             ],
             ["LRU worst loss", f"{paper['lru_worst_loss_pct']} %", _pct(s["lru_worst_loss_pct"], 1)],
             [
@@ -252,8 +259,27 @@ def _comparison(s: dict[str, Any]) -> str:
     )
 
 
-def _compare(a: float, b: float) -> str:
-    return "lower than" if a < b - 1e-9 else "higher than" if a > b + 1e-9 else "equal to"
+def _ties(n: int) -> str:
+    """`` (n tied)`` where mixes tie (neither static policy ahead: no win for either), else nothing."""
+    return f" ({n} tied)" if n else ""
+
+
+def _compare(a: float, b: float, decimals: int = 2) -> str:
+    """How ``a`` compares with ``b`` as the report prints them (to ``decimals``): two values that
+    print alike are equal, so the sentence never reads "0.72 is lower than 0.72"."""
+    a, b = round(a, decimals), round(b, decimals)
+    return "lower than" if a < b else "higher than" if a > b else "equal to"
+
+
+def _beside(value: float, threshold: float, decimals: int = 2, sign: str = "+") -> str:
+    """``value`` with ``decimals`` decimals, or more where that many would put it on the other side
+    of ``threshold`` or onto it (a mean gain of 2.996 prints +2.996, not the +3.00 the goal asks for)."""
+    side = (value > threshold) - (value < threshold)
+    while (
+        decimals < 6 and (round(value, decimals) > threshold) - (round(value, decimals) < threshold) != side
+    ):
+        decimals += 1
+    return f"{value:{sign}z.{decimals}f}"
 
 
 def _findings(payload: dict[str, Any]) -> str:
@@ -280,9 +306,10 @@ def _findings(payload: dict[str, Any]) -> str:
     adaptive = payload.get("adaptive", {}).get("wakman")
     worst_regret = regret_points(worst["hit_rate"], "wakman")
     worst_note = f"its worst mix is {worst['name']} ({_mix(worst['fractions'])}, {worst_regret:z.2f} points)"
-    if adaptive and static_winner(worst["hit_rate"]) != adaptive["start_policy"]:
+    worst_winner = static_winner(worst["hit_rate"])
+    if adaptive and worst_winner not in (TIE, adaptive["start_policy"]):
         worst_note += (
-            f", where {_display(static_winner(worst['hit_rate']))} wins and the manager serves its first "
+            f", where {_display(worst_winner)} wins and the manager serves its first "
             f"{adaptive['first_decision_s']:g} s with {_display(adaptive['start_policy'])}"
         )
     lines.append(
@@ -311,7 +338,7 @@ def _findings(payload: dict[str, Any]) -> str:
             f"it is within {BEHIND_POINTS:g} point of the better static policy on every mix."
             if not over
             else f"it is more than {BEHIND_POINTS:g} point behind on "
-            + ", ".join(f"{n} ({r:z.2f})" for n, r in over)
+            + ", ".join(f"{n} ({_beside(r, BEHIND_POINTS, sign='')})" for n, r in over)
             + "."
         )
     )
@@ -331,25 +358,30 @@ def _who_wins(payload: dict[str, Any]) -> str:
     other = [m for m in mixes if m["fractions"][2] == 0]
     single = [m for m in other if m["fractions"][0] >= 0.5]
 
-    def lru_wins(rows: list[dict[str, Any]]) -> int:
-        return sum(static_winner(m["hit_rate"]) == "lru" for m in rows)
+    def wins(policy: str, rows: list[dict[str, Any]]) -> int:
+        return sum(static_winner(m["hit_rate"]) == policy for m in rows)
 
     text = (
-        f"- **Who wins.** LRU wins {lru_wins(agentic)} of the {len(agentic)} mixes that contain agentic "
+        f"- **Who wins.** LRU wins {wins('lru', agentic)} of the {len(agentic)} mixes that contain agentic "
         "sessions "
-        f"and {lru_wins(other)} of the {len(other)} without; S3-FIFO wins "
-        f"{len(single) - lru_wins(single)} of the "
+        f"and {wins('lru', other)} of the {len(other)} without; S3-FIFO wins "
+        f"{wins('s3fifo', single)} of the "
         f"{len(single)} without agentic sessions where single-turn sessions are at least half."
     )
+    tied = [m["name"] for m in mixes if static_winner(m["hit_rate"]) == TIE]
+    if tied:
+        text += f" LRU and S3-FIFO tie (equal hit rates, a win for neither) on {', '.join(tied)}."
     defaults = payload.get("workload")
     pure_multi = next((m for m in mixes if m["fractions"] == [0.0, 1.0, 0.0]), None)
     if defaults and pure_multi is not None:
         lead = lru_lead_points(pure_multi["hit_rate"])
+        winner = static_winner(pure_multi["hit_rate"])
         text += (
             f" The generator's multi-turn sessions (median {defaults['turns_median']['multi_turn']:g} turns, "
-            f"{defaults['gap_s_median']['multi_turn']:g} s human gaps) favour "
-            f"{_display(static_winner(pure_multi['hit_rate']))} at "
-            f"the primary capacity: on {pure_multi['name']} LRU leads S3-FIFO by {lead:+z.2f} points."
+            f"{defaults['gap_s_median']['multi_turn']:g} s human gaps) "
+            + ("favour neither LRU nor S3-FIFO" if winner == TIE else f"favour {_display(winner)}")
+            + f" at the primary capacity: on {pure_multi['name']} LRU leads S3-FIFO by "
+            f"{_beside(lead, 0.0)} points."
         )
     return text
 
@@ -385,11 +417,23 @@ def _gap_sentence(payload: dict[str, Any]) -> str | None:
         f"{a['name'].split('-')[0][3:]} s: LRU {lru_lead_points(a['hit_rate']):+z.1f}" for a in rows
     )
     winners = [static_winner(a["hit_rate"]) for a in rows]
-    verdict = (
-        f"moves the winner from {_display(winners[0])} to {_display(winners[-1])} as the median gap grows"
-        if winners[0] != winners[-1]
-        else f"leaves {_display(winners[0])} ahead at every gap"
-    )
+    changes = sum(a != b for a, b in itertools.pairwise(winners))
+    if changes == 0:
+        verdict = (
+            "ties LRU and S3-FIFO at every gap"
+            if winners[0] == TIE
+            else f"leaves {_display(winners[0])} ahead at every gap"
+        )
+    elif changes == 1 and TIE not in winners:
+        verdict = (
+            f"moves the winner from {_display(winners[0])} to {_display(winners[-1])} as the median gap grows"
+        )
+    else:
+        verdict = (
+            "changes the winner more than once as the median gap grows ("
+            + ", ".join(_display(w) for w in winners)
+            + ")"
+        )
     return (
         f"- **The multi-turn human gap** (ablation at 50/50 single/multi) {verdict} ({steps} points "
         "against S3-FIFO)."
@@ -451,9 +495,14 @@ def _kept_up(row: dict[str, Any]) -> str:
 MAP_TIE_POINTS = 0.1  # the map's verdicts: a lead under this (points) is a tie, not a winner
 
 
+def _map_winner(cell: dict[str, Any]) -> str:
+    """A map cell's static winner, a lead of at most ``MAP_TIE_POINTS`` being a tie."""
+    return static_winner(cell["hit_rate"], MAP_TIE_POINTS)
+
+
 def _winners(at: dict[tuple[float, int], dict[str, Any]], keys: list[tuple[float, int]]) -> set[str]:
     """The static winners of the map cells ``keys`` (axis value, capacity), ties left out."""
-    return {at[k]["winner"] for k in keys if abs(at[k]["lead_points"]) >= MAP_TIE_POINTS}
+    return {_map_winner(at[k]) for k in keys} - {TIE}
 
 
 def _map_section(payload: dict[str, Any], figures: set[str]) -> str:
@@ -472,7 +521,7 @@ def _map_section(payload: dict[str, Any], figures: set[str]) -> str:
                 [
                     f"{v:g}",
                     *[
-                        f"{at[v, c]['winner']} {at[v, c]['lead_points']:+.2f}; wakman "
+                        f"{_map_winner(at[v, c])} {at[v, c]['lead_points']:+.2f}; wakman "
                         f"{_points(at[v, c]['regret_points']['wakman'])}, "
                         f"plus {_points(at[v, c]['regret_points']['wakman-plus'])}"
                         + (" (saturated)" if at[v, c].get("saturated") else "")
@@ -499,9 +548,10 @@ def _map_section(payload: dict[str, Any], figures: set[str]) -> str:
     lead = [abs(c["lead_points"]) for c in cells]
     intro = (
         "Each cell: the static winner and LRU's lead over S3-FIFO (points; negative: S3-FIFO ahead), "
-        f"then each manager's regret (points behind the winner); a winner changes only between leads of "
-        f"at least {MAP_TIE_POINTS:g} point (closer ones are ties). Over the {len(cells)} cells the "
-        f"winner leads by {min(lead):.2f}-{max(lead):.2f} points; wakman's regret is "
+        f"then each manager's regret (points behind the better static policy); a lead of at most "
+        f"{MAP_TIE_POINTS:g} point is a tie here (elsewhere only equal hit rates are). Over the "
+        f"{len(cells)} cells LRU and S3-FIFO "
+        f"differ by {min(lead):.2f}-{max(lead):.2f} points; wakman's regret is "
         f"{mean['wakman']:z.2f} on average "
         f"(worst {worst['wakman']:z.2f}), wakman-plus's {mean['wakman-plus']:z.2f} (worst "
         f"{worst['wakman-plus']:z.2f})."
@@ -547,9 +597,15 @@ def _real_section(payload: dict[str, Any]) -> str:
         notes.append(
             f"{trace} runs in serve mode on a server sized to keep up with it "
             "(`ServerModel.keeping_up`: prefill "
-            f"{server['prefill_tokens_per_s']:,.0f} tokens/s, the next 10,000 above twice its prompt "
-            "tokens per "
-            f"second; decode {server['decode_tokens_per_s']:g} tokens/s per sequence, "
+            f"{server['prefill_tokens_per_s']:,.0f} tokens/s, "
+            + (
+                f"the default, already at least {1 / KEEP_UP_UTILIZATION:g} times its prompt tokens per "
+                "second"
+                if server["prefill_tokens_per_s"] <= ServerModel.prefill_tokens_per_s
+                else f"the next multiple of {KEEP_UP_STEP:,.0f} above {1 / KEEP_UP_UTILIZATION:g} times its "
+                "prompt tokens per second"
+            )
+            + f"; decode {server['decode_tokens_per_s']:g} tokens/s per sequence, "
             f"{server['max_running']} "
             f"sequences at most). Its prefill lane is at most {util:z.2f} busy, and {runs - saturated} "
             f"of {runs} "
@@ -560,8 +616,7 @@ def _real_section(payload: dict[str, Any]) -> str:
         notes.append(
             f"{trace} runs in cache mode over all {r['requests']:,} requests ({r['span_s'] / 3600:z.1f} "
             "h of its "
-            f"timeline; prompts average {r['mean_prompt_tokens']:,.0f} tokens, too long for one "
-            "modelled server)."
+            f"timeline; prompts average {r['mean_prompt_tokens']:,.0f} tokens)."
             + (
                 f" Its conversations start as the kv-cache-tester reader's seeded Poisson process, at the "
                 f"reader's seed {r['arrival_seed']} whatever the run's seed."
@@ -583,15 +638,21 @@ def _pct(value: float | None, decimals: int = 0) -> str:
 
 def _capacity_table(mixes: list[dict[str, Any]], caps: list[int]) -> str:
     return _markdown_table(
-        ["capacity (blocks)", "LRU wins", "S3-FIFO wins", *[f"{p} regret mean / max" for p in ONLINE]],
+        [
+            "capacity (blocks)",
+            "LRU wins",
+            "S3-FIFO wins",
+            "ties",
+            *[f"{p} regret mean / max" for p in ONLINE],
+        ],
         [[f"{c:,}", *_capacity_row(mixes, str(c))] for c in caps],
     )
 
 
 def _capacity_row(mixes: list[dict[str, Any]], cap: str) -> list[str]:
     rows = [m["by_capacity"][cap] for m in mixes if cap in m["by_capacity"]]
-    lru_wins = sum(static_winner(r) == "lru" for r in rows)
-    out = [str(lru_wins), str(len(rows) - lru_wins)]
+    winners = [static_winner(r) for r in rows]
+    out = [str(winners.count("lru")), str(winners.count("s3fifo")), str(winners.count(TIE))]
     for p in ONLINE:
         regrets = [regret_points(r, p) for r in rows]
         out.append(f"{sum(regrets) / len(regrets):z.2f} / {max(regrets):z.2f}")
@@ -604,6 +665,7 @@ GOAL_GAIN_POINTS, GOAL_CLOSED_PCT, GOAL_WORST_POINTS = 3.0, 30.0, -BEHIND_POINTS
 def _new_policy_section(payload: dict[str, Any], policy: str, per_capacity: dict[str, Any]) -> str:
     """Gain over the better static policy per capacity, the share of the gap to Belady it closes,
     and each real trace; the goal (+3 points, 30 % of the gap, never 0.5 point below) is checked."""
+    saturated = {c: _saturated_mixes(payload, policy, c) for c in per_capacity}
     table = _markdown_table(
         [
             "capacity (blocks)",
@@ -613,16 +675,21 @@ def _new_policy_section(payload: dict[str, Any], policy: str, per_capacity: dict
             "mean gap to Belady: Belady - better static (points)",
             "gap closed",
             f"mixes > {BEHIND_POINTS:g} below",
+            "mixes whose server saturated",
         ],
         [
             [
                 f"{int(c):,}",
                 str(v["mixes"]),
-                f"{v['mean_gain_points']:+z.2f}",
-                f"{v['worst_mix']} ({v['worst_gain_points']:+z.2f})",
+                _beside(v["mean_gain_points"], GOAL_GAIN_POINTS),  # as the sentence gives them (_shortfall)
+                f"{v['worst_mix']} ({_beside(v['worst_gain_points'], GOAL_WORST_POINTS)}"
+                + (", saturated server)" if v["worst_mix"] in saturated[c] else ")"),
                 f"{v['mean_gap_to_belady_points']:z.2f}",
-                _pct(v["gap_closed_pct"], 1),  # as the sentence above gives it (_shortfall)
+                "n/a"
+                if v["gap_closed_pct"] is None
+                else _beside(v["gap_closed_pct"], GOAL_CLOSED_PCT, 1, "") + " %",
                 str(len(v["mixes_over_half_point_below"])),
+                str(len(saturated[c])),
             ]
             for c, v in per_capacity.items()
         ],
@@ -642,7 +709,7 @@ def _new_policy_section(payload: dict[str, Any], policy: str, per_capacity: dict
         + (f"met at {', '.join(f'{int(c):,}' for c in met)} blocks" if met else "met at no capacity")
         + (
             " and missed at "
-            + "; ".join(f"{int(c):,} blocks ({_shortfall(per_capacity[c])})" for c in missed)
+            + "; ".join(f"{int(c):,} blocks ({_shortfall(per_capacity[c], saturated[c])})" for c in missed)
             + "."
             if missed
             else "."
@@ -650,10 +717,18 @@ def _new_policy_section(payload: dict[str, Any], policy: str, per_capacity: dict
     )
     # "never more than half a point below" on every mix, real trace and ablation that ran the policy
     behind = [
-        f"{name} at {int(c):,} blocks"
+        f"{_flag_saturated(name, saturated[c])} at {int(c):,} blocks"
         for c, v in per_capacity.items()
         for name in v["mixes_over_half_point_below"]
     ]
+    if any(saturated.values()):
+        verdict += (
+            " Runs whose modelled server saturated (an overloaded queue's hit rates; docs/simulator.md): "
+            + "; ".join(
+                f"{len(names)} of the mixes at {int(c):,} blocks" for c, names in saturated.items() if names
+            )
+            + "."
+        )
     real = behind_summary(
         [
             {"name": f"{r['trace']} at {r['capacity']:,} blocks", "hit_rate": r["hit_rate"]}
@@ -681,10 +756,12 @@ def _new_policy_section(payload: dict[str, Any], policy: str, per_capacity: dict
         verdict += (
             f" On the {ablations['rows']} ablation presets (primary capacity; no Belady run, so no gap "
             f"closed) its mean gain is {ablations['mean_gain_points']:+z.2f} points, the worst "
-            f"{shown(ablations['worst'])} ({ablations['worst_gain_points']:+z.2f}); "
+            f"{shown(ablations['worst'])} ({_beside(ablations['worst_gain_points'], GOAL_WORST_POINTS)}); "
             + (
                 f"{len(below)} more than {-GOAL_WORST_POINTS:g} point below: "
-                + ", ".join(f"{shown(n)} ({ablations['gain_points'][n]:+z.2f})" for n in below)
+                + ", ".join(
+                    f"{shown(n)} ({_beside(ablations['gain_points'][n], GOAL_WORST_POINTS)})" for n in below
+                )
                 + "."
                 if below
                 else f"none is more than {-GOAL_WORST_POINTS:g} point below."
@@ -704,20 +781,42 @@ def _new_policy_section(payload: dict[str, Any], policy: str, per_capacity: dict
     return f"{verdict}\n\n{table}"
 
 
-def _shortfall(v: dict[str, Any]) -> str:
-    """Which parts of the goal a capacity misses, each with its number (the share closed to one
-    decimal, so that 29.7 % is not shown as the 30 % it misses)."""
+def _shortfall(v: dict[str, Any], saturated: set[str] = frozenset()) -> str:
+    """Which parts of the goal a capacity misses, each with its number, printed with the decimals
+    that keep it on its side of the goal (``_beside``: a gain of 2.996 is not shown as +3.00)."""
     out = []
     if v["mean_gain_points"] < GOAL_GAIN_POINTS:
-        out.append(f"mean gain {v['mean_gain_points']:+z.2f}")
-    closed = v["gap_closed_pct"]
-    if closed is None:
-        out.append("no gap to Belady to close")
+        out.append(f"mean gain {_beside(v['mean_gain_points'], GOAL_GAIN_POINTS)}")
+    closed, gap = v["gap_closed_pct"], v["mean_gap_to_belady_points"]
+    if closed is None:  # no gap; or serve mode, where Belady (optimal in cache mode only) can be behind
+        out.append(
+            "no gap to Belady to close"
+            if gap == 0
+            else f"Belady {-gap:z.2f} points behind the better static policy"
+        )
     elif closed < GOAL_CLOSED_PCT:
-        out.append(f"{closed:z.1f} % of the gap closed")
+        out.append(f"{_beside(closed, GOAL_CLOSED_PCT, 1, '')} % of the gap closed")
     if v["worst_gain_points"] < GOAL_WORST_POINTS:
-        out.append(f"{v['worst_mix']} {v['worst_gain_points']:+z.2f}")
+        worst = _beside(v["worst_gain_points"], GOAL_WORST_POINTS)
+        out.append(f"{_flag_saturated(v['worst_mix'], saturated)} {worst}")
     return ", ".join(out)
+
+
+def _flag_saturated(name: str, saturated: set[str]) -> str:
+    return name + (" (saturated server)" if name in saturated else "")
+
+
+def _saturated_mixes(payload: dict[str, Any], policy: str, capacity: str) -> set[str]:
+    """The mixes whose run of ``policy`` (a policy, or hint mode's label) at ``capacity`` blocks found
+    the modelled server saturated."""
+    primary = str(payload["plan"]["capacity"])
+    out = set()
+    for m in payload["mixes"]:
+        flags = {primary: m.get("saturated", {}), **m.get("saturated_by_capacity", {})}.get(capacity, {})
+        flag = flags[policy] if policy in flags else m.get("hint_saturated", {}).get(capacity, False)
+        if flag:
+            out.add(m["name"])
+    return out
 
 
 def _hint_section(payload: dict[str, Any], label: str, per_capacity: dict[str, Any]) -> str:

@@ -4,10 +4,11 @@ gains; and the paper's figures they stand beside. Pure functions of the mixes' h
 
 from __future__ import annotations
 
+import math
 import statistics
 from typing import Any
 
-from wakman.experiments.regret import ADAPTIVE, NEW, ONLINE, behind_summary, regret_points, static_winner
+from wakman.experiments.regret import ADAPTIVE, NEW, ONLINE, TIE, behind_summary, regret_points, static_winner
 from wakman.experiments.sweep import HINT_MODE
 
 PAPER = {
@@ -21,19 +22,38 @@ PAPER = {
 
 
 def worst_loss_pct(mixes: list[dict[str, Any]], own: str, rival: str) -> float | None:
-    """``own``'s largest loss against ``rival`` over the mixes, in percent of ``rival``'s hit rate;
-    a mix where ``rival`` hits nothing has no such loss and is left out (None where all are)."""
+    """``own``'s largest loss against ``rival`` over the mixes where ``own`` is behind, in percent of
+    ``rival``'s hit rate; None where ``own`` is behind on no mix (a mix where it hits as much or more
+    is no loss)."""
     losses = [
         100 * (rates[rival] - rates[own]) / rates[rival]
         for rates in (m["hit_rate"] for m in mixes)
-        if rates[rival] > 0
+        if rates[own] < rates[rival]
     ]
     return max(losses) if losses else None
 
 
+def require_finite(rows: list[dict[str, Any]]) -> None:
+    """A ``ValueError`` naming the row, capacity and policies where a hit rate is not a finite number
+    (a NaN compares false both ways: it would pass every "never below" check and vanish from a max)."""
+    for row in rows:
+        where = [
+            ("", row["hit_rate"]),
+            *((f" at {c} blocks", r) for c, r in row.get("by_capacity", {}).items()),
+        ]
+        for at, rates in where:
+            bad = [p for p, v in rates.items() if not math.isfinite(v)]
+            if bad:
+                raise ValueError(
+                    f"{row.get('name', 'a row')}{at}: the hit rate of {', '.join(bad)} is not a finite number"
+                )
+
+
 def summarize(mixes: list[dict[str, Any]], ablations: list[dict[str, Any]] | None = None) -> dict[str, Any]:
     """Regret against the better of lru and s3fifo per mix, wins, recovery, gap to Belady; with
-    ``ablations``, the new policies' and hint mode's gains on them (primary capacity, no Belady)."""
+    ``ablations``, the new policies' and hint mode's gains on them (primary capacity, no Belady).
+    Every hit rate must be finite (``require_finite``)."""
+    require_finite([*mixes, *(ablations or [])])
 
     def rate(m, p):
         return m["hit_rate"][p]
@@ -51,9 +71,9 @@ def summarize(mixes: list[dict[str, Any]], ablations: list[dict[str, Any]] | Non
                 100 * (rate(m, "belady") - rate(m, policy)) for m in mixes
             ),
         }
-    lru_wins = sum(static_winner(m["hit_rate"]) == "lru" for m in mixes)
-    summary["lru_wins"] = lru_wins
-    summary["s3fifo_wins"] = len(mixes) - lru_wins
+    winners = [static_winner(m["hit_rate"]) for m in mixes]
+    summary["lru_wins"], summary["s3fifo_wins"] = winners.count("lru"), winners.count("s3fifo")
+    summary["static_ties"] = winners.count(TIE)
     summary["lru_worst_loss_pct"] = worst_loss_pct(mixes, "lru", "s3fifo")
     summary["s3fifo_worst_loss_pct"] = worst_loss_pct(mixes, "s3fifo", "lru")
     for policy in ADAPTIVE:

@@ -76,6 +76,12 @@ def _check_count(owner: str, name: str, value: int) -> None:
         raise ValueError(f"{owner}: {name} must be an integer in [1, {MAX_SEQUENCES:,}], got {value!r}")
 
 
+# ServerModel.keeping_up's defaults: a lane at most this busy over the trace's span if the cache
+# never hit, and its prefill throughput raised in steps of this many tokens/s.
+KEEP_UP_UTILIZATION = 0.5
+KEEP_UP_STEP = 10_000.0
+
+
 @dataclass(frozen=True)
 class VllmServer:
     """A vLLM engine's scheduling settings, by vLLM's names. A step takes ``step_s`` seconds (what a
@@ -123,7 +129,7 @@ class ServerModel:
 
     @staticmethod
     def keeping_up(
-        requests: Sequence[Request], utilization: float = 0.5, step: float = 10_000.0
+        requests: Sequence[Request], utilization: float = KEEP_UP_UTILIZATION, step: float = KEEP_UP_STEP
     ) -> ServerModel:
         """The default model with its prefill throughput raised so that a cache that never hits keeps
         the lane at most ``utilization`` busy over the trace's arrival span (the next multiple of
