@@ -418,9 +418,10 @@ def test_the_infinite_cache_has_no_smallest_size(trace_file):
     assert set(json.loads(result.stdout)["smallest_within_target"]) == {"lru"}
 
 
-def test_serve_mode_does_not_promise_the_ceiling(trace_file, curve):
+def test_serve_mode_does_not_promise_the_ceiling(trace_file, curve, tmp_path):
     """A cache that holds every distinct block hits the ceiling in cache mode only: in serve mode
-    requests that overlap still miss what is being computed, and the warning says so."""
+    requests that overlap still miss what is being computed, and the warning says so (on stderr too,
+    with --json, as simulate's warnings); a plot drawn is named there."""
     args = ["advise", str(trace_file), "--capacity-blocks", str(curve.distinct_blocks + 10), "--points", "2"]
     for mode, claim in (("cache", True), ("serve", False)):
         result = CliRunner().invoke(
@@ -430,6 +431,12 @@ def test_serve_mode_does_not_promise_the_ceiling(trace_file, curve):
         out = json.loads(result.stdout)
         assert any("holds every distinct block" in w for w in out["warnings"])
         assert any("any policy hits the ceiling" in w for w in out["warnings"]) == claim
+        assert "warning: " in result.stderr and "holds every distinct block" in result.stderr  # as simulate's
+    plotted = CliRunner().invoke(
+        app, [*args, "--policies", "lru", "--jobs", "1", "--plot", tmp_path / "a.png"]
+    )
+    assert plotted.exit_code == 0, plotted.output
+    assert f"wrote {tmp_path / 'a.png'}" in plotted.stderr and (tmp_path / "a.png").stat().st_size > 1000
 
 
 def test_a_cache_of_exactly_every_distinct_block_is_told_so(trace_file, reqs, curve):

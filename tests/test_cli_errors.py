@@ -981,6 +981,22 @@ def test_vllm_server_model_by_flags_or_file(trace, tmp_path):
     last = [json.loads(r.stdout.strip().splitlines()[-1]) for r in (by_file, by_flags, default)]
     assert last[0]["ttft_s_mean"] == last[1]["ttft_s_mean"] != last[2]["ttft_s_mean"]
     clean_error(invoke(*base, "--step-s", 0.05, "--prefill-tps", 1000), "--prefill-tps", "not both")
+    # a sweep on a vLLM server model that saturates names that model's flags, not --prefill-tps
+    swept = invoke(
+        "sweep",
+        trace,
+        "--policies",
+        "lru",
+        "--capacities",
+        4000,
+        "--max-num-seqs",
+        1,
+        "--out",
+        tmp_path / "sw",
+    )
+    assert swept.exit_code == 0, swept.output
+    assert "saturated in 1 of 1 runs" in swept.stderr and "raise --max-num-seqs" in swept.stderr
+    assert "--prefill-tps" not in swept.stderr
     clean_error(
         invoke(*base, "--server-model", tmp_path / "missing.json"), "--server-model", "does not exist"
     )
@@ -1002,7 +1018,8 @@ def test_vllm_server_model_by_flags_or_file(trace, tmp_path):
 def test_a_replays_json_simulates_the_requests_as_the_replay_served_them(trace, tmp_path):
     """`--server-model` on `wakman replay --json` output also takes the trace as the replay served
     it (its request count, its output cap, fresh output keys: the engine samples its own tokens),
-    says so on stderr, and equals the flags that state the same; a flag overrides the file."""
+    says so on stderr, and equals the flags that state the same; a flag overrides the file. In
+    cache mode the view applies and stderr says the engine's settings are not used."""
     from wakman.simulation import VllmServer, simulate
     from wakman.traces import read_trace
     from wakman.traces.model import as_engine_serves
@@ -1026,6 +1043,12 @@ def test_a_replays_json_simulates_the_requests_as_the_replay_served_them(trace, 
     by_file = invoke(*base, "--server-model", replay_json)
     assert by_file.exit_code == 0, by_file.output
     assert "as the replay in" in by_file.stderr and "the first 120 requests" in by_file.stderr
+    assert "not used" not in by_file.stderr
+    # in cache mode the replay's view applies, and a note says its engine's settings do not
+    cached = invoke(*base[:-1], "--mode", "cache", "--server-model", replay_json)
+    assert cached.exit_code == 0, cached.output
+    assert "the first 120 requests" in cached.stderr and "server settings in" in cached.stderr
+    assert json.loads(cached.stdout)["requests"] == 120
     by_flags = invoke(*base, "--step-s", 0.025, "--limit", 120, "--max-output-tokens", 30, "--fresh-outputs")
     kept = invoke(*base, "--server-model", replay_json, "--trace-outputs")
     results = [json.loads(r.stdout.strip().splitlines()[-1]) for r in (by_file, by_flags, kept)]

@@ -179,7 +179,7 @@ def test_sweep_cli_writes_csv_json_png(tmp_path):
 def test_sweep_sessions_adds_the_hint_column_as_simulate_runs_it(tmp_path):
     """``sweep --sessions --session-ends-after-s 0`` adds ``chain-lru+sessions``, whose rate at each
     size is ``simulate --policy chain-lru --sessions --session-ends-after-s 0``'s (sweep had no
-    hint mode); a trace without session ids is refused naming the flag."""
+    hint mode) and to the table it prints; a trace without session ids is refused naming the flag."""
     path = tmp_path / "t.jsonl"
     runner = CliRunner()
     args = ["generate", "--preset", "mix04-single-multi-50", "--duration", "300", "-o", str(path)]
@@ -196,6 +196,9 @@ def test_sweep_sessions_adds_the_hint_column_as_simulate_runs_it(tmp_path):
         alone = runner.invoke(app, [*base, *told])
         assert rate == json.loads(alone.stdout)["hit_rate"]
     assert sorted(hint) == [1000, 3000]
+    # the printed table has the added row too (it listed the --policies only)
+    line = next(x for x in result.stdout.splitlines() if "chain-lru+sessions" in x)
+    assert all(f"{rate:.4f}" in line for rate in hint.values()), line
     plain = tmp_path / "plain.jsonl"  # the same requests without their session ids
     write_trace([msgspec.structs.replace(r, session_id=None) for r in read_trace(path)], plain, "native")
     refused = runner.invoke(

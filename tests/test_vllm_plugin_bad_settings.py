@@ -104,14 +104,20 @@ def test_plugin_register_refuses_what_the_command_line_asks_in_one_line(env, arg
 @pytest.mark.vllm
 @pytest.mark.bare_vllm
 @pytest.mark.parametrize("scheduler", [False, True])
-def test_wakman_policy_without_the_wakman_scheduler_warns_once(scheduler):
-    """``WAKMAN_POLICY`` set for a ``vllm serve`` that runs stock vLLM's scheduler: one warning line
-    (stock vLLM used to run without a word); none with ``--scheduler-cls``, and none in a process
-    the server starts (it inherits the environment)."""
+@pytest.mark.parametrize(
+    "server",
+    [["vllm", "serve", "M"], ["/venv/lib/vllm/entrypoints/openai/api_server.py", "--model", "M"]],
+    ids=["vllm-serve", "python-m-api-server"],
+)
+def test_wakman_policy_without_the_wakman_scheduler_warns_once(scheduler, server):
+    """``WAKMAN_POLICY`` set for a server that runs stock vLLM's scheduler (``vllm serve``, or
+    ``python -m vllm.entrypoints.openai.api_server``, the README's form for a CPU build): one warning
+    line (stock vLLM used to run without a word); none with ``--scheduler-cls``, and none in a
+    process the server starts (it inherits the environment)."""
     from vllm_support import need_vllm
 
     need_vllm()
-    argv = ["vllm", "serve", "M"] + ["--scheduler-cls", "wakman.vllm_plugin.WakmanScheduler"] * scheduler
+    argv = server + ["--scheduler-cls", "wakman.vllm_plugin.WakmanScheduler"] * scheduler
     child = f"import sys; sys.argv = {argv!r}; from wakman.vllm_plugin.plugin import register; register()"
     code = f"{child}\nimport subprocess\nsubprocess.run([sys.executable, '-c', {child!r}], check=True)"
     full = {k: v for k, v in os.environ.items() if not k.startswith("WAKMAN_") or k == "WAKMAN_REQUIRE_VLLM"}

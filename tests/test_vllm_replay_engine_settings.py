@@ -128,3 +128,36 @@ def test_a_bad_plugin_setting_is_refused_before_the_engine(trace, monkeypatch, v
     result = runner.invoke(app, args)
     assert result.exit_code == 2 and not isinstance(result.exception, EngineStarted), result.output
     assert variable in result.output
+
+
+def test_a_replay_that_rejected_its_requests_says_so(trace):
+    """A request larger than the whole cache is rejected (vLLM refuses it past max_model_len); the
+    replay says on stderr that nothing was measured, as ``simulate`` does (it printed a hit rate of
+    0 without a word)."""
+    import json
+    import subprocess
+    import sys
+
+    first = next(iter(read_trace(trace)))
+    capacity = max(2, first.prompt_tokens // first.block_size // 2)  # half the first prompt's blocks
+    args = ["replay", str(trace), "--engine", "vllm", "--policy", "lru", "--capacity-blocks", str(capacity)]
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "wakman.cli.main",
+            *args,
+            "--limit",
+            "1",
+            "--max-output-tokens",
+            "1",
+            "--json",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=1200,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    result = json.loads(proc.stdout)
+    assert (result["rejected"], result["measured_requests"]) == (1, 0)
+    assert "no request was measured (1 read, 1 rejected as larger than the cache)" in proc.stderr

@@ -256,12 +256,16 @@ def advise(
             except OSError as exc:
                 plot_error = f"--plot {plot}: not written ({exc.strerror or exc})"
     with cli_errors():
+        for line in result["warnings"]:  # on stderr, as simulate's (the JSON keeps them too)
+            err_console.print(f"[yellow]warning:[/yellow] {line}", highlight=False)
         if as_json:
             print(json_text(result))
         else:
             _print(result)
         if plot_error is not None:
             raise ValueError(plot_error)
+        if "plot" in result:
+            err_console.print(f"wrote {result['plot']}", markup=False, highlight=False)
 
 
 def _sweep_cell(row: dict[str, Any] | None) -> str:
@@ -276,8 +280,6 @@ def _gib_text(gib: float) -> str:
 
 
 def _print(result: dict[str, Any]) -> None:
-    for line in result["warnings"]:
-        console.print(f"[yellow]warning:[/yellow] {line}", highlight=False)
     kv = result["kv"]
     ceiling = result["ceiling"]
     console.print(

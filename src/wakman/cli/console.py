@@ -167,3 +167,26 @@ def stdout_to_stderr(active: bool = True) -> Iterator[None]:
             ctypes.CDLL(None).fflush(None)
         os.dup2(saved, 1)
         os.close(saved)
+
+
+def warn_rejected(requests: int, rejected: int, measured: int, capacity: int, warmup_s: float = 0.0) -> None:
+    """The warnings of a run that rejected requests (larger than the whole cache: ``rejected``) or
+    measured none, on stderr: ``requests`` read, ``measured`` of them counted (after the warm-up of
+    ``warmup_s`` seconds, not rejected), ``capacity`` in blocks."""
+    if rejected and measured:
+        after = measured + rejected  # the requests after the warm-up
+        of = f"{after:,} requests" + (" after the warm-up" if after < requests else "")
+        err_console.print(
+            f"[yellow]warning:[/yellow] {rejected:,} of {of} "
+            f"({rejected / after:.0%}) need more blocks than the whole cache "
+            f"({capacity:,}) and were rejected, as vLLM refuses a request past max_model_len: the hit "
+            "rate is over the others only, so a smaller cache can read higher",
+            highlight=False,
+        )
+    if measured == 0:
+        warm = f", the rest in the warm-up of {warmup_s:g} s" if warmup_s > 0 else ""
+        err_console.print(
+            f"[yellow]warning:[/yellow] no request was measured ({requests:,} read, "
+            f"{rejected:,} rejected as larger than the cache{warm}): the hit rate and token counts are 0",
+            highlight=False,
+        )

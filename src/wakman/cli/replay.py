@@ -12,7 +12,7 @@ from rich.table import Table
 
 from wakman.adaptive.config import ADAPTIVE_PRESETS
 from wakman.cli.checks import check_numbers
-from wakman.cli.console import console, json_text, progress_bars, stdout_to_stderr
+from wakman.cli.console import console, json_text, progress_bars, stdout_to_stderr, warn_rejected
 from wakman.cli.errors import cli_errors
 from wakman.cli.inputs import (
     FORMATS_WITHOUT_BLOCK_SIZE,
@@ -227,6 +227,7 @@ def replay(
     if sessions:
         same.append("--sessions --session-ends-after-s 0" if session_ends else "--sessions")
     flat = result.as_flat_dict(per_request=per_request)
+    warn_rejected(result.requests, result.rejected, flat["measured_requests"], capacity)
     # the same server and requests in the simulator (`--server-model` on this JSON does the same)
     flat["limit"] = limit  # the replay's --limit (null: the whole trace), for --server-model
     flat["simulate_command"] = " ".join(same)

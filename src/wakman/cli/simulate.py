@@ -5,6 +5,7 @@ from __future__ import annotations
 import csv
 import itertools
 import json
+import math
 from collections.abc import Iterable
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -24,7 +25,7 @@ from wakman.cli.checks import (
     parse_ints,
     parse_names,
 )
-from wakman.cli.console import console, counted, err_console, json_text, progress_bars
+from wakman.cli.console import console, counted, err_console, json_text, progress_bars, warn_rejected
 from wakman.cli.errors import cli_errors, interrupted
 from wakman.cli.inputs import (
     BlockSizeOption,
@@ -38,6 +39,7 @@ from wakman.cli.inputs import (
 from wakman.simulation import MODES, ServerModel, VllmServer
 from wakman.simulation import server as server_limits
 from wakman.simulation.run import check_intervals
+from wakman.simulation.server import saturation_remedy
 from wakman.traces.io import atomic_paths
 from wakman.traces.model import Request, as_engine_serves
 
@@ -81,12 +83,12 @@ LIMIT = typer.Option(None, "--limit", help="Simulate only the first N requests."
 CACHE_OUTPUTS = typer.Option(
     True, "--cache-outputs/--no-cache-outputs", help="Cache the blocks generated tokens fill, as vLLM does."
 )
-WARMUP = typer.Option(
-    0.0,
-    "--warmup-s",
-    help="Requests arriving earlier are left out of the hit rates, token counts and latencies "
-    "(evictions, stranded blocks, preemptions, --per-request and --series cover the whole run).",
+WARMUP_HELP = (
+    "Requests arriving earlier are left out of the hit rates, token counts and latencies "
+    "(evictions, stranded blocks and preemptions cover the whole run"
 )
+WARMUP = typer.Option(0.0, "--warmup-s", help=WARMUP_HELP + "; so do --per-request and --series).")
+SWEEP_WARMUP = typer.Option(0.0, "--warmup-s", help=WARMUP_HELP + ").")
 MODE = typer.Option("serve", "--mode", help="serve (time, pinning) or cache (shadow replay).")
 # The server models' bounds (wakman.simulation.server), by flag; and a millisecond an interval at
 # the least (a million intervals over the trace's arrivals at the most: check_intervals).
@@ -275,6 +277,13 @@ def _server(
         view = replace(replayed or TraceView(), **given)
         if replayed is not None:
             _say_replay_view(server_model, replayed, given)
+        if mode == "cache":  # a replay's JSON: its view applies, its engine's settings cannot
+            err_console.print(
+                f"cache mode: the server settings in {server_model} are not used (no server to model); "
+                "give --mode serve to simulate that engine",
+                markup=False,
+                highlight=False,
+            )
         return VllmServer(**settings, cache_outputs=cache_outputs), view
     throughputs = {
         "prefill_tokens_per_s": prefill_tps,
@@ -403,23 +412,7 @@ def simulate(
         flat = result.as_flat_dict(series=series, per_request=per_request)
         if result.saturation is not None and result.saturation.saturated:
             err_console.print(f"[yellow]warning:[/yellow] {result.saturation.describe()}", highlight=False)
-        if result.rejected and result.measured_requests:
-            after = result.measured_requests + result.rejected  # the requests after the warm-up
-            of = f"{after:,} requests" + (" after the warm-up" if after < result.requests else "")
-            err_console.print(
-                f"[yellow]warning:[/yellow] {result.rejected:,} of {of} "
-                f"({result.rejected / after:.0%}) need more blocks than the whole cache "
-                f"({capacity:,}) and were rejected, as vLLM refuses a request past max_model_len: the hit "
-                "rate is over the others only, so a smaller cache can read higher",
-                highlight=False,
-            )
-        if result.measured_requests == 0:
-            err_console.print(
-                f"[yellow]warning:[/yellow] no request was measured ({result.requests:,} read, "
-                f"{result.rejected:,} rejected as larger than the cache, the rest in the warm-up of "
-                f"{warmup_s:g} s): the hit rate and token counts are 0",
-                highlight=False,
-            )
+        warn_rejected(result.requests, result.rejected, result.measured_requests, capacity, warmup_s)
         if as_json:
             print(json_text(flat))
         else:
@@ -486,13 +479,15 @@ def _write_sweep(
 
 def sweep(
     trace: Path = typer.Argument(..., help="Trace file, folder or archive."),
-    policies: str = typer.Option("lru,s3fifo,belady,infinite", "--policies"),
+    policies: str = typer.Option(
+        "lru,s3fifo,belady,infinite", "--policies", help="Comma-separated policy names (`wakman policies`)."
+    ),
     capacities: str = typer.Option(..., "--capacities", help="Comma-separated cache sizes in blocks."),
     out: Path = typer.Option(Path("sweep"), "--out", help="Folder for sweep.csv, sweep.json, sweep.png."),
     fmt: str | None = FormatOption,
     mode: str = MODE,
     jobs: int | None = typer.Option(None, "--jobs", help="Worker processes (default: all cores)."),
-    warmup_s: float = WARMUP,
+    warmup_s: float = SWEEP_WARMUP,
     prefill_tps: float | None = PREFILL,
     decode_tps: float | None = DECODE,
     max_running: int | None = RUNNING,
@@ -587,14 +582,18 @@ def sweep(
             "trace, or every request is larger than the cache): every figure is 0",
             highlight=False,
         )
-    saturated = [f"{r['policy']} at {r['capacity_blocks']:,}" for r in rows if r.get("saturated")]
+    saturated = [r for r in rows if r.get("saturated")]
     if saturated:
-        named = ", ".join(saturated[:6]) + (f" and {len(saturated) - 6} more" if len(saturated) > 6 else "")
+        named = ", ".join(f"{r['policy']} at {r['capacity_blocks']:,}" for r in saturated[:6])
+        named += f" and {len(saturated) - 6} more" if len(saturated) > 6 else ""
+        busiest = max(
+            math.inf if r.get("prefill_utilization") is None else r["prefill_utilization"] for r in saturated
+        )
+        remedy = saturation_remedy(isinstance(server, VllmServer), busiest)
         err_console.print(
             f"[yellow]warning:[/yellow] the modelled server is saturated in {len(saturated)} of "
             f"{len(rows)} runs ({named}): their hit rates are those of an overloaded "
-            "queue (`saturated`, `prefill_utilization` and `queue_growth` in sweep.csv; raise "
-            "--prefill-tps / --max-running)",
+            f"queue (`saturated`, `prefill_utilization` and `queue_growth` in sweep.csv; {remedy})",
             highlight=False,
         )
     rejecting = sorted({r["capacity_blocks"] for r in rows if r.get("rejected")})
@@ -610,7 +609,7 @@ def sweep(
     from rich.table import Table
 
     table = Table("policy", *[f"{s:,}" for s in sizes], title="hit rate by cache size (blocks)")
-    for name in names:
+    for name in labels:  # the policies asked for, then the runs added to them (--sessions)
         table.add_row(
             name,
             *[

@@ -166,18 +166,7 @@ class Saturation:
     def describe(self) -> str:
         """One line for a warning: the measures, and what to raise for the one that broke the rule
         (a prefill lane busier than the traffic's span, or a queue that grows while it is not)."""
-        if self.vllm_steps:  # vLLM's steps: no prefill lane of its own, the step's budget and length
-            remedy = (
-                "raise --max-num-seqs, --max-num-batched-tokens or the cache's size, shorten --step-s, "
-                "or lower the load"
-            )
-        elif self.prefill_utilization > 1.0:
-            remedy = "raise --prefill-tps, or lower the load"
-        else:  # the lane keeps up: requests wait for a running slot or for free cache blocks
-            remedy = (
-                "the prefill lane keeps up, so requests wait for running slots or free cache blocks: "
-                "raise --max-running / --max-num-seqs, --decode-tps or the cache's size, or lower the load"
-            )
+        remedy = saturation_remedy(self.vllm_steps, self.prefill_utilization)
         utilization = (
             f"{self.prefill_utilization:.2f}"
             if math.isfinite(self.prefill_utilization)
@@ -189,6 +178,23 @@ class Saturation:
             f"{self.backlog_at_last_arrival:,} requests waiting at the last arrival; hit rates are "
             f"those of an overloaded queue ({remedy})"
         )
+
+
+def saturation_remedy(vllm_steps: bool, prefill_utilization: float) -> str:
+    """What to raise for a saturated run (the CLI's flags): a vLLM server model's step settings
+    (``vllm_steps``: no prefill lane of its own), else the prefill lane where it is over-busy
+    (``prefill_utilization > 1``, inf or NaN: unbounded), else the running slots and the cache."""
+    if vllm_steps:
+        return (
+            "raise --max-num-seqs, --max-num-batched-tokens or the cache's size, shorten --step-s, "
+            "or lower the load"
+        )
+    if not prefill_utilization <= 1.0:
+        return "raise --prefill-tps, or lower the load"
+    return (  # the lane keeps up: requests wait for a running slot or for free cache blocks
+        "the prefill lane keeps up, so requests wait for running slots or free cache blocks: "
+        "raise --max-running / --max-num-seqs, --decode-tps or the cache's size, or lower the load"
+    )
 
 
 def saturation(

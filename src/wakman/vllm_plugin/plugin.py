@@ -24,6 +24,7 @@ from __future__ import annotations
 import logging
 import os
 import sys
+from pathlib import Path
 
 
 def wakman_requested() -> bool:
@@ -88,16 +89,26 @@ def register() -> None:
 _WARNED = "_WAKMAN_WARNED_STOCK_SCHEDULER"  # set once warned: the processes `vllm serve` starts inherit it
 
 
+def _is_server_command(argv: list[str]) -> bool:
+    """``vllm serve ...``, or ``python -m vllm.entrypoints.openai.api_server ...`` (the README's form
+    for a CPU build, whose ``vllm`` command fails); not an engine process or an ``LLM(...)``."""
+    return argv[1:2] == ["serve"] or Path(argv[0] if argv else "").parts[-3:] == (
+        "entrypoints",
+        "openai",
+        "api_server.py",
+    )
+
+
 def warn_stock_scheduler() -> None:
-    """``WAKMAN_POLICY`` is set, but ``vllm serve``'s command line names no wakman scheduler: stock
+    """``WAKMAN_POLICY`` is set, but the server's command line names no wakman scheduler: stock
     vLLM would run without a word (the variable is read by ``WakmanScheduler`` only). One line on
     stderr, once per server (not in the engine processes it starts). An in-process ``LLM(...)``
     gets none: its scheduler class is not on any command line."""
-    if sys.argv[1:2] != ["serve"] or os.environ.get(_WARNED):
+    if not _is_server_command(sys.argv) or os.environ.get(_WARNED):
         return
     os.environ[_WARNED] = "1"
     print(
-        f"wakman: warning: WAKMAN_POLICY={os.environ.get('WAKMAN_POLICY')} is set, but this vllm serve "
+        f"wakman: warning: WAKMAN_POLICY={os.environ.get('WAKMAN_POLICY')} is set, but this server "
         "runs vLLM's own scheduler: add --scheduler-cls wakman.vllm_plugin.WakmanScheduler to run it "
         "(unless a --config file names that scheduler)",
         file=sys.stderr,
