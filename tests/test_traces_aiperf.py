@@ -58,5 +58,6 @@ def test_aiperf_accepts_written_session_rows(tmp_path):
     write_trace(sample_requests(), path, "aiperf-sessions")
     result = aiperf_check(path)
     assert result["rows"] == 5 and result["refused"] == []
-    delays = [f[1] for f in result["fields"]]
-    assert delays == [None, None, 1500, None, 2500]
+    # every turn at its arrival (AIPerf counts a delay from the previous answer, not its arrival)
+    assert [f[0] for f in result["fields"]] == [0, 250, 1500, 2125, 4000]
+    assert [f[1] for f in result["fields"]] == [None] * 5

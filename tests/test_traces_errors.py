@@ -437,17 +437,33 @@ def test_a_compression_wakman_does_not_read_is_named(tmp_path, magic, name):
         list(read_trace(path, "mooncake"))
 
 
-@pytest.mark.parametrize("suffix", [".zst", ".zip", ".lz4"])
+@pytest.mark.parametrize("suffix", [".zst", ".zip", ".lz4", ".tar.gz", ".TAR.XZ"])
 def test_a_writer_refuses_a_compression_suffix_it_would_not_honour(tmp_path, suffix):
-    """Writing ``x.jsonl.zst`` would put plain JSONL under a zstd name: refused, nothing written."""
+    """Writing ``x.jsonl.zst`` would put plain JSONL under a zstd name, ``x.tar.gz`` compressed JSONL
+    under an archive's name (read back as a kv-cache-tester archive): refused, nothing written."""
     from wakman.traces import write_trace
     from wakman.traces.model import Request
 
-    target = tmp_path / f"x.jsonl{suffix}"
+    target = tmp_path / f"x{suffix}"
     req = Request(arrival_s=0.0, block_keys=[1], prompt_tokens=10, output_tokens=1, block_size=16)
-    with pytest.raises(ValueError, match=f"{suffix} is not a compression wakman writes"):
+    with pytest.raises(ValueError, match=f"{suffix} is not a format wakman writes"):
         write_trace([req], target, "native")
     assert not target.exists() and list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("suffix", [".GZ", ".Bz2", ".XZ"])
+def test_a_compression_suffix_in_capitals_compresses(tmp_path, suffix):
+    """``x.jsonl.GZ`` is written compressed, as ``.gz`` is (it was plain text under a gzip name), and
+    reads back the same."""
+    from wakman.traces import read_trace, write_trace
+    from wakman.traces.model import Request
+
+    req = Request(arrival_s=0.0, block_keys=[1], prompt_tokens=10, output_tokens=1, block_size=16)
+    target = tmp_path / f"x.jsonl{suffix}"
+    write_trace([req], target, "native")
+    magic = {".gz": b"\x1f\x8b", ".bz2": b"BZh", ".xz": b"\xfd7zXZ"}[suffix.lower()]
+    assert target.read_bytes().startswith(magic)
+    assert [r.block_keys.tolist() for r in read_trace(target)] == [[1]]
 
 
 def test_an_interrupt_as_the_part_file_appears_leaves_nothing(tmp_path):

@@ -121,14 +121,15 @@ def test_native_aiperf_sessions_native(tmp_path):
     rows = [json.loads(line) for line in (tmp_path / "s.jsonl").read_text().splitlines()]
     assert rows[2] == {
         "session_id": "a",
-        "delay": 1500,
         "input_length": 290,
         "output_length": 20,
         "hash_ids": [2],
+        "timestamp": 1500,  # its arrival: AIPerf would count a delay from turn 1's answer
     }
+    assert "session_id" not in rows[1]  # a request of its own: no name that a session could have
     back = list(read_trace(tmp_path / "s.jsonl", "aiperf-sessions"))
     assert [(r.arrival_s, r.prompt_tokens, r.output_tokens, r.session_id) for r in back] == [
-        (r.arrival_s, r.prompt_tokens, r.output_tokens, r.session_id or f"r{i}") for i, r in enumerate(reqs)
+        (r.arrival_s, r.prompt_tokens, r.output_tokens, r.session_id) for r in reqs
     ]
     assert key_list(back[2].block_keys)[:1] == [1]
     assert key_list(back[4].block_keys)[:2] == key_list(back[2].block_keys)[:2]
@@ -165,8 +166,8 @@ def test_aiperf_chats_are_read_as_aiperf_replays_them(tmp_path, fmt):
         first_ms[sid] = ms
         rows.append(row)
     path = write_rows(tmp_path / "chats.jsonl", *rows)
-    assert detect_format(path) == fmt
-    reqs = list(read_trace(path))
+    assert detect_format(path) == "aiperf-sessions"  # rows with a session_id
+    reqs = list(read_trace(path, fmt))
     assert [r.prompt_tokens for r in reqs] == [1024, 900, 600, 1636, 1040, 1700]
     # read after s2's next turn, which keeps only its full block [1] and views the same session's keys
     assert [key_list(r.block_keys)[:2] for r in reqs[:3]] == [[1, 2], [1, 7], [30, 31]]
@@ -476,50 +477,62 @@ def test_a_utf8_byte_order_mark_is_read_past(tmp_path, fmt):
         assert [as_lists(r) for r in read_trace(marked)] == expected
 
 
-def test_aiperf_rows_without_a_session_id_are_sessions_of_their_own(tmp_path):
-    """AIPerf gives a ``mooncake_trace`` row without a ``session_id`` a session of its own, beside the
-    rows that carry one; such a file (its first row without one) is detected and read that way: the
-    session's later turn extends its first turn's prompt and answer (1,000 + 100 + 300 tokens)."""
-    path = write_rows(
-        tmp_path / "mixed.jsonl",
+def test_aiperf_rows_without_a_session_id_are_requests_of_their_own(tmp_path):
+    """A ``mooncake_trace`` row without a ``session_id`` (AIPerf: a one-turn chat) beside rows that
+    carry one is a request of its own, read as the Mooncake reader reads it, whichever reader the
+    file is detected for; the session's later turn extends its first turn's prompt and answer
+    (1,000 + 100 + 300 tokens)."""
+    rows = [
         {"timestamp": 0, "input_length": 1000, "output_length": 100, "hash_ids": [1, 2]},
-        {
-            "session_id": "a",
-            "timestamp": 10,
-            "input_length": 1000,
-            "output_length": 100,
-            "hash_ids": [1, 2],
-        },
-        {"session_id": "a", "delay": 2000, "input_length": 300, "output_length": 50, "hash_ids": [4]},
-    )
+        {"session_id": "a", "timestamp": 10, "input_length": 1000, "output_length": 100, "hash_ids": [1, 2]},
+        {"session_id": "a", "timestamp": 2010, "input_length": 300, "output_length": 50, "hash_ids": [4]},
+    ]
+    path = write_rows(tmp_path / "mixed.jsonl", *rows)
     assert detect_format(path) == "aiperf-sessions"
     got = list(read_trace(path))
     assert [(r.arrival_s, r.session_id, r.prompt_tokens) for r in got] == [
-        (0.0, "row:1", 1000),
+        (0.0, None, 1000),
         (0.01, "a", 1000),
         (2.01, "a", 1400),
     ]
     # its first turn's one full prompt block (1,000 // 512), then keys of its own: 1,400 tokens, 3 blocks
     assert got[2].block_keys[0] == 1 and len(got[2].block_keys) == 3 and 2 not in list(got[2].block_keys)
+    as_mooncake = list(read_trace(path, "mooncake"))  # the same requests, by the other reader
+    assert [as_lists(r) for r in as_mooncake] == [as_lists(r) for r in got]
 
 
-def test_a_session_named_as_a_row_without_one_is_refused(tmp_path):
-    """A row without a session_id becomes session ``row:<line>``; a real session of that name would
-    silently merge with it (a second turn of another's chat): refused, naming both lines."""
+def test_a_session_named_like_a_generated_name_stays_its_own(tmp_path):
+    """Writing a request without a session beside a session that happens to be called ``r0`` (the
+    name the writer used to give that request) keeps them apart: two one-turn requests read back
+    (they were merged into one two-turn chat, the second turn's prompt counting the first's)."""
+    reqs = [
+        Request(arrival_s=0.0, block_keys=[1, 2], prompt_tokens=1000, output_tokens=10, block_size=512),
+        Request(
+            arrival_s=1.0, block_keys=[5], prompt_tokens=15, output_tokens=1, block_size=512, session_id="r0"
+        ),
+    ]
+    write_trace(reqs, tmp_path / "s.jsonl", "aiperf-sessions")
+    back = list(read_trace(tmp_path / "s.jsonl"))
+    assert [(r.session_id, r.prompt_tokens) for r in back] == [(None, 1000), ("r0", 15)]
+
+
+def test_a_first_turn_keyed_on_a_prefix_keys_the_rest_for_the_next_turn(tmp_path):
+    """AIPerf's prefix-only rows key a prompt's cached prefix and sample the rest once into the turn's
+    text, which the next turn sends again as history: its blocks get keys of their own, so the next
+    turn hits them. Turn 1: 2,048 tokens, one id (4 blocks of 512); turn 2 adds a 1-token answer and
+    600 tokens: 2,649 tokens, of which turn 1's 4 full blocks (2,048 tokens) hit (512 before)."""
+    from wakman.traces.stats import compute_stats
+
     path = write_rows(
-        tmp_path / "t.jsonl",
-        {"timestamp": 0, "input_length": 1000, "output_length": 10, "hash_ids": [1, 2]},
-        {
-            "session_id": "row:1",
-            "timestamp": 5,
-            "input_length": 300,
-            "output_length": 5,
-            "hash_ids": [7],
-        },
+        tmp_path / "prefix.jsonl",
+        {"session_id": "s", "timestamp": 0, "input_length": 2048, "output_length": 1, "hash_ids": [1]},
+        {"session_id": "s", "timestamp": 60000, "input_length": 600, "output_length": 1, "hash_ids": [9]},
     )
-    with pytest.raises(TraceFormatError, match="line 1 gets; rename this session") as info:
-        list(read_trace(path, "aiperf-sessions"))
-    assert (info.value.line, info.value.field) == (2, "session_id")
+    first, second = read_trace(path)
+    assert len(first.block_keys) == 4 and first.block_keys[0] == 1
+    assert key_list(second.block_keys)[:4] == key_list(first.block_keys)
+    stats = compute_stats([first, second], lru_curve=False)
+    assert stats.infinite_token_hit_ratio == pytest.approx(2048 / (2048 + 2649))
 
 
 @pytest.mark.parametrize(

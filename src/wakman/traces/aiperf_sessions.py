@@ -22,22 +22,28 @@ each followed by the answer the server generated for it, then turn k's ``input_l
 - each turn's ``output_keys``: the blocks its decoding completes (full prompt blocks to
   ``(prompt + output - 1) // block_size``), which turn k+1's prompt hits.
 
-The keys no trace gives are ``splitmix64`` of the session's 64-bit name (``session_key``: the first
-8 bytes of the BLAKE2b digest of its id) plus a counter times the golden ratio: distinct from each
-other and, with probability ~n / 2**64, from the trace's ids. ``timestamp`` (ms) is on a session's
-first turn; ``delay`` (ms, after the previous turn's arrival) or ``timestamp`` (not before it) on
-later ones; a row with both is refused (AIPerf's fixed schedule reads one, its session scheduler the
-other), and so is a first turn without a timestamp (AIPerf then starts it at its own request rate,
-which the trace does not record). A row without a ``session_id`` is a session of its own, as AIPerf
-makes it: ``row:<line number>``. Rows of different sessions may come in any order, so reading
-buffers the whole trace to sort it by arrival (memory grows with the trace, unlike the other
-readers); a ``mooncake`` file whose rows carry a ``session_id`` is read the same way
-(``mooncake.read``), except that it refuses a ``delay``.
+A session's first turn whose ``hash_ids`` cover only a prefix of its prompt (AIPerf's prefix-only
+rows: the rest is text sampled once) gets keys of its own for the rest, since AIPerf sends that text
+again as the next turn's history. The keys no trace gives are ``splitmix64`` of the session's 64-bit
+name (``session_key``: the first 8 bytes of the BLAKE2b digest of its id) plus a counter times the
+golden ratio: distinct from each other and, with probability ~n / 2**64, from the trace's ids.
+``timestamp`` (ms) is on a session's first turn; ``timestamp`` (not before the previous turn's) or
+``delay`` (ms) on later ones; a row with both is refused, and so is a first turn without a timestamp
+(AIPerf then starts it at its own request rate, which the trace does not record). AIPerf sends a
+later turn at its ``timestamp``, or when the previous turn's answer is back if that is later; it
+waits ``delay`` from that answer. The trace holds no answer's time, so a ``delay`` is read as the
+time from the previous turn's arrival: such a session arrives earlier here than AIPerf sends it, by
+its answers' times. A row without a ``session_id`` is a request of its own (AIPerf makes it a
+one-turn chat), read as a Mooncake row is (``one_request``). Rows of different sessions may come in
+any order, so reading buffers the whole trace to sort it by arrival (memory grows with the trace,
+unlike the other readers); a ``mooncake`` file whose rows carry a ``session_id`` is read the same
+way (``mooncake.read``), except that it refuses a ``delay``.
 
-Writing gives each session's turns as AIPerf will replay them, so a turn must extend its previous
-turn's prompt and answer: its prompt at least their tokens, its keys starting with the previous
-turn's full prompt blocks and, where the trace has them, its output blocks; anything else is
-refused (write ``mooncake`` rows, one self-contained request each, instead).
+Writing gives each session's turns as AIPerf will replay them, each at its arrival (``timestamp``),
+so a turn must extend its previous turn's prompt and answer: its prompt at least their tokens, its
+keys starting with the previous turn's full prompt blocks and, where the trace has them, its output
+blocks; anything else is refused (write ``mooncake`` rows, one self-contained request each,
+instead). A request without a session id is written as a row without one.
 """
 
 from __future__ import annotations
@@ -63,7 +69,6 @@ from wakman.traces.model import (
 )
 
 DEFAULT_BLOCK_SIZE = 512
-ROW_SESSION = "row:"  # a row without a session_id is the one turn of session "row:<line number>"
 _GOLDEN = np.uint64(0x9E3779B97F4A7C15)
 
 
@@ -130,6 +135,9 @@ class Conversations:
         if session is None:
             session = self.sessions[session_id] = _Session(session_id)
             keys, prompt = hash_ids, input_length
+            unkeyed = -(-prompt // bs) - len(keys)  # AIPerf's prefix-only ids: its text is still sent
+            if unkeyed > 0:  # again as the next turn's history, so its blocks get keys of their own
+                keys = np.concatenate((keys, session.fresh(unkeyed)))
         else:
             if len(hash_ids) > -(-input_length // bs):
                 raise KeyRangeError(
@@ -159,23 +167,7 @@ def read(path: str | Path, block_size: int = DEFAULT_BLOCK_SIZE) -> Iterator[Req
     path = Path(path)
     chats = Conversations(block_size)
     turns: list[tuple[float, int, Request]] = []
-    named: dict[str, int] = {}  # the names given to rows without a session_id -> their lines
-    real: set[str] = set()
     for number, row in decode_rows(path, _row):
-        if row.session_id is None:  # a row of its own, as AIPerf gives it a fresh session
-            name = f"{ROW_SESSION}{number}"
-            row = msgspec.structs.replace(row, session_id=name)
-            named[name] = number
-        else:
-            real.add(row.session_id)
-        if row.session_id in real and row.session_id in named:
-            raise TraceFormatError(
-                path,
-                number,
-                "session_id",
-                f"{row.session_id!r} is the name the row without a session_id on line "
-                f"{named[row.session_id]} gets; rename this session",
-            )
         if row.timestamp is not None and row.delay is not None:
             raise TraceFormatError(
                 path,
@@ -184,7 +176,17 @@ def read(path: str | Path, block_size: int = DEFAULT_BLOCK_SIZE) -> Iterator[Req
                 "given with a timestamp: AIPerf's fixed schedule sends a turn at its timestamp, its "
                 "session scheduler after its delay; give one of them",
             )
-        if chats.is_first(row.session_id):
+        if row.session_id is None:  # a request of its own (AIPerf: a one-turn chat), as Mooncake rows are
+            if row.timestamp is None:
+                raise TraceFormatError(
+                    path, number, "timestamp", "missing: a row without a session_id is sent at it"
+                )
+            if row.delay is not None:
+                raise TraceFormatError(
+                    path, number, "delay", "a row without a session_id has no previous turn to be timed after"
+                )
+            arrival = row.timestamp / 1000.0
+        elif chats.is_first(row.session_id):
             if row.timestamp is None:
                 raise TraceFormatError(
                     path,
@@ -218,11 +220,29 @@ def read(path: str | Path, block_size: int = DEFAULT_BLOCK_SIZE) -> Iterator[Req
         yield req
 
 
+def one_request(
+    arrival_s: float, input_length: int, output_length: int, hash_ids: np.ndarray, block_size: int
+) -> Request:
+    """A row without a ``session_id``: the whole request, its ``hash_ids`` as given (the Mooncake
+    reader's rows and this one's alike)."""
+    return Request(
+        arrival_s=arrival_s,
+        block_keys=hash_ids,
+        prompt_tokens=input_length,
+        output_tokens=output_length,
+        block_size=block_size,
+    )
+
+
 def _turn(chats: Conversations, row: SessionRow, arrival: float, path: Path, number: int) -> Request:
-    """One row through ``chats``, checked as every reader checks a request."""
+    """One row through ``chats`` (a row without a session: ``one_request``), checked as every reader
+    checks a request."""
     try:
         ids = key_array(row.hash_ids)
-        req = chats.turn(row.session_id, arrival, row.input_length, row.output_length, ids)
+        if row.session_id is None:
+            req = one_request(arrival, row.input_length, row.output_length, ids, chats.block_size)
+        else:
+            req = chats.turn(row.session_id, arrival, row.input_length, row.output_length, ids)
     except KeyRangeError as exc:
         raise TraceFormatError(path, number, exc.field, exc.message) from None
     validate_request(req, path, number, 0.0)
@@ -230,14 +250,17 @@ def _turn(chats: Conversations, row: SessionRow, arrival: float, path: Path, num
 
 
 def write(requests: Iterable[Request], path: str | Path) -> int:
-    """Requests without a session id each become a one-turn session named ``r<index>``."""
+    """Every turn carries its arrival as ``timestamp`` (ms): AIPerf's fixed schedule sends a later
+    turn at it, or once the previous answer is back if that comes later (a ``delay`` would count
+    from that answer, stretching the session by every answer's time). A request without a session
+    id is a row without one (AIPerf: a one-turn chat; read back as a request of its own)."""
     last: dict[str, Request] = {}  # session -> its latest turn
     count = 0
     with atomic_output(path) as out:
         for index, req in enumerate(requests):
-            sid = req.session_id if req.session_id is not None else f"r{index}"
+            sid = req.session_id
             keys = key_list(req.block_keys)
-            prev = last.get(sid)
+            prev = None if sid is None else last.get(sid)
             if prev is None:
                 row = SessionRow(
                     session_id=sid,
@@ -265,12 +288,13 @@ def write(requests: Iterable[Request], path: str | Path) -> int:
                     )
                 row = SessionRow(
                     session_id=sid,
-                    delay=seconds_to_ms(req.arrival_s - prev.arrival_s),
+                    timestamp=seconds_to_ms(req.arrival_s),
                     input_length=new,
                     output_length=req.output_tokens,
                     hash_ids=keys[known:][: -(-new // req.block_size)],
                 )
-            last[sid] = req
+            if sid is not None:
+                last[sid] = req
             out.write(JSON_ENCODER.encode(row) + b"\n")
             count += 1
     return count

@@ -7,10 +7,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import msgspec
-
 from wakman.traces import aiperf_sessions, bailian, kvcache_tester, mooncake, native
-from wakman.traces.io import DECODE_ERRORS, iter_lines
+from wakman.traces.io import iter_lines
 from wakman.traces.model import Request
 
 
@@ -55,39 +53,17 @@ def _detect_lines(path: Path, lines: Iterator[tuple[int, bytes]]) -> str:
         return "native"  # (a native row without its header: the native reader says what is missing)
     if b'"chat_id"' in first:
         return "bailian"
-    # AIPerf session rows (a "session_id", possibly after rows without one) put "delay" on later turns,
-    # or give sessions' turns out of arrival order (the aiperf-sessions reader sorts them); Mooncake
-    # rows do neither (and a plain Mooncake file out of order is refused by its reader, not sorted)
-    if b'"delay"' in first:
+    # AIPerf session rows: a "session_id" (possibly after rows without one), or a later turn's "delay";
+    # plain Mooncake rows carry neither (the aiperf-sessions reader sorts rows by arrival, which a
+    # plain Mooncake file, read as it streams, must already be in)
+    if b'"delay"' in first or b'"session_id"' in first:
         return "aiperf-sessions"
-    sessions = b'"session_id"' in first
-    latest = _timestamp(first)
     for number, line in lines:
-        if b'"delay"' in line:
+        if b'"delay"' in line or b'"session_id"' in line:
             return "aiperf-sessions"
-        sessions = sessions or b'"session_id"' in line
-        stamp = _timestamp(line)
-        if sessions and stamp is not None and latest is not None and stamp < latest:
-            return "aiperf-sessions"
-        latest = stamp if latest is None or (stamp is not None and stamp > latest) else latest
         if number > 1000:
             break
     return "mooncake"
-
-
-class _Stamped(msgspec.Struct):
-    timestamp: float | None = None
-
-
-_stamped = msgspec.json.Decoder(_Stamped)
-
-
-def _timestamp(line: bytes) -> float | None:
-    """A row's ``timestamp`` (ms), if it has one that reads as a number; the reader checks the rest."""
-    try:
-        return _stamped.decode(line).timestamp
-    except DECODE_ERRORS:
-        return None
 
 
 def _is_jsonl_row(first: bytes) -> bool:

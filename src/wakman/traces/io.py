@@ -254,23 +254,27 @@ def atomic_paths(*paths: str | Path) -> Iterator[list[Path]]:
 @contextmanager
 def atomic_output(path: str | Path) -> Iterator[IO[bytes]]:
     """A binary stream that becomes ``path`` only on success (``atomic_path``); ``.gz``, ``.bz2`` and
-    ``.xz`` compress (the same requests give the same bytes)."""
+    ``.xz`` compress, in any case (the same requests give the same bytes); an archive's or another
+    compression's name (``.tar.gz``, ``.zip``, ...) is refused."""
     path = Path(path)
-    if path.suffix.lower() in UNWRITTEN_SUFFIXES:
+    suffix = path.suffix.lower()  # .GZ compresses as .gz does (it was written as plain text)
+    tar = len(path.suffixes) > 1 and path.suffixes[-2].lower() == ".tar"  # .tar.gz: an archive's name
+    if suffix in UNWRITTEN_SUFFIXES or tar:
+        shown = "".join(path.suffixes[-2:]) if tar else path.suffix
         raise ValueError(
-            f"{path}: {path.suffix} is not a compression wakman writes (it would hold plain text); "
+            f"{path}: {shown} is not a format wakman writes (it would hold something else); "
             f"name it .jsonl, or add {', '.join(WRITTEN_SUFFIXES)}"
         )
     with atomic_path(path) as target, open(target, "wb") as raw:
-        if path.suffix == ".gz":
+        if suffix == ".gz":
             # the header names the output, not the hidden .part file
             name = path.name[: -len(".gz")]
             with gzip.GzipFile(filename=name, fileobj=raw, mode="wb", mtime=0) as gz:
                 yield gz
-        elif path.suffix == ".bz2":
+        elif suffix == ".bz2":
             with bz2.BZ2File(raw, "wb") as bz:
                 yield bz
-        elif path.suffix == ".xz":
+        elif suffix == ".xz":
             with lzma.LZMAFile(raw, "wb") as xz:
                 yield xz
         else:

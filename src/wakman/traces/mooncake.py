@@ -19,7 +19,7 @@ from pathlib import Path
 
 import msgspec
 
-from wakman.traces.aiperf_sessions import Conversations
+from wakman.traces.aiperf_sessions import Conversations, one_request
 from wakman.traces.io import JSON_ENCODER, atomic_output, read_rows, seconds_to_ms
 from wakman.traces.model import KeyRangeError, Request, key_array, key_list
 
@@ -57,14 +57,8 @@ def read(
                 row.session_id, row.timestamp / 1000.0, row.input_length, row.output_length, keys
             )
             return msgspec.structs.replace(req, label=label)
-        return Request(
-            arrival_s=row.timestamp / 1000.0,
-            block_keys=keys,
-            prompt_tokens=row.input_length,
-            output_tokens=row.output_length,
-            block_size=block_size,
-            label=label,
-        )
+        req = one_request(row.timestamp / 1000.0, row.input_length, row.output_length, keys, block_size)
+        return msgspec.structs.replace(req, label=label) if label is not None else req
 
     return read_rows(Path(path), _row, to_request)
 
