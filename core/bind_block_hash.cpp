@@ -28,7 +28,7 @@ void bind_block_hash(nb::module_& m) {
                                 keys.data(), scratch.data());
         return wakman::to_numpy(std::move(keys));
       },
-      "parent"_a, "tokens"_a, "block_size"_a,
+      "parent"_a, "tokens"_a.noconvert(), "block_size"_a,
       "Keys (uint64) of the full blocks of tokens (int32), each block's 8-byte BLAKE2b digest taken over the "
       "previous digest (parent for the first) and the block's token bytes; a key is its digest read "
       "big-endian. The chain's last digest is the last key's 8 big-endian bytes.");
@@ -40,7 +40,7 @@ void bind_block_hash(nb::module_& m) {
         wakman::chain_ids(ids.data(), n, keys.data());
         return wakman::to_numpy(std::move(keys));
       },
-      "ids"_a,
+      "ids"_a.noconvert(),
       "Prefix-chained keys (uint64) of per-block content ids (uint64): keys[i] = splitmix64(keys[i-1] ^ "
       "splitmix64(ids[i])), keys[-1] = 0x6B6579636861696E; an id after two different prefixes gets two keys.");
   m.def(
@@ -51,5 +51,5 @@ void bind_block_hash(nb::module_& m) {
         for (size_t i = 0; i < n; ++i) out[i] = wakman::splitmix64(values.data()[i]);
         return wakman::to_numpy(std::move(out));
       },
-      "values"_a, "splitmix64 (core/key_map.hpp) of each uint64 value: a bijection of 64-bit integers.");
+      "values"_a.noconvert(), "splitmix64 (core/key_map.hpp) of each uint64 value: a bijection of 64-bit integers.");
 }

@@ -30,6 +30,7 @@ using namespace wakman;
 
 namespace {
 
+using wakman::py::KeyBatch;
 using wakman::py::Keys;
 constexpr auto as_key = wakman::py::to_key;
 
@@ -41,8 +42,6 @@ nb::object key_or_none(Key k, bool present) {
 struct PyBlockPool {
   nb::object policy_obj;
   BlockPool pool;
-  std::vector<Key> scratch;
-  std::vector<int32_t> slots;
 
   PyBlockPool(int64_t capacity, nb::object policy) : policy_obj(policy), pool(capacity, as_policy(policy)) {}
 
@@ -268,8 +267,9 @@ nb::ndarray<nb::numpy, uint64_t, nb::ndim<1>> request_block_keys(nb::handle bloc
                                                                  int64_t first, size_t count) {
   std::vector<Key> prompt_scratch, output_scratch;
   Keys prompt(block_keys, prompt_scratch), outputs(output_keys, output_scratch);
-  if (full < 0 || static_cast<size_t>(full) > prompt.size() || first < 0)
-    throw nb::value_error("request_block_keys: need 0 <= full <= len(block_keys) and first >= 0");
+  if (full < 0 || static_cast<size_t>(full) > prompt.size() || first < 0 ||
+      count > static_cast<size_t>(INT64_MAX - first))
+    throw nb::value_error("request_block_keys: need 0 <= full <= len(block_keys), first >= 0 and first + count < 2**63");
   std::vector<uint64_t> keys(count);
   for (size_t i = 0; i < count; ++i)
     keys[i] = request_block_key(prompt.data(), full, outputs.data(), static_cast<int64_t>(outputs.size()), request,
@@ -309,21 +309,21 @@ void bind_block_pool(nb::module_& m) {
       .def(
           "longest_hit",
           [](PyBlockPool& p, nb::handle keys, size_t limit) {
-            Keys k(keys, p.scratch);
+            KeyBatch k(keys);  // its own scratch: a key's __index__ may call the pool again
             return p.pool.longest_hit(k.data(), std::min(limit, k.size()));
           },
           "keys"_a, "limit"_a, "Blocks of the longest cached prefix of keys[:limit] (stops at the first miss).")
       .def(
           "evictable_among",
           [](PyBlockPool& p, nb::handle keys) {
-            Keys k(keys, p.scratch);
+            KeyBatch k(keys);  // its own scratch: a key's __index__ may call the pool again
             return p.pool.evictable_among(k.data(), k.size());
           },
           "keys"_a, "How many of these cached keys are free (no reference): admitting them uses them up.")
       .def(
           "touch",
           [](PyBlockPool& p, nb::handle keys) {
-            Keys k(keys, p.scratch);
+            KeyBatch k(keys);  // its own scratch: a key's __index__ may call the pool again
             p.pool.touch(k.data(), k.size());
           },
           "keys"_a, "Hits: each block is a policy hit, then pinned by one more reference (vLLM touch).")
@@ -344,7 +344,7 @@ void bind_block_pool(nb::module_& m) {
       .def(
           "cache_run",
           [](PyBlockPool& p, nb::handle keys, size_t start, size_t stop) {
-            Keys k(keys, p.scratch);
+            KeyBatch k(keys);  // its own scratch: a key's __index__ may call the pool again
             stop = std::min(stop, k.size());
             BlockPool::Held held;
             if (start < stop) p.pool.cache_run(k.data(), start, stop, held);
@@ -355,7 +355,8 @@ void bind_block_pool(nb::module_& m) {
       .def(
           "release",
           [](PyBlockPool& p, nb::handle held) {
-            p.slots.clear();
+            std::vector<int32_t> slots;  // this call's own (a key's __index__ may call the pool again)
+            int64_t anonymous = 0;
             for (nb::handle item : held) {
               int32_t s = BlockPool::kAnonymous;
               if (!item.is_none()) {
@@ -364,9 +365,26 @@ void bind_block_pool(nb::module_& m) {
                 if (s < 0 || p.pool.refs_of(s) < 1)
                   throw BadKey("release of a key no request holds: " + std::to_string(k));
               }
-              p.slots.push_back(s);
+              anonymous += s < 0;
+              slots.push_back(s);
             }
-            p.pool.release(p.slots.data(), p.slots.size());
+            // checked before anything changes: no more releases of a block than its references
+            if (anonymous > p.pool.uncached_in_use())
+              throw BadKey("release of " + std::to_string(anonymous) + " anonymous blocks, " +
+                           std::to_string(p.pool.uncached_in_use()) + " held");
+            std::vector<int32_t> cached;
+            for (int32_t s : slots)
+              if (s >= 0) cached.push_back(s);
+            std::sort(cached.begin(), cached.end());
+            for (size_t i = 0; i < cached.size();) {
+              size_t j = i;
+              while (j < cached.size() && cached[j] == cached[i]) ++j;
+              if (static_cast<int64_t>(j - i) > p.pool.refs_of(cached[i]))
+                throw BadKey("release of key " + std::to_string(p.pool.policy_key_of(cached[i])) + " " +
+                             std::to_string(j - i) + " times, held " + std::to_string(p.pool.refs_of(cached[i])));
+              i = j;
+            }
+            p.pool.release(slots.data(), slots.size());
           },
           "held"_a, "A request frees its blocks (keys, None for anonymous ones), deepest first.")
       .def(
@@ -385,7 +403,7 @@ void bind_block_pool(nb::module_& m) {
       .def(
           "admit",
           [](PyBlockPool& p, size_t run, nb::handle keys, size_t max_hit, size_t total, size_t full) {
-            Keys k(keys, p.scratch);
+            KeyBatch k(keys);  // its own scratch: a key's __index__ may call the pool again
             max_hit = std::min({max_hit, k.size(), total});
             full = std::min({full, k.size(), total});
             return p.pool.admit_run(run, k.data(), max_hit, total, full);

@@ -75,9 +75,10 @@ class Field {
       return -1;
     }
     Py_ssize_t out = -1;
-    if (Py_IS_TYPE(d, &PyMemberDescr_Type)) {
-      PyMemberDef* m = reinterpret_cast<PyMemberDescrObject*>(d)->d_member;
-      if (m->type == Py_T_OBJECT_EX) out = m->offset;
+    if (Py_IS_TYPE(d, &PyMemberDescr_Type)) {  // a slot of t's own layout (a descriptor taken from
+      auto* member = reinterpret_cast<PyMemberDescrObject*>(d);  // another class would read past it)
+      PyMemberDef* m = member->d_member;
+      if (m->type == Py_T_OBJECT_EX && PyType_IsSubtype(t, member->d_common.d_type)) out = m->offset;
     }
     Py_DECREF(d);
     return out;
@@ -106,7 +107,12 @@ Field& hash_field() {
   return f;
 }
 
-int32_t block_id(PyObject* block) { return static_cast<int32_t>(block_id_field().get_int(block)); }
+int32_t block_id(PyObject* block) {
+  const long id = block_id_field().get_int(block);
+  if (id < 0 || id > INT32_MAX)  // narrowed, 2**32 + 1 would be block 1
+    throw std::out_of_range("free queue: no block " + std::to_string(id));
+  return static_cast<int32_t>(id);
+}
 long ref_cnt(PyObject* block) { return ref_cnt_field().get_int(block); }
 bool is_null_block(PyObject* block) { return is_null_field().get(block).ptr() == Py_True; }
 
@@ -143,7 +149,9 @@ void release(FreeQueue& q, int32_t b, PyObject* block) {
 }
 
 // blocks[start:stop] (stop < 0: to the end) of an iterable of blocks, to range over (a list is read
-// without a copy; the range keeps it alive).
+// without a copy; the range keeps it alive). Each step re-reads the sequence's size and holds a
+// reference to the block it yields: a block attribute read may run Python code that changes the
+// list, which then ends the walk early or shows it other blocks, never a freed one.
 class Blocks {
  public:
   explicit Blocks(nb::handle blocks, Py_ssize_t start = 0, Py_ssize_t stop = -1) {
@@ -151,18 +159,31 @@ class Blocks {
     if (seq == nullptr) throw nb::python_error();
     owner_ = nb::steal(seq);
     const Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
-    stop = (stop < 0 || stop > n) ? n : stop;
-    start = std::min(std::max<Py_ssize_t>(start, 0), stop);
-    begin_ = PySequence_Fast_ITEMS(seq) + start;
-    end_ = PySequence_Fast_ITEMS(seq) + stop;
+    stop_ = (stop < 0 || stop > n) ? n : stop;
+    start_ = std::min(std::max<Py_ssize_t>(start, 0), stop_);
   }
-  PyObject** begin() const { return begin_; }
-  PyObject** end() const { return end_; }
+
+  class Iterator {
+   public:
+    Iterator(PyObject* seq, Py_ssize_t i, Py_ssize_t stop) : seq_(seq), i_(i), stop_(stop) {}
+    nb::object operator*() const { return nb::borrow(PySequence_Fast_ITEMS(seq_)[i_]); }
+    Iterator& operator++() {
+      ++i_;
+      return *this;
+    }
+    // The walk ends at stop or at the sequence's current end, whichever comes first.
+    bool operator!=(const Iterator&) const { return i_ < std::min(stop_, PySequence_Fast_GET_SIZE(seq_)); }
+
+   private:
+    PyObject* seq_;
+    Py_ssize_t i_, stop_;
+  };
+  Iterator begin() const { return Iterator(owner_.ptr(), start_, stop_); }
+  Iterator end() const { return Iterator(owner_.ptr(), stop_, stop_); }
 
  private:
   nb::object owner_;
-  PyObject** begin_;
-  PyObject** end_;
+  Py_ssize_t start_ = 0, stop_ = 0;
 };
 
 // A scratch vector borrowed from its owner for one call: swapped out and cleared, swapped back at
@@ -188,7 +209,7 @@ class Scratch {
 // Calls fn(block) for each of blocks[start:stop].
 template <class Fn>
 void each_block(nb::handle blocks, Fn&& fn, Py_ssize_t start = 0, Py_ssize_t stop = -1) {
-  for (PyObject* b : Blocks(blocks, start, stop)) fn(b);
+  for (nb::object b : Blocks(blocks, start, stop)) fn(b.ptr());
 }
 
 Policy& as_policy(nb::handle policy) {
@@ -287,7 +308,8 @@ struct PyFreeQueue {
   // its index entries starting to load, then the queue reconciles them in order.
   void sync(nb::handle blocks_, Py_ssize_t start, Py_ssize_t stop) {
     Scratch<Read> reads(reads_);
-    for (PyObject* b : Blocks(blocks_, start, stop)) {
+    for (nb::object held : Blocks(blocks_, start, stop)) {
+      PyObject* b = held.ptr();
       Read r{block_id(b), false, false, 0};
       if (r.block == queue.null_block()) continue;
       r.hashed = block_hash(b, r.key);
@@ -422,7 +444,9 @@ void bind_free_queue(nb::module_& m) {
       .def("popleft",
            [](PyFreeQueue& q) {
              if (q.queue.num_free() == 0) throw nb::value_error("No free blocks available");  // as stock
-             return q.popleft_n(1)[0];
+             q.ids.clear();
+             q.queue.take_victims(1, q.ids);
+             return nb::borrow(q.block(q.ids[0]));
            })
       .def("popleft_n", &PyFreeQueue::popleft_n, "n"_a,
            "n victims: blank blocks first, then the policy's, then reserve's; their keys leave the policy.")
@@ -436,11 +460,9 @@ void bind_free_queue(nb::module_& m) {
       .def(
           "append_n",
           [](PyFreeQueue& q, nb::handle blocks) {
-            const Blocks range(blocks);
             Scratch<int32_t> ids(q.batch);
-            for (PyObject* b : range) ids.items.push_back(q.ahead(block_id(b)));
-            const int32_t* id = ids.items.data();
-            for (PyObject* b : range) release(q.queue, *id++, b);
+            for (nb::object b : Blocks(blocks)) ids.items.push_back(q.ahead(block_id(b.ptr())));
+            for (int32_t id : ids.items) release(q.queue, id, q.block(id));  // the pool's own block of that id
           },
           "blocks"_a,
           "Blocks whose ref_cnt reached 0: keyed ones are unpinned; an unkeyed one with a hash (set on a path\n"

@@ -121,6 +121,7 @@ class BlockPool {
   // Take n free blocks: blank ones first, then the policy's victims (evicted now). They become
   // anonymous blocks in use.
   void allocate(int64_t n) {
+    if (n < 0) throw std::invalid_argument("block pool: allocate " + std::to_string(n) + " blocks");
     if (n > free())
       throw PoolExhausted("need " + std::to_string(n) + " blocks, " + std::to_string(free()) + " free");
     int64_t from_blank = std::min(n, blank_);
@@ -193,7 +194,8 @@ class BlockPool {
   // a ghost hit is seen before any eviction (libCacheSim's order). `held` receives the blocks.
   int64_t admit(const Key* keys, size_t max_hit, size_t total, size_t full, Held& held) {
     const int64_t free_now = free();
-    if (static_cast<int64_t>(total - max_hit) > free_now) return -1;  // even a full hit would not fit
+    if (max_hit > total) throw std::invalid_argument("block pool: a hit longer than the prompt");
+    if (total - max_hit > static_cast<size_t>(free_now)) return -1;  // even a full hit would not fit
     size_t hits = look_up(keys, max_hit);
     int64_t fresh = static_cast<int64_t>(total - hits);
     if (fresh + static_cast<int64_t>(evictable_looked_up()) > free_now) return -1;
@@ -212,7 +214,9 @@ class BlockPool {
   void reserve_runs(size_t n) {
     if (n > runs_.size()) runs_.resize(n);
   }
+  static constexpr size_t kMaxRuns = size_t{1} << 31;  // run numbers are request indexes
   Held& held(size_t run) {
+    if (run >= kMaxRuns) throw std::out_of_range("block pool: no run " + std::to_string(run));
     reserve_runs(run + 1);
     return runs_[run];
   }

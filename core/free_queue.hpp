@@ -65,8 +65,9 @@ class FreeQueue {
     if (policy_->renames_keys()) return;
     std::vector<Key> order;
     policy_->eviction_order(order);
+    for (Key k : order) block_of_key(k);  // every key a block's, checked before anything moves
     for (Key k : order) {
-      const int32_t b = block_of_.find(k);
+      const int32_t b = block_of_key(k);
       if (!hashless_[b]) continue;
       const bool page = hashless_[b] == kPage;
       drop_key(b);
@@ -113,8 +114,7 @@ class FreeQueue {
       block_of_.prefetch(victims_.back());
     }
     for (Key k : victims_) {
-      int32_t b = block_of_.find(k);
-      if (b < 0) throw std::logic_error("free queue: the policy evicted key " + std::to_string(k) + ", no block's");
+      const int32_t b = block_of_key(k);
       block_of_.erase(k);
       has_key_[b] = 0;
       out.push_back(b);
@@ -136,6 +136,7 @@ class FreeQueue {
     if (has_key_[check(b)]) {
       policy_->unpin(key_of_[b]);
     } else if (b != null_ && policy_->renames_keys()) {
+      if (list_of_[b] != kNoList) throw std::logic_error("free queue: block " + std::to_string(b) + " is free already");
       const Key own = hashless_key(b);
       policy_->insert(own, false);
       block_of_.insert(own, b);
@@ -156,7 +157,10 @@ class FreeQueue {
     else release_to_tail(b);
   }
   // A free block at start-up (stock queue order): blank's tail.
-  void start_free(int32_t b) { push(blank_, kBlank, check(b), false); }
+  void start_free(int32_t b) {
+    if (check(b) == null_) throw std::invalid_argument("free queue: the null block is never free");
+    push(blank_, kBlank, b, false);
+  }
   // prepend_n: a block to hand out first, before any policy key: its key goes, if it has one. Either
   // it lost its hash while in use (a path that removes hashes unseen: its key goes), or vLLM 0.34 frees it with evict_first (`keeps_hash`: its contents live in another
   // tier): it keeps its hash in vLLM's table until it is handed out, and a prefix hit before that
@@ -264,7 +268,7 @@ class FreeQueue {
     for (int32_t b = blank_.head; b != kNone; b = next_[b]) out.push_back(b);
     std::vector<Key> order;
     policy_->eviction_order(order);
-    for (Key k : order) out.push_back(block_of_.find(k));
+    for (Key k : order) out.push_back(block_of_key(k));
     for (int32_t b = reserve_.head; b != kNone; b = next_[b]) out.push_back(b);
   }
   // reset_prefix_cache succeeded (every block free): the cached blocks join blank's tail in eviction
@@ -272,8 +276,9 @@ class FreeQueue {
   void clear_cache() {
     std::vector<Key> order;
     policy_->eviction_order(order);
+    for (Key k : order) block_of_key(k);  // every key a block's, checked before anything moves
     for (Key k : order) {
-      int32_t b = block_of_.find(k);
+      const int32_t b = block_of_key(k);
       has_key_[b] = 0;
       push(blank_, kBlank, b, false);
     }
@@ -284,6 +289,15 @@ class FreeQueue {
   }
 
  private:
+  // The block of a key the live policy holds: every policy key is a block's (a key no block holds
+  // means the policy was changed behind the queue's back: refused before any index is read).
+  int32_t block_of_key(Key k) const {
+    const int32_t b = block_of_.find(k);
+    if (b < 0)
+      throw std::logic_error("free queue: the policy holds key " + std::to_string(k) +
+                             ", no block's (was the live policy changed outside the queue?)");
+    return b;
+  }
   int32_t check(int32_t b) const {
     if (b < 0 || static_cast<size_t>(b) >= key_of_.size())
       throw std::out_of_range("free queue: no block " + std::to_string(b));

@@ -1,6 +1,8 @@
 // Keys from Python, for every binding file: a Python int is a key taken modulo 2**64; a batch of keys
 // is borrowed from a C-contiguous 1-d buffer of 8-byte integers (numpy uint64 or int64, read in place)
-// or read from a list, tuple or any other iterable of ints into a scratch vector.
+// or read from a list, tuple or any other iterable of ints into a scratch vector (a list or tuple of
+// exact ints is read through its item array; any other item goes through the iterator, which holds
+// a reference to each item while its conversion may run Python code).
 #pragma once
 
 #include <nanobind/nanobind.h>
@@ -25,7 +27,8 @@ class Keys {
  public:
   Keys(nb::handle obj, std::vector<Key>& scratch) {
     PyObject* o = obj.ptr();
-    if (PyList_Check(o) || PyTuple_Check(o)) {
+    if ((PyList_Check(o) || PyTuple_Check(o)) && exact_ints(o)) {
+      // exact ints convert without running Python code, so the borrowed items stay the list's
       Py_ssize_t n = PySequence_Fast_GET_SIZE(o);
       PyObject** items = PySequence_Fast_ITEMS(o);
       scratch.resize(static_cast<size_t>(n));
@@ -56,6 +59,15 @@ class Keys {
   }
   ~Keys() {
     if (has_view_) PyBuffer_Release(&view_);
+  }
+
+  // Every item of list or tuple `o` is an int (not a subclass, whose __index__ could change `o`).
+  static bool exact_ints(PyObject* o) {
+    const Py_ssize_t n = PySequence_Fast_GET_SIZE(o);
+    PyObject** items = PySequence_Fast_ITEMS(o);
+    for (Py_ssize_t i = 0; i < n; ++i)
+      if (!PyLong_CheckExact(items[i])) return false;
+    return true;
   }
   Keys(const Keys&) = delete;
   Keys& operator=(const Keys&) = delete;

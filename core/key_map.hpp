@@ -168,12 +168,11 @@ class KeyMap {
   void rehash(size_t at_least) {
     size_t n = 16;
     while (n < spread_for(at_least) * at_least) n <<= 1;
-    std::vector<Entry> old;
-    old.swap(table_);
-    table_.assign(n, Entry{0, -1});
+    std::vector<Entry> fresh(n, Entry{0, -1});  // allocated first: a bad_alloc leaves the map as it was
+    fresh.swap(table_);
     mask_ = n - 1;
     size_ = 0;
-    for (const Entry& e : old)
+    for (const Entry& e : fresh)  // the old entries
       if (e.value >= 0) insert(e.key, e.value);
   }
 

@@ -1,0 +1,180 @@
+"""The compiled core's bindings against callers that misuse them or run Python code mid-call: each
+case used to read or write freed or out-of-range memory (a crash or silent garbage; found under
+AddressSanitizer), and must now give the right answer or a Python exception with the pool, queue
+or policy unchanged. No vLLM needed: the blocks are stand-ins with vLLM's ``KVCacheBlock`` slots."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from wakman import _core
+
+
+class Block:
+    """vLLM 0.32's ``KVCacheBlock`` as the free queue reads it (slots, ``block_hash`` a property)."""
+
+    __slots__ = ("_block_hash", "block_id", "is_null", "next_free_block", "prev_free_block", "ref_cnt")
+
+    def __init__(self, i: int) -> None:
+        self.block_id, self.ref_cnt, self._block_hash, self.is_null = i, 0, None, False
+        self.prev_free_block = self.next_free_block = None
+
+    @property
+    def block_hash(self):
+        return self._block_hash
+
+
+def _queue(n: int, policy=_core.LRU):
+    blocks = [Block(i) for i in range(n)]
+    return blocks, _core.FreeBlockQueue(blocks, blocks, policy(n))
+
+
+def test_popleft_returns_the_head_block_every_time():
+    """``popleft`` gave back an item of a list freed as it returned (a crash on the first call)."""
+    blocks, queue = _queue(64)
+    got = []
+    for _ in range(64):
+        got.append(queue.popleft())
+        _ = [object() for _ in range(3)]  # allocations that would reuse a freed list's memory
+    assert got == blocks  # blank blocks head first, in the order given
+    with pytest.raises(ValueError, match="No free blocks"):
+        queue.popleft()
+
+
+@pytest.mark.parametrize("policy", [_core.LRU, _core.FIFO, _core.S3FIFO, _core.Sieve, _core.ARC])
+def test_a_block_already_free_is_not_freed_twice(policy):
+    """Appending a free block raised under S3-FIFO but was taken under LRU and FIFO (a hashless page
+    key beside its blank entry): one block then handed out twice, ``num_free`` 5 of 4 blocks."""
+    blocks, queue = _queue(4, policy)
+    with pytest.raises(RuntimeError, match="block 0 is free already"):
+        queue.append(blocks[0])
+    assert queue.num_free_blocks == 4
+    assert sorted(b.block_id for b in queue.popleft_n(4)) == [0, 1, 2, 3]
+
+
+def test_a_block_id_past_32_bits_is_no_block():
+    """``block_id`` 2**32 + 1 was narrowed to block 1, which ``remove`` then took out of the queue."""
+    _, queue = _queue(4)
+    alias = Block(2**32 + 1)
+    with pytest.raises(IndexError, match="no block 4294967297"):
+        queue.remove(alias)
+    assert queue.num_free_blocks == 4
+
+
+def test_the_null_block_is_refused_as_free():
+    blocks = [Block(i) for i in range(5)]
+    blocks[0].is_null = True
+    with pytest.raises(ValueError, match="null block is never free"):
+        _core.FreeBlockQueue(blocks, blocks, _core.LRU(4))
+
+
+def test_a_policy_key_no_block_holds_is_refused_before_any_index_is_read():
+    """A key put in the live policy behind the queue's back has no block: reading its block (-1)
+    read and wrote outside the queue's arrays (``get_all_free_blocks``, ``clear_cache``)."""
+    _, queue = _queue(4)
+    queue.policy.insert(12345, False)
+    for call in (queue.get_all_free_blocks, queue.clear_cache):
+        with pytest.raises(RuntimeError, match="holds key 12345, no block's"):
+            call()
+    assert queue.num_blank_blocks == 4  # clear_cache changed nothing before it refused
+
+
+def test_a_list_changed_by_a_block_attribute_read_is_walked_safely():
+    """A ``block_hash`` that changes the list being read (Python code a property runs) freed the
+    blocks the queue was still to read."""
+    _, queue = _queue(8)
+    taken = queue.popleft_n(8)
+    victims = [Block(i) for i in range(8)]
+
+    class Clearing(Block):
+        __slots__ = ()
+
+        @property
+        def block_hash(self):
+            victims.clear()
+            return None
+
+    victims[0] = Clearing(0)
+    queue.append_n(victims)  # walks what is left of the list (block 0), never a freed block
+    assert queue.num_free_blocks >= 1
+    assert len(taken) == 8
+
+
+def test_keys_whose_index_changes_their_list_are_read_safely():
+    """A key whose ``__index__`` clears its list freed the items still to be read (any binding that
+    takes keys); a key that calls the pool again overwrote the outer call's keys (10 for 2)."""
+    keys = []
+
+    class Clearing:
+        def __index__(self):
+            keys.clear()
+            return 1
+
+    keys.extend([Clearing()] + [Clearing() for _ in range(2000)])
+    policy = _core.LRU(16)
+    policy.replay(keys)  # read through the iterator, which holds each key it converts
+    pool = _core.BlockPool(4, _core.LRU(4))
+
+    class Reentrant(int):
+        def __index__(self):
+            pool.evictable_among([5, 6, 7, 8, 9, 10, 11, 12, 13, 14])
+            return int(self)
+
+    assert pool.evictable_among([Reentrant(1), Reentrant(2)]) == 2
+
+
+def test_the_simulator_pool_refuses_counts_that_would_break_it():
+    """Each of these left the pool's counts broken (a negative anonymous count, a negative
+    reference count) or read past its run table; now each is refused and ``check()`` holds."""
+    pool = _core.BlockPool(4, _core.LRU(4))
+    with pytest.raises(ValueError):
+        pool.allocate(-5)
+    with pytest.raises(KeyError, match="anonymous"):
+        pool.release([None])
+    pool.check()
+    pool.allocate(1)
+    key = pool.cache(7, None)
+    with pytest.raises(KeyError, match="2 times, held 1"):
+        pool.release([key, key])
+    pool.check()
+    assert pool.admit(0, [], 0, 2**64 - 1, 0) == -1  # does not fit (its size was read as -1)
+    pool.check()
+    with pytest.raises(IndexError, match="no run"):
+        pool.held(2**64 - 1)
+    with pytest.raises(ValueError, match="2\\*\\*63"):
+        _core.request_block_keys([1, 2, 3, 4], 4, [], 0, 2**63 - 1, 12)
+
+
+def test_a_failed_table_growth_leaves_the_policy_usable():
+    """A ``bad_alloc`` as a policy's index grew left an empty table with the old mask: the next
+    lookup read outside it. Run in a process whose address space is capped, so the growth fails."""
+    code = (
+        "import resource\n"
+        "from wakman import _core\n"
+        "policy = _core.ARC(2**30)\n"
+        "cap = 2 * 2**30 + resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 * 4\n"
+        "resource.setrlimit(resource.RLIMIT_AS, (cap, cap))\n"
+        "try:\n"
+        "    policy.reserve()\n"
+        "    print('reserved')\n"
+        "except MemoryError:\n"
+        "    print('refused')\n"
+        "print(len(policy), policy.access(1), policy.access(1))\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.stdout.split() == ["refused", "0", "False", "True"]
+
+
+def test_hash_inputs_of_the_wrong_type_are_refused_not_converted():
+    """float or int64 tokens and int64 ids were converted silently ([1.9, 2.7] hashed as [1, 2])."""
+    with pytest.raises(TypeError):
+        _core.chain_blake2b64(b"\0" * 8, np.array([1.9, 2.7]), 1)
+    with pytest.raises(TypeError):
+        _core.chain_ids(np.array([1 + 2**32, 2], dtype=np.int64))
+    with pytest.raises(TypeError):
+        _core.splitmix64(np.array([1.0]))
