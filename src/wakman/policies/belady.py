@@ -20,11 +20,12 @@ the future); ``seek(0)`` starts the future over.
 ``BeladyFuture`` built from it once: the next-use index is then shared by every Belady given it (one
 replay per capacity builds it once).
 
-Memory: 12 bytes per future access (the key and its next use's index), plus 4 per access once pool
-use needs each key's occurrences, all shared by the Beladys of one ``BeladyFuture``; 24 per resident
-key besides the index and nodes every policy keeps (its heap slot, next use and heap position), and
-12 more for a cursor into its key's occurrences, which pool use reads, so that a hit or unpin finds
-the next use without an index lookup.
+Memory: 12 bytes per future access (the key and its next use's index), plus, once pool use needs
+each key's occurrences, 4 per access and 36-68 per distinct key (its start and index entry), all
+shared by the Beladys of one ``BeladyFuture``; 24 per resident key besides the index and nodes every
+policy keeps (its heap slot, next use and heap position), and 12 more for a cursor into its key's
+occurrences, which pool use reads, so that a hit or unpin finds the next use without an index
+lookup.
 """
 
 from __future__ import annotations

@@ -89,37 +89,41 @@ the guard never holds.)
 Session mode (``sessions=True``, off by default), for hosts that know each request's session id (a
 trace's ``session_id``: kv-cache-tester conversations and sub-agents, AIPerf sessions; sent by
 ``replay_request`` as ``in_session(key)`` before ``on_request``): per session (at most 4,096
-followed; a new session past that takes the place of the one heard from longest ago, forgotten as
-if it had ended but with nothing demoted, so sessions whose ends never come cannot stop session
-mode for good) chain-lru keeps its previous request's chain (full prompt blocks, then outputs).
-When the session's next request shares only a prefix of it (a compacted or edited context, a
-restart; also a side request, such as a title prompt, sent under the same id), the rest is the
-session's abandoned branch: each of its resident, unpinned blocks that are the session's *own*
-(below; a sub-agent's session extending them makes them shared) moves to P's oldest end,
-shallowest first, so the deepest is evicted first and none before a block under it (a later hit
-still moves it to M). A session's end, where the host is told of it (``end_session(key)``: a client
-that closes its sessions; ``simulate(..., session_ends_after_s=D)`` replays a trace telling each end
-``D`` seconds after the session's last-arriving request is done (serve mode: when it finishes or is
-refused as larger than the pool), a what-if from the trace's hindsight): its *own* blocks in its
-last request move to P's oldest end the same way (in the filter mode P goes first only while it
-holds ``small_ratio * C`` blocks), and the session is no longer followed (an unknown session's end
-changes nothing). A block is a followed session's own when that session's request (full prompt
-blocks and outputs, at ``on_request``) was the first to hold it and it was not cached then (the
-session brought it), and no other followed session's request has held it since (a shared system
-prompt or a popular fixed prompt never is). Before a followed session's request is counted, if more
-than ``4 * C`` blocks have an owner entry, the entries of blocks no longer cached go (a block
-evicted and brought again later has a new owner). Memory, in session mode only: 8 bytes per block of
-each followed session's last request, and at most ``4 * C`` owner entries plus one request's blocks,
-in a table at most a quarter full (16-byte slots: 64-128 bytes an entry); measured, about 350 bytes
-per cache block on mix04 at 3,000 and 12,000 blocks, where without session mode chain-lru holds 505
-and 366. Cache mode, ``replay_request``'s callers and both serve loops give the session hints where
-the trace has session ids (the step loop, as vLLM's plugin, tells no output keys, so an end there
-moves prompt blocks only); so does vLLM's scheduler with ``WAKMAN_SESSIONS=1`` (``Request.session_id``;
-an end when the request its client marked ``session_end`` is done: ``vllm_plugin/sessions.py``); the
-offload tier does not (vLLM gives it no session ids).
+followed; a new session past that takes the place of the one heard from longest ago, forgotten as if
+it had ended but with nothing demoted, so sessions whose ends never come cannot stop session mode
+for good) chain-lru keeps its previous request's chain (full prompt blocks, then outputs). When the
+session's next request shares only a prefix of it (a compacted or edited context, a restart; also a
+side request, such as a title prompt, sent under the same id), the rest is the session's abandoned
+branch: each of its resident, unpinned blocks that are the session's *own* (below; a sub-agent's
+session extending them makes them shared) moves to P's oldest end, shallowest first, so the deepest
+is evicted first and none before a block under it (a later hit still moves it to M). A session's
+end, where the host is told of it (``end_session(key)``: a client that closes its sessions;
+``simulate(..., session_ends_after_s=D)`` replays a trace telling each end ``D`` seconds after the
+session's last-arriving request is done (serve mode: when it finishes or is refused as larger than
+the pool), a what-if from the trace's hindsight): its *own* blocks in its last request move to P's
+oldest end the same way (in the filter mode P goes first only while it holds ``small_ratio * C``
+blocks), and the session is no longer followed (an unknown session's end changes nothing). A block
+is a followed session's own when that session's request (full prompt blocks and outputs, at
+``on_request``) was the first to hold it and it was not cached then (the session brought it), and no
+other followed session's request has held it since (a shared system prompt or a popular fixed prompt
+never is). Before a followed session's request is counted, if more than ``4 * C`` blocks have an
+owner entry, the entries of blocks no longer cached go (a block evicted and brought again later has
+a new owner). Memory, in session mode only: 8 bytes per block of each followed session's last
+request, and at most ``4 * C`` owner entries plus one request's blocks, in a table at most a quarter
+full up to 2^21 entries, half full beyond (16-byte slots: 64-128 bytes an entry, 32-64 past 2^21);
+measured, with each session's end told (as ``reproduce`` and ``advise`` run it), about 350 bytes per
+cache block on mix04 at 3,000 and 12,000 blocks, where without session mode chain-lru holds 505 and
+366; told no ends, sessions stay followed and their last requests dominate: about 1,150 and 550
+bytes per cache block there. Cache mode, ``replay_request``'s callers and both serve loops give the
+session hints where the trace has session ids (the step loop, as vLLM's plugin, tells no output
+keys, so an end there moves prompt blocks only); so does vLLM's scheduler with ``WAKMAN_SESSIONS=1``
+(``Request.session_id``; an end when the request its client marked ``session_end`` is done:
+``vllm_plugin/sessions.py``); the offload tier does not (vLLM gives it no session ids).
 
 Without the hints (``replay``, ``access``, a driver that sees no requests) no block is rare, the
-duel never runs, every insert goes to M and chain-lru is exactly LRU; in the recency mode the same
+duel never runs, every insert goes to M and chain-lru (in its default adaptive mode) is exactly LRU;
+in filter mode every insert still goes to P (a 200,000-key Zipf replay at 1,000 blocks: 102,207
+hits against LRU's 87,886); in the recency mode the same
 holds for traffic whose every root is extended (agentic and chat sessions). Within a request the
 blocks are inserted deepest first (as vLLM frees them), so P and M evict a chain's tail before its
 prefix, and no block outlives its parent in P longer than in LRU.
