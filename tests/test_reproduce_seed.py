@@ -178,7 +178,8 @@ def _section(real: list[dict], ablations: list[dict], gains: tuple[float, float]
         for i, g in enumerate(gains)
     ]
     per_capacity = summary_module.new_policy_summary(mixes, "chain-lru")
-    return _new_policy_section({"real_traces": real, "ablations": ablations}, "chain-lru", per_capacity)
+    payload = {"real_traces": real, "ablations": ablations, "mixes": mixes, "plan": {"capacity": 100}}
+    return _new_policy_section(payload, "chain-lru", per_capacity)
 
 
 def _row(name: str, chain: float, **extra) -> dict:
