@@ -539,6 +539,7 @@ void bind_free_queue(nb::module_& m) {
           [](PyFreeQueue& q, nb::object policy) {
             Policy& next = as_policy(policy);
             PyFreeQueue::check_fits(next, q.queue.policy().capacity());
+            q.queue.check_keys();  // refused before anything changes: the live policy stays live
             if (!next.claim(&q))
               throw std::invalid_argument("free queue: switch to a policy that serves no pool (this one or another)");
             try {

@@ -61,11 +61,12 @@ class FreeQueue {
   // policy that does not rename keys, hashless blocks go to blank's head, as their hash loss would
   // have sent them under it, and hashless pages to reserve's tail, oldest first (O(blocks)).
   void set_policy(Policy* p) {
-    policy_ = p;
-    if (policy_->renames_keys()) return;
     std::vector<Key> order;
-    policy_->eviction_order(order);
-    for (Key k : order) block_of_key(k);  // every key a block's, checked before anything moves
+    if (!p->renames_keys()) {
+      p->eviction_order(order);
+      for (Key k : order) block_of_key(k);  // every key a block's, checked before anything changes
+    }
+    policy_ = p;
     for (Key k : order) {
       const int32_t b = block_of_key(k);
       if (!hashless_[b]) continue;
@@ -73,6 +74,15 @@ class FreeQueue {
       drop_key(b);
       push(page ? reserve_ : blank_, page ? kReserve : kBlank, b, !page);
     }
+  }
+
+  // Every key the live policy holds (evictable or pinned) is a block's: std::logic_error otherwise
+  // (the policy was changed behind the queue's back). O(keys). A switch checks it before it starts.
+  void check_keys() const {
+    std::vector<Key> keys;
+    policy_->eviction_order(keys);
+    policy_->pinned_keys(keys);
+    for (Key k : keys) block_of_key(k);
   }
 
   size_t num_blocks() const { return key_of_.size(); }

@@ -61,7 +61,8 @@ class Keys {
     if (has_view_) PyBuffer_Release(&view_);
   }
 
-  // Every item of list or tuple `o` is an int (not a subclass, whose __index__ could change `o`).
+  // Every item of list or tuple `o` is an int itself: another item's conversion (an __index__) may run
+  // Python code that changes `o`.
   static bool exact_ints(PyObject* o) {
     const Py_ssize_t n = PySequence_Fast_GET_SIZE(o);
     PyObject** items = PySequence_Fast_ITEMS(o);

@@ -84,29 +84,35 @@ def test_a_policy_key_no_block_holds_is_refused_before_any_index_is_read():
 
 
 def test_a_list_changed_by_a_block_attribute_read_is_walked_safely():
-    """A ``block_hash`` that changes the list being read (Python code a property runs) freed the
-    blocks the queue was still to read."""
-    _, queue = _queue(8)
-    taken = queue.popleft_n(8)
-    victims = [Block(i) for i in range(8)]
+    """A block type without slots is read through getattr, so its ``block_hash`` property runs:
+    one that changes the list being read freed the blocks ``sync`` was still to read (a crash)."""
+    _, queue = _queue(64)
+    taken = queue.popleft_n(64)
+    for block in taken:
+        block.ref_cnt = 1
+    victims = list(taken)
+    calls = []
 
-    class Clearing(Block):
-        __slots__ = ()
+    class Clearing:  # no slots: the queue reads its attributes with getattr
+        def __init__(self, i: int) -> None:
+            self.block_id, self.ref_cnt = i, 1
 
         @property
         def block_hash(self):
+            calls.append(1)
             victims.clear()
+            _ = [Block(1000 + j) for j in range(2000)]  # reuse the freed memory
             return None
 
     victims[0] = Clearing(0)
-    queue.append_n(victims)  # walks what is left of the list (block 0), never a freed block
-    assert queue.num_free_blocks >= 1
-    assert len(taken) == 8
+    queue.sync(victims)  # walks what is left of the list (nothing), never a freed block
+    assert calls == [1] and queue.num_free_blocks == 0
 
 
 def test_keys_whose_index_changes_their_list_are_read_safely():
     """A key whose ``__index__`` clears its list freed the items still to be read (any binding that
-    takes keys); a key that calls the pool again overwrote the outer call's keys (10 for 2)."""
+    takes keys); a key whose ``__index__`` calls the pool again overwrote the outer call's keys
+    (10 for 2)."""
     keys = []
 
     class Clearing:
@@ -118,13 +124,34 @@ def test_keys_whose_index_changes_their_list_are_read_safely():
     policy = _core.LRU(16)
     policy.replay(keys)  # read through the iterator, which holds each key it converts
     pool = _core.BlockPool(4, _core.LRU(4))
+    pool.allocate(2)
+    pool.release([pool.cache(1, None), pool.cache(2, None)])
 
-    class Reentrant(int):
+    class Reentrant:
+        def __init__(self, value: int) -> None:
+            self.value = value
+
         def __index__(self):
-            pool.evictable_among([5, 6, 7, 8, 9, 10, 11, 12, 13, 14])
-            return int(self)
+            pool.evictable_among(list(range(5, 15)))
+            return self.value
 
     assert pool.evictable_among([Reentrant(1), Reentrant(2)]) == 2
+
+
+def test_a_switch_refused_leaves_the_live_policy_live():
+    """A switch that finds a key of the live policy no block holds is refused before anything
+    changes: it was found after the hand-over, with the queue on the new policy and Python still
+    naming the old one (whose blocks then went missing)."""
+    _, queue = _queue(4)
+    live = queue.policy
+    live.insert(12345, False)
+    nxt = _core.S3FIFO(4)
+    with pytest.raises(RuntimeError, match="holds key 12345, no block's"):
+        queue.switch(nxt)
+    assert queue.policy is live and len(nxt) == 0
+    live.remove(12345)
+    queue.switch(nxt)  # the refused policy serves no pool: it can still be switched to
+    assert queue.policy is nxt and sorted(b.block_id for b in queue.popleft_n(4)) == [0, 1, 2, 3]
 
 
 def test_the_simulator_pool_refuses_counts_that_would_break_it():

@@ -278,7 +278,7 @@ def test_the_map_covers_its_grid(quick_run):
     for c in cells:
         lead = 100 * (c["hit_rate"]["lru"] - c["hit_rate"]["s3fifo"])
         assert c["lead_points"] == pytest.approx(lead)
-        assert c["winner"] == ("lru" if lead > 0 else "s3fifo" if lead < 0 else "tie")
+        assert c["winner"] == ("lru" if lead > 0.1 else "s3fifo" if lead < -0.1 else "tie")  # the map's ties
 
 
 def _with(payload: dict, **rates: float) -> dict:

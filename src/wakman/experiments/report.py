@@ -22,7 +22,7 @@ from wakman.experiments.regret import (
     static_winner,
 )
 from wakman.experiments.summary import require_finite
-from wakman.experiments.workload_map import AXES
+from wakman.experiments.workload_map import AXES, MAP_TIE_POINTS
 from wakman.simulation.server import KEEP_UP_STEP, KEEP_UP_UTILIZATION, ServerModel
 from wakman.traces.io import atomic_path
 
@@ -490,9 +490,6 @@ def _kept_up(row: dict[str, Any]) -> str:
         return "yes"
     util = max(u for p, u in row["prefill_utilization"].items() if row["saturated"][p] and u is not None)
     return f"no (prefill utilization {util:z.2f})"
-
-
-MAP_TIE_POINTS = 0.1  # the map's verdicts: a lead under this (points) is a tie, not a winner
 
 
 def _map_winner(cell: dict[str, Any]) -> str:

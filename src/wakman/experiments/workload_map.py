@@ -43,14 +43,18 @@ AGENTIC_TURNS = MapAxis(
 AXES = {axis.name: axis for axis in (GAP, AGENTIC_TURNS)}
 
 
+MAP_TIE_POINTS = 0.1  # on the map a lead of at most this (points) is a tie, not a winner
+
+
 def cell(axis: str, value: float, capacity: int, hit_rate: dict[str, float]) -> dict[str, Any]:
-    """One point of the map: the hit rates and what they say (winner, lead, regret)."""
+    """One point of the map: the hit rates and what they say (winner, a lead of at most
+    ``MAP_TIE_POINTS`` being a tie; lead; regret)."""
     return {
         "axis": axis,
         "value": value,
         "capacity": capacity,
         "hit_rate": hit_rate,
-        "winner": static_winner(hit_rate),
+        "winner": static_winner(hit_rate, MAP_TIE_POINTS),
         "lead_points": lru_lead_points(hit_rate),
         "regret_points": {p: regret_points(hit_rate, p) for p in ("wakman", "wakman-plus")},
     }

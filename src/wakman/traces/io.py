@@ -258,7 +258,8 @@ def atomic_output(path: str | Path) -> Iterator[IO[bytes]]:
     compression's name (``.tar.gz``, ``.zip``, ...) is refused."""
     path = Path(path)
     suffix = path.suffix.lower()  # .GZ compresses as .gz does (it was written as plain text)
-    tar = len(path.suffixes) > 1 and path.suffixes[-2].lower() == ".tar"  # .tar.gz: an archive's name
+    # .tar.gz: an archive's name (x.tar.jsonl is not)
+    tar = suffix in WRITTEN_SUFFIXES and len(path.suffixes) > 1 and path.suffixes[-2].lower() == ".tar"
     if suffix in UNWRITTEN_SUFFIXES or tar:
         shown = "".join(path.suffixes[-2:]) if tar else path.suffix
         raise ValueError(

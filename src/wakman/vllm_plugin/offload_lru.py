@@ -40,12 +40,15 @@ except ImportError as exc:  # a vLLM whose offload modules moved: the version ch
     raise offload_import_failed(exc) from exc
 
 Rank = int | float  # vLLM's LRU rank (request rank, -position), or (fresh rank, 0), as one number
-_POSITIONS = 1 << 32  # more than any chunk position in a request
+_POSITIONS = 1 << 32  # positions (a chunk's end token in its request) lie in [0, 2**32)
 
 
 def _rank(request_rank: int, position: int = 0) -> int:
     """vLLM's rank ``(request_rank, -position)`` as one integer, in the same order (an int compares
-    faster than a tuple, and the held and busy heaps compare ranks at every push and pop)."""
+    faster than a tuple, and the held and busy heaps compare ranks at every push and pop); a
+    position past 2**32 tokens would fall among the previous request's ranks: refused."""
+    if not 0 <= position < _POSITIONS:
+        raise ValueError(f"offload lru: a chunk position of {position} tokens is past 2**32")
     return request_rank * _POSITIONS - position
 
 
@@ -245,7 +248,7 @@ class VllmLruOrder:
         while self._open:
             state = next(iter(self._open))
             if state.generation == self._generation:
-                bound = _rank(state.rank, _POSITIONS - 1)  # below all of its chunks' ranks
+                bound = _rank(state.rank, _POSITIONS - 1)  # at most its chunks' ranks (compared with <)
                 break
             del self._open[state]
         heap = self._busy_heap
