@@ -586,10 +586,15 @@ def sweep(
     if saturated:
         named = ", ".join(f"{r['policy']} at {r['capacity_blocks']:,}" for r in saturated[:6])
         named += f" and {len(saturated) - 6} more" if len(saturated) > 6 else ""
-        busiest = max(
-            math.inf if r.get("prefill_utilization") is None else r["prefill_utilization"] for r in saturated
+        remedy = "; ".join(  # each distinct remedy: some runs may be prefill-bound, others slot-bound
+            dict.fromkeys(
+                saturation_remedy(
+                    isinstance(server, VllmServer),
+                    math.inf if r.get("prefill_utilization") is None else r["prefill_utilization"],
+                )
+                for r in saturated
+            )
         )
-        remedy = saturation_remedy(isinstance(server, VllmServer), busiest)
         err_console.print(
             f"[yellow]warning:[/yellow] the modelled server is saturated in {len(saturated)} of "
             f"{len(rows)} runs ({named}): their hit rates are those of an overloaded "

@@ -276,7 +276,7 @@ def _beside(value: float, threshold: float, decimals: int = 2, sign: str = "+") 
     of ``threshold`` or onto it (a mean gain of 2.996 prints +2.996, not the +3.00 the goal asks for)."""
     side = (value > threshold) - (value < threshold)
     while (
-        decimals < 6 and (round(value, decimals) > threshold) - (round(value, decimals) < threshold) != side
+        decimals < 15 and (round(value, decimals) > threshold) - (round(value, decimals) < threshold) != side
     ):
         decimals += 1
     return f"{value:{sign}z.{decimals}f}"
