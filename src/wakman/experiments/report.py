@@ -198,12 +198,17 @@ def _header(payload: dict[str, Any], command: str) -> str:
     return text
 
 
+def _saturation_by_capacity(mix: dict[str, Any], primary: int) -> dict[str, dict[str, bool]]:
+    """A mix's saturation flags by capacity (blocks, as a string) and policy: the primary capacity's
+    runs are ``saturated``, the others' ``saturated_by_capacity``."""
+    return {str(primary): mix.get("saturated", {}), **mix.get("saturated_by_capacity", {})}
+
+
 def _saturated_list(mixes: list[dict[str, Any]], primary: int) -> str:
     """``mix at N blocks (policies)`` for every saturated run of the mixes."""
     out = []
     for m in mixes:
-        runs = {str(primary): m.get("saturated", {}), **m.get("saturated_by_capacity", {})}
-        for capacity, flags in runs.items():
+        for capacity, flags in _saturation_by_capacity(m, primary).items():
             hit = [p for p, flag in flags.items() if flag]
             if hit:
                 which = "every policy" if len(hit) == len(flags) else ", ".join(hit)
@@ -747,7 +752,7 @@ def _new_policy_section(payload: dict[str, Any], policy: str, per_capacity: dict
         flagged = set(ablations["saturated"])
 
         def shown(name: str) -> str:
-            return name + (" (saturated server)" if name in flagged else "")
+            return _flag_saturated(name, flagged)
 
         below = ablations["over_half_point_below"]
         verdict += (
@@ -806,10 +811,9 @@ def _flag_saturated(name: str, saturated: set[str]) -> str:
 def _saturated_mixes(payload: dict[str, Any], policy: str, capacity: str) -> set[str]:
     """The mixes whose run of ``policy`` (a policy, or hint mode's label) at ``capacity`` blocks found
     the modelled server saturated."""
-    primary = str(payload["plan"]["capacity"])
     out = set()
     for m in payload["mixes"]:
-        flags = {primary: m.get("saturated", {}), **m.get("saturated_by_capacity", {})}.get(capacity, {})
+        flags = _saturation_by_capacity(m, payload["plan"]["capacity"]).get(capacity, {})
         flag = flags[policy] if policy in flags else m.get("hint_saturated", {}).get(capacity, False)
         if flag:
             out.add(m["name"])
