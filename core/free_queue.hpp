@@ -57,16 +57,15 @@ class FreeQueue {
 
   Policy& policy() { return *policy_; }
   const Policy& policy() const { return *policy_; }
-  // Make `p` the live policy; the caller has handed the keys over (policy.hpp's handover). Under a
-  // policy that does not rename keys, hashless blocks go to blank's head, as their hash loss would
-  // have sent them under it, and hashless pages to reserve's tail, oldest first (O(blocks)).
+  // Make `p` the live policy; the caller checked the live policy's keys (check_keys) and then handed
+  // them over (policy.hpp's handover), so every key of `p` is a block's. Under a policy that does not
+  // rename keys, hashless blocks go to blank's head, as their hash loss would have sent them under
+  // it, and hashless pages to reserve's tail, oldest first (O(blocks)).
   void set_policy(Policy* p) {
-    std::vector<Key> order;
-    if (!p->renames_keys()) {
-      p->eviction_order(order);
-      for (Key k : order) block_of_key(k);  // every key a block's, checked before anything changes
-    }
     policy_ = p;
+    if (policy_->renames_keys()) return;
+    std::vector<Key> order;
+    policy_->eviction_order(order);
     for (Key k : order) {
       const int32_t b = block_of_key(k);
       if (!hashless_[b]) continue;
