@@ -33,8 +33,8 @@ def steady_trace(n: int, gap_s: float, prompt_tokens: int, output_tokens: int = 
     ]
 
 
-def run(reqs: list[Request], server: ServerModel) -> dict:
-    return simulate(reqs, "lru", 100_000, server=server).as_flat_dict()
+def run(reqs: list[Request], server: ServerModel, capacity: int = 100_000) -> dict:
+    return simulate(reqs, "lru", capacity, server=server).as_flat_dict()
 
 
 @pytest.mark.parametrize("service_over_gap", [1.5, 3.0])
@@ -410,3 +410,45 @@ def test_a_step_holds_its_blocks_until_it_ends():
     ]
     result = simulate(two, "lru", 4, server=VllmServer(4096, 64, 0.025))
     assert result.evictions == 1 == sum(i.evictions for i in result.intervals)
+
+
+def test_a_sweep_with_prefill_bound_and_slot_bound_runs_gives_both_remedies(tmp_path):
+    """Two prompts of 100 blocks take turns every 0.1 s on one slot: at 110 blocks each evicts the
+    other (every prompt prefilled whole: 0.2 s of prefill a 0.1 s gap, prefill-bound), at 250 both
+    stay (99 blocks hit: the lane idles, the slot's 2 s of decode a request is the bottleneck). The
+    sweep's warning gives each run's remedy, not the busiest run's alone."""
+    n, gap, tokens, output = 100, 0.1, 1600, 79
+    reqs = [
+        Request(
+            arrival_s=i * gap,
+            block_keys=[(i % 2) * 1000 + b + 1 for b in range(tokens // BLOCK)],
+            prompt_tokens=tokens,
+            output_tokens=output,
+            block_size=BLOCK,
+        )
+        for i in range(n)
+    ]
+    server = ServerModel(prefill_tokens_per_s=8_000, decode_tokens_per_s=40, max_running=1)
+    evicting, keeping = (run(reqs, server, c) for c in (110, 250))
+    assert evicting["prefill_utilization"] > 1.5 and keeping["prefill_utilization"] < 0.2
+    assert evicting["saturated"] and keeping["saturated"]
+    path = tmp_path / "t.jsonl"
+    write_trace(reqs, path, "native")
+    flags = ["--prefill-tps", "8000", "--decode-tps", "40", "--max-running", "1"]
+    swept = CliRunner().invoke(
+        app,
+        [
+            "sweep",
+            str(path),
+            "--policies",
+            "lru",
+            "--capacities",
+            "110,250",
+            *flags,
+            "--out",
+            str(tmp_path / "sw"),
+        ],
+    )
+    assert swept.exit_code == 0, swept.output
+    assert "saturated in 2 of 2 runs" in swept.stderr
+    assert "raise --prefill-tps" in swept.stderr and "raise --max-running" in swept.stderr

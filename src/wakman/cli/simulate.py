@@ -5,7 +5,6 @@ from __future__ import annotations
 import csv
 import itertools
 import json
-import math
 from collections.abc import Iterable
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -39,7 +38,7 @@ from wakman.cli.inputs import (
 from wakman.simulation import MODES, ServerModel, VllmServer
 from wakman.simulation import server as server_limits
 from wakman.simulation.run import check_intervals
-from wakman.simulation.server import saturation_remedy
+from wakman.simulation.server import saturation_remedies
 from wakman.traces.io import atomic_paths
 from wakman.traces.model import Request, as_engine_serves
 
@@ -586,14 +585,8 @@ def sweep(
     if saturated:
         named = ", ".join(f"{r['policy']} at {r['capacity_blocks']:,}" for r in saturated[:6])
         named += f" and {len(saturated) - 6} more" if len(saturated) > 6 else ""
-        remedy = "; ".join(  # each distinct remedy: some runs may be prefill-bound, others slot-bound
-            dict.fromkeys(
-                saturation_remedy(
-                    isinstance(server, VllmServer),
-                    math.inf if r.get("prefill_utilization") is None else r["prefill_utilization"],
-                )
-                for r in saturated
-            )
+        remedy = saturation_remedies(  # some runs may be prefill-bound, others slot-bound
+            isinstance(server, VllmServer), (r.get("prefill_utilization") for r in saturated)
         )
         err_console.print(
             f"[yellow]warning:[/yellow] the modelled server is saturated in {len(saturated)} of "

@@ -41,7 +41,7 @@ admissions, and the rule:
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -194,6 +194,17 @@ def saturation_remedy(vllm_steps: bool, prefill_utilization: float) -> str:
     return (  # the lane keeps up: requests wait for a running slot or for free cache blocks
         "the prefill lane keeps up, so requests wait for running slots or free cache blocks: "
         "raise --max-running / --max-num-seqs, --decode-tps or the cache's size, or lower the load"
+    )
+
+
+def saturation_remedies(vllm_steps: bool, prefill_utilizations: Iterable[float | None]) -> str:
+    """Each distinct ``saturation_remedy`` of several saturated runs, in first-seen order, joined
+    by "; " (a sweep's runs may be prefill-bound at one size and slot-bound at another); a run
+    without a measured utilization (None) counts as unbounded."""
+    return "; ".join(
+        dict.fromkeys(
+            saturation_remedy(vllm_steps, math.inf if u is None else u) for u in prefill_utilizations
+        )
     )
 
 
