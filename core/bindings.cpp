@@ -44,6 +44,16 @@ struct FutureHandle {
   std::optional<bool> deepest_first;  // of_requests' order; unknown for a sequence given as is
 };
 
+// A policy that serves a pool (vLLM's free queue) changes through that host only: a key inserted,
+// pinned or dropped behind the host's back would stand for no block, or for one handed out twice.
+// Python's mutators refuse such a policy; its read-only views and its hints stay open.
+Policy& unhosted(Policy& p) {
+  if (p.hosted())
+    throw std::invalid_argument(std::string(p.name()) +
+                                ": this policy serves a vLLM free queue; it changes through the queue only");
+  return p;
+}
+
 std::vector<Key> keys_of(nb::handle obj) {
   KeyBatch batch(obj);
   return std::vector<Key>(batch.data(), batch.data() + batch.size());
@@ -80,13 +90,15 @@ NB_MODULE(_core, m) {
       .def_prop_ro("memory_bytes", &Policy::bytes, "Bytes held by the policy's tables.")
       .def("is_pinned", [](const Policy& p, nb::handle k) { return p.is_pinned(to_key(k)); })
       .def(
-          "access", [](Policy& p, nb::handle k) { return p.access(to_key(k)); },
+          "access", [](Policy& p, nb::handle k) { return unhosted(p).access(to_key(k)); },
           "Look a key up as a plain cache: True on a hit; a miss evicts while full, then inserts.")
       .def(
           "replay",
           [](Policy& p, nb::handle keys) {
             KeyBatch batch(keys);
-            return p.replay(batch.data(), batch.size());
+            Policy& q = unhosted(p);
+            nb::gil_scoped_release release;  // a shadow's replay: the scheduler's thread may run meanwhile
+            return q.replay(batch.data(), batch.size());
           },
           "keys"_a, "Access every key in order (numpy uint64 read in place); return the number of hits.")
       .def(
@@ -100,60 +112,63 @@ NB_MODULE(_core, m) {
           },
           "keys"_a)
       .def(
-          "insert", [](Policy& p, nb::handle k, bool pinned) { p.insert(to_key(k), pinned); }, "key"_a,
+          "insert", [](Policy& p, nb::handle k, bool pinned) { unhosted(p).insert(to_key(k), pinned); }, "key"_a,
           "pinned"_a = false, "A new key becomes resident (the caller made room).")
-      .def("insert_pinned", [](Policy& p, nb::handle k) { p.insert(to_key(k), true); })
-      .def("hit", [](Policy& p, nb::handle k) { p.hit(to_key(k)); }, "A lookup found the resident key.")
-      .def("pin", [](Policy& p, nb::handle k) { p.pin(to_key(k)); }, "The key leaves the eviction order.")
+      .def("insert_pinned", [](Policy& p, nb::handle k) { unhosted(p).insert(to_key(k), true); })
+      .def("hit", [](Policy& p, nb::handle k) { unhosted(p).hit(to_key(k)); }, "A lookup found the resident key.")
+      .def("pin", [](Policy& p, nb::handle k) { unhosted(p).pin(to_key(k)); }, "The key leaves the eviction order.")
       .def(
-          "hit_pin", [](Policy& p, nb::handle k, bool pin_too) { p.hit_pin(to_key(k), pin_too); }, "key"_a,
+          "hit_pin", [](Policy& p, nb::handle k, bool pin_too) { unhosted(p).hit_pin(to_key(k), pin_too); }, "key"_a,
           "pin_too"_a = true, "A request takes the resident key: hit, then pin when pin_too (one lookup).")
-      .def("unpin", [](Policy& p, nb::handle k) { p.unpin(to_key(k)); },
+      .def("unpin", [](Policy& p, nb::handle k) { unhosted(p).unpin(to_key(k)); },
            "The key re-enters the order at its segment's newest position.")
       .def(
           "hit_pin_many",
           [](Policy& p, nb::handle keys) {
             KeyBatch batch(keys);
-            for (size_t i = 0; i < batch.size(); ++i) p.hit_pin(batch.data()[i], true);
+            Policy& q = unhosted(p);
+            for (size_t i = 0; i < batch.size(); ++i) q.hit_pin(batch.data()[i], true);
           },
           "keys"_a)
       .def(
           "unpin_many",
           [](Policy& p, nb::handle keys) {
             KeyBatch batch(keys);
-            for (size_t i = 0; i < batch.size(); ++i) p.unpin(batch.data()[i]);
+            Policy& q = unhosted(p);
+            for (size_t i = 0; i < batch.size(); ++i) q.unpin(batch.data()[i]);
           },
           "keys"_a)
-      .def("evict", &Policy::evict, "Remove and return a victim among the unpinned keys.")
+      .def("evict", [](Policy& p) { return unhosted(p).evict(); }, "Remove and return a victim among the unpinned keys.")
       .def(
           "evict_many",
           [](Policy& p, size_t n) {
             std::vector<Key> out;
             out.reserve(std::min(n, p.num_evictable()));  // more victims than that: evict_many raises
-            evict_many(p, n, out);
+            evict_many(unhosted(p), n, out);
             return key_list(out);
           },
           "n"_a)
-      .def("remove", [](Policy& p, nb::handle k) { p.remove(to_key(k)); },
+      .def("remove", [](Policy& p, nb::handle k) { unhosted(p).remove(to_key(k)); },
            "Drop a resident key outside eviction in O(1); the others keep their metadata.")
-      .def("discard", [](Policy& p, nb::handle k) { p.remove(to_key(k)); }, "Alias of remove.")
-      .def("evict_key", [](Policy& p, nb::handle k) { p.evict_key(to_key(k)); }, "key"_a,
+      .def("discard", [](Policy& p, nb::handle k) { unhosted(p).remove(to_key(k)); }, "Alias of remove.")
+      .def("evict_key", [](Policy& p, nb::handle k) { unhosted(p).evict_key(to_key(k)); }, "key"_a,
            "A resident key (pinned or not) leaves as the policy's own eviction of it would: its ghost "
            "entry stays where the policy keeps one (S3-FIFO from S, ARC, chain-lru from P); O(1).")
       .def(
           "adopt",
           [](Policy& p, nb::handle keys) {
             KeyBatch batch(keys);
-            for (size_t i = 0; i < batch.size(); ++i) p.adopt(batch.data()[i]);
+            Policy& q = unhosted(p);
+            for (size_t i = 0; i < batch.size(); ++i) q.adopt(batch.data()[i]);
           },
           "keys"_a, "Take over unpinned keys, oldest (first victim) first.")
       .def(
-          "rekey", [](Policy& p, nb::handle from, nb::handle to) { return p.rekey(to_key(from), to_key(to)); },
+          "rekey", [](Policy& p, nb::handle from, nb::handle to) { return unhosted(p).rekey(to_key(from), to_key(to)); },
           "key"_a, "new_key"_a,
           "A resident key is known as new_key (unknown to the policy) from now on, in place (position,\n"
           "segment, counters, pin). True where the policy does this (LRU, FIFO: one queue); else False,\n"
           "nothing changed.")
-      .def("reset", &Policy::reset, "Forget everything: resident keys, pins, ghosts, adaptive state.")
+      .def("reset", [](Policy& p) { unhosted(p).reset(); }, "Forget everything: resident keys, pins, ghosts, adaptive state.")
       .def("reserve", &Policy::reserve,
            "Allocate now the tables for every key the policy can hold at once (resident and ghosts), so "
            "no later call waits on a table's growth; reset() keeps the room. Changes no decision.")
@@ -332,7 +347,7 @@ NB_MODULE(_core, m) {
       .def_prop_ro("clock", &Belady::clock);
 
   m.def(
-      "handover", [](const Policy& src, Policy& dst) { handover(src, dst); }, "src"_a, "dst"_a, "Reset dst, then give it src's cached blocks: unpinned in src's eviction order, pinned as pinned.");
+      "handover", [](const Policy& src, Policy& dst) { handover(src, unhosted(dst)); }, "src"_a, "dst"_a, "Reset dst, then give it src's cached blocks: unpinned in src's eviction order, pinned as pinned.");
 
   m.def(
       "cached_prefix",
@@ -386,7 +401,13 @@ NB_MODULE(_core, m) {
       [](Policy& p, nb::handle keys, size_t limit, size_t full, nb::handle outputs, double arrival_s) {
         KeyBatch k(keys), o(outputs);
         full = std::min(full, k.size());
-        RequestReplay r = p.replay_request(k.data(), std::min(limit, full), full, o.data(), o.size(), arrival_s);
+        RequestReplay r;
+        {
+          // Shadow replays run on a thread beside vLLM's scheduler: the keys are read (outputs copied)
+          // above; the per-block loop lets the scheduler's thread take the GIL meanwhile.
+          nb::gil_scoped_release release;
+          r = p.replay_request(k.data(), std::min(limit, full), full, o.data(), o.size(), arrival_s);
+        }
         return nb::make_tuple(r.prefix_hits, r.accessed, r.access_hits);
       },
       "policy"_a, "keys"_a, "limit"_a, "full"_a, "outputs"_a, "arrival_s"_a = 0.0,

@@ -132,6 +132,7 @@ class Policy {
   void release(const void* host) {
     if (host_ == host) host_ = nullptr;
   }
+  bool hosted() const { return host_ != nullptr; }
 
   virtual size_t size() const = 0;
   virtual size_t num_pinned() const = 0;

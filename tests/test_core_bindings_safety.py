@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import time
 
 import numpy as np
 import pytest
@@ -72,15 +73,50 @@ def test_the_null_block_is_refused_as_free():
         _core.FreeBlockQueue(blocks, blocks, _core.LRU(4))
 
 
-def test_a_policy_key_no_block_holds_is_refused_before_any_index_is_read():
-    """A key put in the live policy behind the queue's back has no block: reading its block (-1)
-    read and wrote outside the queue's arrays (``get_all_free_blocks``, ``clear_cache``)."""
-    _, queue = _queue(4)
-    queue.policy.insert(12345, False)
-    for call in (queue.get_all_free_blocks, queue.clear_cache):
-        with pytest.raises(RuntimeError, match="holds key 12345, no block's"):
-            call()
-    assert queue.num_blank_blocks == 4  # clear_cache changed nothing before it refused
+HOSTED_MUTATORS = [
+    ("insert", (12345, False)),
+    ("insert_pinned", (12345,)),
+    ("access", (12345,)),
+    ("replay", ([12345],)),
+    ("hit", (0,)),
+    ("pin", (0,)),
+    ("hit_pin", (0,)),
+    ("unpin", (0,)),
+    ("hit_pin_many", ([0],)),
+    ("unpin_many", ([0],)),
+    ("evict", ()),
+    ("evict_many", (1,)),
+    ("remove", (0,)),
+    ("discard", (0,)),
+    ("evict_key", (0,)),
+    ("adopt", ([12345],)),
+    ("rekey", (0, 1)),
+    ("reset", ()),
+]
+
+
+@pytest.mark.parametrize("policy", [_core.LRU, _core.S3FIFO, _core.ARC, _core.ChainLRU])
+@pytest.mark.parametrize(("name", "args"), HOSTED_MUTATORS)
+def test_a_policy_that_serves_a_queue_changes_through_the_queue_only(policy, name, args):
+    """A key put in the live policy behind the queue's back stands for no block (``clear_cache`` and
+    ``get_all_free_blocks`` then read index -1); one dropped behind it leaves a free block the
+    queue cannot hand out. Python's mutators refuse a hosted policy before anything changes; once a
+    switch releases it, it is a plain policy again."""
+    blocks, queue = _queue(4, policy)
+    live = queue.policy
+    queue.popleft_n(2)  # blocks 0, 1 in use; the queue's state: 2 free, 2 blank
+    with pytest.raises(ValueError, match="serves a vLLM free queue"):
+        getattr(live, name)(*args)
+    with pytest.raises(ValueError, match="serves a vLLM free queue"):
+        _core.handover(_core.LRU(4), live)
+    assert 12345 not in live and queue.num_free_blocks == 2
+    live.on_request([7, 8], 2, [], 0.0)  # hints stay open
+    queue.append_n(blocks[:2])
+    assert sorted(b.block_id for b in queue.get_all_free_blocks()) == [0, 1, 2, 3]
+    queue.switch(_core.S3FIFO(4))
+    assert queue.policy is not live
+    live.insert(12345, False)  # released by the switch: a plain policy
+    assert 12345 in live
 
 
 def test_a_list_changed_by_a_block_attribute_read_is_walked_safely():
@@ -138,22 +174,6 @@ def test_keys_whose_index_changes_their_list_are_read_safely():
     assert pool.evictable_among([Reentrant(1), Reentrant(2)]) == 2
 
 
-def test_a_switch_refused_leaves_the_live_policy_live():
-    """A switch that finds a key of the live policy no block holds is refused before anything
-    changes: it was found after the hand-over, with the queue on the new policy and Python still
-    naming the old one (whose blocks then went missing)."""
-    _, queue = _queue(4)
-    live = queue.policy
-    live.insert(12345, False)
-    nxt = _core.S3FIFO(4)
-    with pytest.raises(RuntimeError, match="holds key 12345, no block's"):
-        queue.switch(nxt)
-    assert queue.policy is live and len(nxt) == 0
-    live.remove(12345)
-    queue.switch(nxt)  # the refused policy serves no pool: it can still be switched to
-    assert queue.policy is nxt and sorted(b.block_id for b in queue.popleft_n(4)) == [0, 1, 2, 3]
-
-
 def test_the_simulator_pool_refuses_counts_that_would_break_it():
     """Each of these left the pool's counts broken (a negative anonymous count, a negative
     reference count) or read past its run table; now each is refused and ``check()`` holds."""
@@ -205,3 +225,40 @@ def test_hash_inputs_of_the_wrong_type_are_refused_not_converted():
         _core.chain_ids(np.array([1 + 2**32, 2], dtype=np.int64))
     with pytest.raises(TypeError):
         _core.splitmix64(np.array([1.0]))
+
+
+@pytest.mark.parametrize("call", ["replay", "replay_request"])
+def test_a_shadow_replay_lets_other_threads_run(call):
+    """vLLM's plugin replays shadows on a thread beside the scheduler's. The core held the GIL for
+    the whole replay, so a scheduler step that gave the GIL up (waiting on the GPU) could not get
+    it back until the replay's call returned. Here the main thread counts while a long replay runs
+    on another: it got no turn before the fix."""
+    import threading
+
+    keys = np.arange(3_000_000, dtype=np.uint64) % np.uint64(400_000)
+    shadow = _core.LRU(200_000)
+    counted = {}
+    count = [0]
+
+    def replay() -> None:
+        before = count[0]  # this thread holds the GIL from here into the call
+        if call == "replay":
+            shadow.replay(keys)
+        else:
+            _core.replay_request(shadow, keys, 0, len(keys), [], 0.0)
+        counted["during"] = count[0] - before  # read as the call returns, before this thread lets go
+
+    # no forced switch between threads: a thread runs until it lets go of the GIL (a sleep, or a
+    # call that releases it), so nothing but the replay's own release lets this thread count in it
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(1000.0)
+    try:
+        worker = threading.Thread(target=replay)
+        worker.start()
+        while worker.is_alive():
+            count[0] += 1
+            time.sleep(0)  # lets the worker in (and back, once its replay returns)
+        worker.join()
+    finally:
+        sys.setswitchinterval(interval)
+    assert counted["during"] > 0
