@@ -205,7 +205,7 @@ class SchedulerLoop:
         self._serial = 0
         runtime = getattr(scheduler, "wakman", None)
         if runtime is not None:
-            runtime.clock = lambda: self.clock  # the manager decides on trace seconds
+            runtime.use_clock(lambda: self.clock)  # the manager decides on trace seconds
 
     def _request(self, req: TraceRequest, index: int, max_tokens: int) -> Any:
         from vllm import SamplingParams

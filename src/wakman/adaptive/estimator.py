@@ -9,7 +9,8 @@ each step's frees, the two moments it changes). Memory is bounded: at most ``max
 prompt keys, the oldest requests dropped first. Each request's keys are the uint64 array it came
 with (a trace's requests share their reader's arrays; the vLLM plugin builds one per request), 8
 bytes a key: the default 4 M keys is 32 MB. A request's output keys (wakman-plus logs them: in vLLM a
-view of the request's own block hashes) are not counted in that bound. The free-block log holds
+view of the request's own block hashes while it runs, an array of 8-byte keys once it finishes) are
+not counted in that bound. The free-block log holds
 one 24-byte segment per event since the oldest window start a decision still reads.
 """
 

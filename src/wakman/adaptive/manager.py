@@ -1,6 +1,7 @@
 """The WAKMan adaptive manager: shadow replay of recent traffic and live policy switching.
 
-Decisions are due at ``first_decision_s + k * interval_s``. The one due at T replays the requests
+Decisions are due at ``first_decision_s + k * interval_s`` from the clock's 0 (a trace's start;
+a live engine calls ``start(now)`` to count from its own start). The one due at T replays the requests
 that arrived in [T - ``window_s``, T) through a fresh shadow of every candidate policy whose
 capacity is that span's time-weighted mean number of free blocks, scores each (per-block hits /
 keys, or vLLM's first-miss token rate), and makes the best the live policy. It is taken at the
@@ -63,6 +64,17 @@ class Decision:
 
 
 @dataclass
+class DecisionTotals:
+    """Counts over every decision a manager took (its ``decisions`` may keep the last ones only)."""
+
+    decisions: int = 0
+    switches: int = 0
+    replay_errors: int = 0
+    replay_wall_s: float = 0.0  # seconds of replay, all decisions
+    last_replayed: Decision | None = None  # the latest decision that replayed (rates or an error)
+
+
+@dataclass
 class PendingDecision:
     """A decision whose replay is running: the window is a private snapshot of the log."""
 
@@ -84,7 +96,11 @@ class AdaptiveManager:
 
     config: AdaptiveConfig
     capacity: int
-    decisions: list[Decision] = field(default_factory=list)
+    decisions: list[Decision] = field(default_factory=list)  # the last kept_decisions of them
+    kept_decisions: int | None = None  # None: every decision (a run's report); vLLM keeps the last ones
+    # pool blocks a logged key stands for (vLLM: one per KV-cache group that caches hash blocks):
+    # the shadows are sized in keys, the pool's capacity and mean free blocks divided by it
+    pool_blocks_per_key: float = 1.0
     # replaces replay(window, capacity) -> rates for every host (cache mode, vLLM, the offload tier)
     replay_hook: Any = None  # tests inject a failing or recording replay here
     shadow_hits: Mapping[str, Sequence[int]] | None = None
@@ -102,8 +118,13 @@ class AdaptiveManager:
                 )
             if any(min(hits, default=0) < 0 for hits in self.shadow_hits.values()):
                 raise ValueError("shadow_hits: a cache-mode run's first_hit_tokens (serve mode's hold -1)")
+        if self.kept_decisions is not None and self.kept_decisions < 2:
+            raise ValueError("kept_decisions: at least the last 2 (skip_unchanged reads them)")
+        if not self.pool_blocks_per_key >= 1.0:
+            raise ValueError(f"pool_blocks_per_key must be >= 1, got {self.pool_blocks_per_key}")
         self.estimator = Estimator(self.config.max_logged_blocks)
         self.next_decision = self.config.first_decision_s
+        self.totals = DecisionTotals()  # over every decision taken, kept or not
         self._error_logged = False
         self._last_signature: tuple[float, float] | None = None
         self.live = self.config.start_policy
@@ -115,6 +136,22 @@ class AdaptiveManager:
         self._shadows: dict[str, EvictionPolicy] = {}
         self._scores = _core.DecayedScores(len(self.config.candidates))
         self._fed_until = 0.0
+
+    def start(self, now: float) -> None:
+        """Count time from ``now`` (s, the host's clock; a live engine's is the epoch): the first
+        decision is due ``first_decision_s`` later, and persistent shadows start from it. Call it
+        before the first request is recorded; without it time counts from 0 (a trace's clock)."""
+        self.next_decision = now + self.config.first_decision_s
+        self._fed_until = now
+
+    def earliest_replayed_s(self) -> float:
+        """The earliest arrival (s) a decision not yet opened still replays: persistent shadows are
+        fed from the last decision's due time on, fresh ones replay from the next decision's window
+        start. A host whose arrival stamps can be older than that (vLLM's are taken before the
+        request reaches the scheduler) logs them no earlier, or no window would hold them."""
+        if self.config.shadows == "persistent":
+            return self._fed_until
+        return self.next_decision - self.config.window_s
 
     def initial_policy(self) -> EvictionPolicy:
         return self.make_policy(self.config.start_policy, self.capacity)
@@ -198,9 +235,10 @@ class AdaptiveManager:
         capacity = shadow_capacity
         if capacity is None:
             if cfg.shadow_size == "pool":
-                capacity = self.capacity
+                blocks = float(self.capacity)
             else:
-                capacity = max(1, round(self.estimator.mean_free(start, due)))
+                blocks = self.estimator.mean_free(start, due)
+            capacity = max(1, round(blocks / self.pool_blocks_per_key))
         self.next_decision = due + cfg.interval_s
         decision = Decision(
             due, start, capacity, {}, self.live, self.live, False, 0.0, len(window), taken_s=now
@@ -218,7 +256,7 @@ class AdaptiveManager:
         # what no later window reads: persistent shadows have been fed up to _fed_until
         self.estimator.forget_before(self._fed_until if persistent else self.next_decision - cfg.window_s)
         if not window or decision.skipped:
-            self.decisions.append(decision)
+            self._log(decision)
             return None
         return PendingDecision(decision, window, capacity)
 
@@ -245,7 +283,12 @@ class AdaptiveManager:
         """Log the decision; return the policy to switch the live cache to, or None to stay."""
         decision = pending.decision
         decision.replay_wall_s = wall_s
-        self.decisions.append(decision)
+        switch_to = self._choose(decision, rates, error)
+        self._log(decision)
+        return switch_to
+
+    def _choose(self, decision: Decision, rates: dict[str, float] | None, error: str | None) -> str | None:
+        """Fill in the decision's outcome (rates or error, choice); the policy to switch to, or None."""
         if error is not None or rates is None:
             decision.error = error or "no rates"
             if not self._error_logged:
@@ -266,6 +309,19 @@ class AdaptiveManager:
         decision.switched = True
         self.live = best
         return best
+
+    def _log(self, decision: Decision) -> None:
+        """Keep the decision (the last ``kept_decisions``) and count it in ``totals``."""
+        self.decisions.append(decision)
+        if self.kept_decisions is not None and len(self.decisions) > 2 * self.kept_decisions:
+            del self.decisions[: -self.kept_decisions]  # amortized O(1) a decision
+        totals = self.totals
+        totals.decisions += 1
+        totals.switches += decision.switched
+        totals.replay_errors += decision.error is not None
+        totals.replay_wall_s += decision.replay_wall_s
+        if decision.rates or decision.error:
+            totals.last_replayed = decision
 
     def _unchanged(self, signature: tuple[float, float]) -> bool:
         if self._last_signature is None or len(self.decisions) < 2:
@@ -322,8 +378,8 @@ class AdaptiveManager:
         return {
             "adaptive": self.config.name,
             "decisions": [d.as_dict() for d in self.decisions],
-            "switches": sum(d.switched for d in self.decisions),
-            "replay_wall_s_total": sum(d.replay_wall_s for d in self.decisions),
+            "switches": self.totals.switches,
+            "replay_wall_s_total": self.totals.replay_wall_s,
             "estimator_dropped_requests": self.estimator.dropped_requests,
         }
 

@@ -92,16 +92,27 @@ def _remove_made_dir(path: str, maker: int) -> None:
         shutil.rmtree(path, ignore_errors=True)
 
 
+_publish_failing = False  # the last publish in this process failed (logged once until one succeeds)
+
+
 def publish_state(runtime: Any) -> None:
-    """Write ``runtime.state()`` (an ``EngineState``) for the collector; never raises into the engine."""
+    """Write ``runtime.state()`` (an ``EngineState``) for the collector; never raises into the engine.
+    A failure (a full disk, a directory made unusable) is logged once, and so is the recovery."""
+    global _publish_failing
     try:
         state = runtime.state()
         target = metrics_dir() / f"engine-{os.getpid()}-{state.engine}.json"
         tmp = target.with_suffix(".tmp")
         tmp.write_bytes(msgspec.json.encode(state))
         tmp.replace(target)
-    except OSError:
-        pass
+    except OSError as exc:
+        if not _publish_failing:
+            log.warning("wakman: could not publish this engine's state for /metrics (it goes stale): %s", exc)
+        _publish_failing = True
+        return
+    if _publish_failing:
+        log.warning("wakman: publishing this engine's state for /metrics works again")
+    _publish_failing = False
 
 
 def _alive(pid: int) -> bool:
@@ -289,6 +300,10 @@ class MultiprocessMirror:
             if not self._failed:
                 log.warning("wakman: could not copy the engines' states into /metrics: %s", exc)
             self._failed = True
+            return
+        if self._failed:
+            log.warning("wakman: copying the engines' states into /metrics works again")
+        self._failed = False
 
     def start(self) -> None:
         """Copy now, then every ``min_interval_s`` from a daemon thread (once per mirror)."""

@@ -195,7 +195,7 @@ def replay(
         runtime = getattr(scheduler, "wakman", None)
         clock = {"t": requests[0].arrival_s}
         if runtime is not None:
-            runtime.clock = lambda: clock["t"]
+            runtime.use_clock(lambda: clock["t"])  # due times in trace seconds, as the simulator's
         max_len = scheduler.vllm_config.model_config.max_model_len
         hits0, queries0 = prefix_cache_counters(llm)
         preempt0 = _preemptions(llm)

@@ -2,9 +2,10 @@
 
 Called from the scheduler (one thread): ``on_request`` logs what the paper's estimator logs (arrival
 time, block hashes, prompt length); ``sample_free`` logs the free blocks after each step's
-allocations and after each step's frees; ``on_step`` drives decisions. A
-decision snapshots its window on the scheduler thread, replays it in a background thread (``thread``
-mode, the default: the step never waits), and is applied by the first step after the replay ends:
+allocations and after each step's frees; ``on_step`` drives decisions, the first one interval after
+the runtime starts (``AdaptiveManager.start``). A decision snapshots its window on the scheduler
+thread, replays it in a background thread (``thread`` mode, the default: the step does not wait for
+it; the core's replay loops run without the GIL), and is applied by the first step after the replay ends:
 the switch reorders the free blocks in O(cached blocks) on the scheduler thread, the only one that
 touches the pool. A replay that raises is logged once; the live policy stays.
 """
@@ -30,6 +31,18 @@ from wakman.vllm_plugin.settings import PluginSettings
 
 log = logging.getLogger(__name__)
 
+KEPT_DECISIONS = 1024  # decisions a live engine keeps (its metrics count them all)
+
+
+def pool_blocks_per_key(manager: Any, pool: Any) -> float:
+    """Pool blocks one hash block takes: vLLM keeps every KV-cache group in one pool, a group of
+    ``b``-token blocks taking ``hash_block_size / b`` of them a hash block (one for each full
+    attention group of the hash block size). A sliding-window group holds fewer (the window's);
+    counted as full attention, its shadows are that much smaller than the cache."""
+    if manager is None:
+        return 1.0
+    return sum(pool.hash_block_size / m.block_size for m in manager.coordinator.single_type_managers)
+
 
 class PolicyRuntime:
     def __init__(
@@ -43,8 +56,18 @@ class PolicyRuntime:
     ) -> None:
         self.settings, self.clock, self.engine_index = settings, clock, engine_index
         self.capacity = pool.num_gpu_blocks - 1
-        self.manager = AdaptiveManager(settings.adaptive, self.capacity) if settings.adaptive else None
+        self.manager = (
+            AdaptiveManager(
+                settings.adaptive,
+                self.capacity,
+                kept_decisions=KEPT_DECISIONS,
+                pool_blocks_per_key=pool_blocks_per_key(manager, pool),
+            )
+            if settings.adaptive
+            else None
+        )
         if self.manager:
+            self.manager.start(clock())  # the first decision one interval after the engine starts
             policy = self.manager.initial_policy()
         else:
             params = {"sessions": True} if settings.sessions else {}
@@ -64,7 +87,16 @@ class PolicyRuntime:
             else None
         )
         self._pending: tuple[PendingDecision, Future] | None = None
+        # the logged outputs of requests not yet finished (log_outputs), by vLLM's request id
+        self._decoding: dict[str, OutputBlocks] = {}
         self._publish()
+
+    def use_clock(self, clock: Callable[[], float], start_s: float = 0.0) -> None:
+        """Decide on ``clock`` from now on (a replay's trace seconds), the due times counted from
+        ``start_s`` (0: a trace's start, as the simulator counts them). Before the first request."""
+        self.clock = clock
+        if self.manager is not None:
+            self.manager.start(start_s)
 
     @property
     def live_policy(self) -> str:
@@ -88,7 +120,14 @@ class PolicyRuntime:
         if self.manager is not None:
             # 8 bytes a key in the estimator's log (a list of Python ints would take about 40)
             prompt = np.fromiter(map(policy_key, block_hashes), dtype=np.uint64, count=len(block_hashes))
-            outputs = OutputBlocks(block_hashes, len(prompt)) if self.manager.config.log_outputs else ()
+            outputs: Any = ()
+            if self.manager.config.log_outputs:
+                outputs = OutputBlocks(block_hashes, len(prompt))
+                if request is not None:
+                    self._decoding[request.request_id] = outputs
+            # vLLM stamps arrival_s before the request reaches the scheduler: a decision opened in
+            # between has passed it, and it is logged at the earliest time a later one replays
+            arrival_s = max(arrival_s, self.manager.earliest_replayed_s())
             self.manager.estimator.record(arrival_s, prompt, block_size, prompt_tokens, outputs)
 
     def on_requests_done(self, live: Any, order: Any = (), deferred: Any = (), step: int = 0) -> None:
@@ -97,8 +136,23 @@ class PolicyRuntime:
         and ``step``: vLLM's deferred frees and step number): the ends of the sessions whose marked
         last request is done and whose blocks are back (``SessionHints.tell_done``)."""
         self.sample_free()  # the blocks the finished requests gave back
+        if self._decoding:
+            self._freeze_finished(live, order)
         if self.sessions is not None:
             self._publish_ends(told=self.sessions.tell_done(live, order, deferred, step))
+
+    def _freeze_finished(self, live: Any, order: Any) -> None:
+        """The finished requests' logged outputs become arrays of their keys (``OutputBlocks.freeze``),
+        which drops vLLM's block-hash lists (about 80 bytes a block, 8 as keys). The ids finished
+        now, and every id no longer held once the map holds twice the requests vLLM does (requests
+        finished without a call that names them)."""
+        decoding = self._decoding
+        for request_id in order:
+            if request_id not in live and (outputs := decoding.pop(request_id, None)) is not None:
+                outputs.freeze()
+        if len(decoding) > 2 * len(live) + 64:
+            for request_id in [r for r in decoding if r not in live]:
+                decoding.pop(request_id).freeze()
 
     def _publish(self) -> None:
         """Write this engine's state for the collector (``publish_state``), one writer at a time."""
@@ -195,29 +249,51 @@ class PolicyRuntime:
             session_ends=self.sessions.ends_told if self.sessions is not None else 0,
         )
         if self.manager is not None:
-            decisions = self.manager.decisions
-            replayed = [d for d in decisions if d.rates or d.error]
-            state.decisions = len(decisions)
-            state.switches = sum(d.switched for d in decisions)
-            state.replay_errors = sum(d.error is not None for d in decisions)
-            state.replay_seconds_total = sum(d.replay_wall_s for d in decisions)
-            if replayed:
-                state.last_replay_seconds = replayed[-1].replay_wall_s
-                state.shadow_hit_rate = dict(replayed[-1].rates)
+            totals = self.manager.totals  # O(1): the manager keeps the last decisions only
+            state.decisions = totals.decisions
+            state.switches = totals.switches
+            state.replay_errors = totals.replay_errors
+            state.replay_seconds_total = totals.replay_wall_s
+            if (last := totals.last_replayed) is not None:
+                state.last_replay_seconds = last.replay_wall_s
+                state.shadow_hit_rate = dict(last.rates)
         return state
 
 
 class OutputBlocks:
     """The blocks a request's decoding has filled so far: ``hashes[start:]``, read when replayed
-    (vLLM appends to the list on the scheduler thread; a replay thread reads a consistent slice)."""
+    (vLLM appends to the list on the scheduler thread; a replay thread reads a consistent slice).
+    Once the request finishes, ``freeze`` keeps those blocks' keys (a uint64 array) and lets go of
+    vLLM's list."""
 
-    __slots__ = ("hashes", "start")
+    __slots__ = ("hashes", "keys", "start")
 
     def __init__(self, hashes: list, start: int) -> None:
-        self.hashes, self.start = hashes, start
+        self.hashes: list | None = hashes
+        self.keys: np.ndarray | None = None
+        self.start = start
+
+    def freeze(self) -> None:
+        hashes = self.hashes
+        if hashes is not None:
+            tail = hashes[self.start :]
+            self.keys = np.fromiter(map(policy_key, tail), dtype=np.uint64, count=len(tail))
+            self.hashes = None
 
     def __iter__(self):
-        return map(policy_key, self.hashes[self.start :])
+        keys = self.keys  # read before hashes: a freeze (scheduler thread) sets keys, then drops hashes
+        if keys is None:
+            hashes = self.hashes
+            if hashes is not None:
+                return map(policy_key, hashes[self.start :])
+            keys = self.keys
+        return iter(keys)
 
     def __len__(self) -> int:
-        return max(0, len(self.hashes) - self.start)
+        keys = self.keys
+        if keys is None:
+            hashes = self.hashes
+            if hashes is not None:
+                return max(0, len(hashes) - self.start)
+            keys = self.keys
+        return len(keys)

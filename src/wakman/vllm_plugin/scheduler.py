@@ -67,8 +67,12 @@ class WakmanScheduler(Scheduler):
         )
 
     def add_request(self, request: Any) -> None:
-        size, tokens = self._wakman_block_size, request.num_prompt_tokens
-        self.wakman.on_request(request.arrival_time, request.block_hashes, size, tokens, request)
+        # a request id vLLM holds already is a streaming input's next chunk: vLLM appends it to that
+        # request, whose logged block hashes (vLLM's own list) grow with it; the chunk's own hashes
+        # cover the chunk alone, a chain no cache holds, and are not logged
+        if request.request_id not in self.requests:
+            size, tokens = self._wakman_block_size, request.num_prompt_tokens
+            self.wakman.on_request(request.arrival_time, request.block_hashes, size, tokens, request)
         super().add_request(request)
 
     def update_from_output(self, scheduler_output: Any, *args: Any, **kwargs: Any) -> Any:

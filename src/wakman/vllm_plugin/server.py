@@ -161,8 +161,10 @@ class VllmHttpServer(ServerProcess):
             "--max-num-batched-tokens", str(max(max_num_batched_tokens, block_size)),
         ]  # fmt: skip
         served_env = {k: v for k, v in ENGINE_ENV.items() if k != "VLLM_ENABLE_V1_MULTIPROCESSING"}
-        env = {**os.environ, **served_env}
-        env.pop("WAKMAN_POLICY", None)
+        # the caller's WAKMAN_* settings are this harness's, not the served engine's: an inherited
+        # WAKMAN_INTERVAL_S would change the experiment (or refuse a static policy)
+        env = {k: v for k, v in os.environ.items() if not k.startswith("WAKMAN_")}
+        env.update(served_env)
         # a directory of its own for the engines' published states: one inherited from this process
         # would also hold states of engines this process runs, which the server would report as its own
         env["WAKMAN_METRICS_DIR"] = str(workdir / "wakman-metrics")
