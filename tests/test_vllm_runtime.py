@@ -236,3 +236,24 @@ def test_a_publish_that_fails_is_logged_once_and_its_recovery_too(tmp_path, monk
         monkeypatch.setenv("WAKMAN_METRICS_DIR", str(tmp_path / "metrics"))
         runtime._publish()
         assert any("works again" in r.getMessage() for r in caplog.records)
+
+
+def test_a_replay_longer_than_the_interval_is_logged_once(monkeypatch, caplog):
+    """Decisions then open ever later after their due times (each waits for the one before): the
+    log says so and what to change, once."""
+    import wakman.vllm_plugin.runtime as runtime_module
+
+    now = [0.0]
+    runtime = _runtime("wakman", now, interval_s=10)
+    candidates = runtime.manager.config.candidates
+    monkeypatch.setattr(
+        runtime_module, "timed_replay", lambda replay, pending: (dict.fromkeys(candidates, 0.5), None, 12.5)
+    )
+    with caplog.at_level(logging.WARNING, logger="wakman"):
+        for t in (5.0, 10.0, 15.0, 20.0, 25.0, 30.0):
+            now[0] = t
+            runtime.on_request(t - 1.0, vllm_keys([1, int(t)]), 16, 32)
+            runtime.on_step()
+    overruns = [r for r in caplog.records if "longer than the 10 s" in r.getMessage()]
+    assert runtime.state().decisions >= 2 and len(overruns) == 1
+    assert "12.5 s" in overruns[0].getMessage()

@@ -89,6 +89,7 @@ class PolicyRuntime:
         self._pending: tuple[PendingDecision, Future] | None = None
         # the logged outputs of requests not yet finished (log_outputs), by vLLM's request id
         self._decoding: dict[str, OutputBlocks] = {}
+        self._overrun_logged = False  # a replay longer than the interval was logged
         self._publish()
 
     def use_clock(self, clock: Callable[[], float], start_s: float = 0.0) -> None:
@@ -218,6 +219,15 @@ class PolicyRuntime:
 
     def _apply(self, pending: PendingDecision, rates: dict | None, error: str | None, wall_s: float) -> None:
         self._pending = None
+        interval_s = self.manager.config.interval_s
+        if wall_s > interval_s and not self._overrun_logged:
+            log.warning(
+                "wakman: a shadow replay took %.1f s, longer than the %g s between decisions: each "
+                "decision is taken later after its due time; raise WAKMAN_INTERVAL_S",
+                wall_s,
+                interval_s,
+            )
+            self._overrun_logged = True
         switch_to = self.manager.close_decision(pending, rates, error, wall_s)
         if switch_to is not None:
             self.pool.free_block_queue.switch(self.manager.make_policy(switch_to, self.capacity))
