@@ -95,6 +95,94 @@ def test_config_missing_fields_are_named():
         kv_layout({"num_hidden_layers": 4, "num_key_value_heads": 2, "head_dim": 64}, "cfg")
 
 
+# config.json fields of three architectures whose KV heads are not in num_key_value_heads
+FALCON_7B = {  # tiiuae/falcon-7b: multi-query attention, one KV head
+    "model_type": "falcon",
+    "hidden_size": 4544,
+    "num_attention_heads": 71,
+    "num_hidden_layers": 32,
+    "multi_query": True,
+    "new_decoder_architecture": False,
+    "torch_dtype": "bfloat16",
+}
+FALCON_40B = {  # tiiuae/falcon-40b: grouped-query attention in num_kv_heads (multi_query ignored)
+    "model_type": "falcon",
+    "hidden_size": 8192,
+    "num_attention_heads": 128,
+    "num_kv_heads": 8,
+    "num_hidden_layers": 60,
+    "multi_query": True,
+    "new_decoder_architecture": True,
+    "torch_dtype": "bfloat16",
+}
+CHATGLM3_6B = {  # THUDM/chatglm3-6b: num_layers, and KV head groups in multi_query_group_num
+    "model_type": "chatglm",
+    "hidden_size": 4096,
+    "num_attention_heads": 32,
+    "num_layers": 28,
+    "kv_channels": 128,
+    "multi_query_attention": True,
+    "multi_query_group_num": 2,
+    "torch_dtype": "float16",
+}
+OPT_LIKE_MHA = {  # no KV-head field at all: full multi-head attention
+    "model_type": "opt",
+    "hidden_size": 2048,
+    "num_attention_heads": 32,
+    "num_hidden_layers": 24,
+    "torch_dtype": "float16",
+}
+
+
+@pytest.mark.parametrize(
+    ("config", "expected", "says"),
+    [
+        # 2 (K, V) * layers * KV heads * (hidden / heads) * 2 bytes, written out by hand
+        (FALCON_7B, 2 * 32 * 1 * 64 * 2, "1 kv head (multi_query)"),  # 8,192 B
+        (FALCON_40B, 2 * 60 * 8 * 64 * 2, "8 kv heads (num_kv_heads)"),  # 122,880 B
+        (CHATGLM3_6B, 2 * 28 * 2 * 128 * 2, "2 kv heads (multi_query_group_num)"),  # 28,672 B
+        (OPT_LIKE_MHA, 2 * 24 * 32 * 64 * 2, "assumed equal to the attention heads"),
+    ],
+    ids=["falcon-7b", "falcon-40b", "chatglm3-6b", "mha"],
+)
+def test_kv_heads_are_read_from_the_fields_vllm_reads(tmp_path, config, expected, says):
+    """A config without num_key_value_heads is not always multi-head attention: Falcon's
+    multi_query (one KV head), Falcon-40B's num_kv_heads and ChatGLM's multi_query_group_num hold
+    the KV heads, as vLLM reads them; only where none is present are they the attention heads, and
+    the formula says so."""
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(config))
+    layout = config_layout(path)
+    assert layout.bytes_per_token == expected
+    assert says in layout.formula
+    assert ("assumed" in layout.formula) == (config is OPT_LIKE_MHA)
+
+
+@pytest.mark.parametrize("config", [FALCON_7B, FALCON_40B, CHATGLM3_6B, OPT_LIKE_MHA])
+def test_kv_heads_agree_with_vllms_own_convertor(config):
+    """vLLM's model-architecture convertor (no model downloaded: the config object built from the
+    fields) gives the same layers, KV heads and head size as the bytes per token here."""
+    from vllm_support import need_vllm
+
+    need_vllm()
+    import vllm.config  # noqa: F401  (vLLM's config package first: the convertor imports it back)
+    from transformers import FalconConfig, PretrainedConfig
+    from vllm.transformers_utils.configs.chatglm import ChatGLMConfig
+    from vllm.transformers_utils.model_arch_config_convertor import (
+        MODEL_ARCH_CONFIG_CONVERTORS,
+        ModelArchConfigConvertorBase,
+    )
+
+    fields = {k: v for k, v in config.items() if k not in ("model_type", "torch_dtype")}
+    classes = {"falcon": FalconConfig, "chatglm": ChatGLMConfig}
+    hf = classes.get(config["model_type"], PretrainedConfig)(**fields)
+    convertor = MODEL_ARCH_CONFIG_CONVERTORS.get(config["model_type"], ModelArchConfigConvertorBase)(hf, hf)
+    layers, heads = convertor.get_num_hidden_layers(), convertor.get_total_num_kv_heads()
+    vllm_bytes = 2 * layers * heads * convertor.get_head_size() * 2
+    assert vllm_bytes > 0
+    assert kv_layout(config, "cfg").bytes_per_token == vllm_bytes
+
+
 # --- the LRU curve --------------------------------------------------------------------------------
 
 
