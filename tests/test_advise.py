@@ -183,6 +183,70 @@ def test_kv_heads_agree_with_vllms_own_convertor(config):
     assert kv_layout(config, "cfg").bytes_per_token == vllm_bytes
 
 
+LLAMA_8B_FP32 = {  # Llama-3.1-8B's fields, saved in float32 (as fine-tunes often are)
+    "model_type": "llama",
+    "hidden_size": 4096,
+    "num_attention_heads": 32,
+    "num_hidden_layers": 32,
+    "num_key_value_heads": 8,
+    "torch_dtype": "float32",
+}
+
+
+def test_a_float32_checkpoint_is_served_in_16_bits(tmp_path):
+    """vLLM's default --dtype auto serves a float32 checkpoint in 16 bits (bfloat16, or float16
+    without it), so its KV cache takes 2 bytes an element, not 4; --kv-dtype float32 asks for 32
+    bits, and --kv-dtype auto is the default spelled out."""
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(LLAMA_8B_FP32))
+    per_element = 2 * 32 * 8 * 128  # 2 (K, V) * layers * KV heads * head_dim
+    for kv_dtype in (None, "auto", "AUTO"):
+        layout = config_layout(path, kv_dtype)
+        assert layout.bytes_per_token == per_element * 2
+        assert layout.dtype == "bfloat16" and "config float32" in layout.dtype_source
+    assert config_layout(path, "float32").bytes_per_token == per_element * 4
+    assert config_layout(path, "fp8").bytes_per_token == per_element
+    bf16 = {**LLAMA_8B_FP32, "torch_dtype": "bfloat16"}
+    assert kv_layout(bf16).bytes_per_token == per_element * 2 and kv_layout(bf16).dtype_source == "config"
+
+
+def test_float32_served_as_vllms_auto_dtype_resolves_it():
+    """vLLM's own resolution of --dtype auto for a float32 checkpoint (on this platform; a CUDA GPU's
+    is bfloat16 or float16 likewise) has the element size taken here."""
+    from vllm_support import need_vllm
+
+    need_vllm()
+    import torch
+    import vllm.config  # noqa: F401
+    from vllm.config.model import _resolve_auto_dtype
+
+    served = _resolve_auto_dtype("llama", torch.float32, is_pooling_model=False)
+    assert served.itemsize == 2
+    assert kv_layout(LLAMA_8B_FP32).bytes_per_token == 2 * 32 * 8 * 128 * served.itemsize
+
+
+@pytest.mark.parametrize(
+    ("flags", "dtype", "width", "says"),
+    [
+        ([], "bfloat16", 2, "dtype bfloat16 (config float32, which vLLM's default --dtype auto serves"),
+        (["--kv-dtype", "auto"], "bfloat16", 2, "dtype bfloat16 (config float32"),
+        (["--kv-dtype", "float32"], "float32", 4, "dtype float32 (--kv-dtype)"),
+    ],
+)
+def test_the_command_prints_the_kv_dtype_it_assumed(trace_file, tmp_path, flags, dtype, width, says):
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(LLAMA_8B_FP32))
+    args = ["advise", str(trace_file), "--model-config", str(path), *flags, "--policies", "lru"]
+    args += ["--points", "2", "--jobs", "1"]
+    result = CliRunner().invoke(app, [*args, "--json"])
+    assert result.exit_code == 0, result.output
+    kv = json.loads(result.stdout)["kv"]
+    assert kv["dtype"] == dtype and kv["bytes_per_token"] == 2 * 32 * 8 * 128 * width
+    text = CliRunner().invoke(app, args)
+    assert text.exit_code == 0, text.output
+    assert says in " ".join(text.stdout.split())
+
+
 # --- the LRU curve --------------------------------------------------------------------------------
 
 

@@ -20,7 +20,7 @@ from wakman.cli.inputs import BlockSizeOption, FormatOption, open_trace, require
 from wakman.cli.simulate import DECODE, PREFILL, RUNNING, _serve_only, _server
 from wakman.data import BUNDLED_MOONCAKE
 from wakman.experiments import advise as adv
-from wakman.experiments.kv_memory import KVLayout, config_layout, dtype_bytes, model_layout
+from wakman.experiments.kv_memory import KVLayout, config_layout, given_kv_dtype, model_layout
 from wakman.experiments.plots import plot_advice
 from wakman.experiments.sweep import HINT_MODE, HINT_OPTIONS, run_grid
 from wakman.policies import SERVABLE_POLICIES
@@ -68,8 +68,7 @@ def _layout(
     ]
     if len(given) > 1:
         raise ValueError(f"{' and '.join(given)}: give one of them")
-    if kv_dtype is not None:
-        dtype_bytes(kv_dtype)  # names the choices when unknown
+    kv_dtype = given_kv_dtype(kv_dtype)  # None for auto, the default; names the choices when unknown
     if model is not None:
         return model_layout(model, kv_dtype)
     if model_config is not None:
@@ -108,7 +107,12 @@ def advise(
     model_config: Path | None = typer.Option(
         None, "--model-config", help="A model's config.json (read, never downloaded)."
     ),
-    kv_dtype: str | None = typer.Option(None, "--kv-dtype", help="KV-cache dtype override (fp8 = 1 byte)."),
+    kv_dtype: str | None = typer.Option(
+        None,
+        "--kv-dtype",
+        help="KV-cache dtype: auto (default: the config's, a float32 one served in 16 bits as vLLM "
+        "does), bfloat16, float16, float32, fp8 (1 byte), ...",
+    ),
     gpu_memory: float | None = typer.Option(
         None, "--gpu-memory", help="GiB of GPU memory left for the KV cache (needs the model's KV size)."
     ),
@@ -292,7 +296,8 @@ def _print(result: dict[str, Any]) -> None:
     if kv:
         console.print(
             f"KV cache: {kv['name']}: {kv['bytes_per_token']:,} B/token ({kv['formula']}), "
-            f"{kv['block_bytes'] / 2**20:z.2f} MiB/block",
+            f"{kv['block_bytes'] / 2**20:z.2f} MiB/block"
+            + (f"; dtype {kv['dtype']} ({kv['dtype_source']})" if kv["dtype_source"] else ""),
             highlight=False,
         )
     console.print(f"metric: {result['metric']}", highlight=False)

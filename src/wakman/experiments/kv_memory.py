@@ -39,6 +39,10 @@ DTYPE_BYTES = {
     "float8_e4m3fn": 1,
     "int8": 1,
 }
+AUTO = "auto"  # vLLM's spelling of the default: the checkpoint's dtype, as --dtype auto serves it
+# vLLM's --dtype auto serves a float32 checkpoint in the GPU's first 16-bit dtype: bfloat16 (float16
+# where the GPU has no bfloat16; 2 bytes either way), never in 32 bits (vllm/config/model.py)
+FLOAT32_SERVED_AS = "bfloat16"
 
 # The fields that give the KV heads, in vLLM's order (Falcon's two, Llama's, ChatGLM's, Step's)
 KV_HEAD_FIELDS = (
@@ -174,6 +178,7 @@ class KVLayout:
     formula: str  # the product written out, e.g. "2 * 32 layers * 8 kv heads * 128 head_dim * 2 B"
     attention: str  # "mha/gqa" or "mla"
     dtype: str
+    dtype_source: str = ""  # where ``dtype`` comes from ("" where the bytes were given)
 
     def block_bytes(self, block_size: int) -> int:
         return self.bytes_per_token * block_size
@@ -192,14 +197,40 @@ class KVLayout:
             "formula": self.formula,
             "attention": self.attention,
             "dtype": self.dtype,
+            "dtype_source": self.dtype_source,
         }
 
 
 def dtype_bytes(dtype: str) -> int:
+    """Bytes per element of ``dtype`` (a ValueError naming the choices where unknown)."""
     key = str(dtype).lower().removeprefix("torch.")
     if key not in DTYPE_BYTES:
-        raise ValueError(f"unknown KV dtype {dtype!r}; choose from {', '.join(sorted(DTYPE_BYTES))}")
+        choices = ", ".join([AUTO, *sorted(DTYPE_BYTES)])
+        raise ValueError(f"unknown KV dtype {dtype!r}; choose from {choices}")
     return DTYPE_BYTES[key]
+
+
+def given_kv_dtype(kv_dtype: str | None) -> str | None:
+    """``--kv-dtype`` checked: None where not given or ``auto`` (the default), else the dtype."""
+    if kv_dtype is None or kv_dtype.lower() == AUTO:
+        return None
+    dtype_bytes(kv_dtype)
+    return kv_dtype
+
+
+def served_dtype(config_dtype: str, kv_dtype: str | None) -> tuple[str, str]:
+    """The KV cache's dtype and where it comes from: ``kv_dtype`` where given (not None or
+    ``auto``), else the checkpoint's ``config_dtype`` as vLLM's default ``--dtype auto`` serves it,
+    a 4-byte (float32) checkpoint in 16 bits (``FLOAT32_SERVED_AS``, 2 bytes)."""
+    given = given_kv_dtype(kv_dtype)
+    if given is not None:
+        return given, "--kv-dtype"
+    if dtype_bytes(config_dtype) == 4:
+        return FLOAT32_SERVED_AS, (
+            f"config {config_dtype}, which vLLM's default --dtype auto serves in 16 bits "
+            "(bfloat16, or float16 on GPUs without it); --kv-dtype float32 for 32 bits"
+        )
+    return config_dtype, "config"
 
 
 def _positive_int(config: dict[str, Any], field: str, source: str) -> int:
@@ -221,9 +252,11 @@ def _kv_heads_field(config: dict[str, Any]) -> str | None:
 
 def kv_layout(config: dict[str, Any], name: str = "model", kv_dtype: str | None = None) -> KVLayout:
     """The KV bytes per token of an architecture given as config.json's fields. ``kv_dtype``
-    overrides ``torch_dtype`` (vLLM's ``--kv-cache-dtype fp8`` is 1 byte; transformers 5 saves the
-    field as ``dtype``, read where ``torch_dtype`` is absent). A config that nests the text model
-    (``text_config``) is read there. The KV heads come from ``_kv_heads_field``, vLLM's order."""
+    (not None or ``auto``) overrides ``torch_dtype`` (vLLM's ``--kv-cache-dtype fp8`` is 1 byte;
+    transformers 5 saves the field as ``dtype``, read where ``torch_dtype`` is absent), which is
+    taken as vLLM serves it by default (``served_dtype``: float32 in 16 bits). A config that nests
+    the text model (``text_config``) is read there. The KV heads come from ``_kv_heads_field``,
+    in vLLM's order."""
     if "num_hidden_layers" not in config and isinstance(config.get("text_config"), dict):
         config = {**config, **config["text_config"]}
     if config.get("torch_dtype") is None and config.get("dtype") is not None:
@@ -237,6 +270,7 @@ def kv_layout(config: dict[str, Any], name: str = "model", kv_dtype: str | None 
     need += ["kv_lora_rank", "qk_rope_head_dim"] if mla else [heads_from or "num_key_value_heads"]
     if not mla and config.get("head_dim") is None:
         need += ["hidden_size", "num_attention_heads"]
+    kv_dtype = given_kv_dtype(kv_dtype)
     if kv_dtype is None:
         need.append("torch_dtype")
     missing = [f for f in need if f != "multi_query" and config.get(f) is None]
@@ -245,7 +279,7 @@ def kv_layout(config: dict[str, Any], name: str = "model", kv_dtype: str | None 
         raise ValueError(
             f"{name}: config is missing {', '.join(missing)} (needed for the KV-cache size){hint}"
         )
-    dtype = kv_dtype or str(config["torch_dtype"])
+    dtype, source = served_dtype(str(config.get("torch_dtype")), kv_dtype)
     width = dtype_bytes(dtype)
     layers = _positive_int(config, "num_hidden_layers", name)
     if mla:
@@ -257,6 +291,7 @@ def kv_layout(config: dict[str, Any], name: str = "model", kv_dtype: str | None 
             f"{layers} layers * ({rank} kv_lora_rank + {rope} qk_rope_head_dim) * {width} B (MLA latent)",
             "mla",
             dtype,
+            source,
         )
     assert heads_from is not None
     if heads_from == "multi_query":
@@ -284,6 +319,7 @@ def kv_layout(config: dict[str, Any], name: str = "model", kv_dtype: str | None 
         f"2 (K, V) * {layers} layers * {note} * {head_dim} head_dim * {width} B",
         "mha/gqa",
         dtype,
+        source,
     )
 
 
