@@ -503,6 +503,22 @@ def test_gpu_memory_out_of_range_fails_at_the_first_request(tmp_path):
     assert "--gpu-memory 100000 GiB holds" in result.output and "line 2" not in result.output
 
 
+@pytest.mark.parametrize(
+    ("flag", "value"),
+    [("--prefill-tps", "0"), ("--decode-tps", "-5"), ("--max-running", "0"), ("--prefill-tps", "nan")],
+)
+def test_serve_flags_are_checked_before_the_trace_is_read(tmp_path, flag, value):
+    """A bad server flag in serve mode is the error, not the malformed trace it was given with: the
+    flags are checked before the trace is read, as every command's are."""
+    path = tmp_path / "t.jsonl"
+    path.write_text("{not json\n")
+    malformed = CliRunner().invoke(app, ["advise", str(path), "--mode", "serve"])
+    assert malformed.exit_code == 2 and "not valid JSON" in malformed.output  # the trace alone
+    result = CliRunner().invoke(app, ["advise", str(path), "--mode", "serve", flag, value])
+    assert result.exit_code == 2, result.output
+    assert flag in result.output and "not valid JSON" not in result.output, result.output
+
+
 def test_unknown_model_lists_close_names():
     result = CliRunner().invoke(app, ["advise", "--model", "Qwen2.5-7B-Instrukt"])
     assert result.exit_code == 2

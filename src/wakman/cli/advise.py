@@ -17,7 +17,7 @@ from wakman.cli.checks import MAX_BLOCKS, check_numbers, check_plot, parse_names
 from wakman.cli.console import console, counted, err_console, json_text, progress_bars, stdout_to_stderr
 from wakman.cli.errors import cli_errors
 from wakman.cli.inputs import BlockSizeOption, FormatOption, open_trace, require_session_ids
-from wakman.cli.simulate import DECODE, PREFILL, RUNNING, _serve_only, _server
+from wakman.cli.simulate import DECODE, PREFILL, RUNNING, _server
 from wakman.data import BUNDLED_MOONCAKE
 from wakman.experiments import advise as adv
 from wakman.experiments.kv_memory import KVLayout, config_layout, given_kv_dtype, model_layout
@@ -157,7 +157,8 @@ def advise(
             raise ValueError(f"--target must lie in (0, 1], got {target}")
         if mode not in ("cache", "serve"):
             raise ValueError(f"--mode must be cache or serve, got {mode!r}")
-        _serve_only(mode, prefill_tps=prefill_tps, decode_tps=decode_tps, max_running=max_running)
+        # the modelled server's flags (refused in cache mode, checked in serve mode) before the trace
+        server, _ = _server(prefill_tps, decode_tps, max_running, 0.0, mode=mode)
         check_numbers(
             ("--capacity-blocks", capacity, ">=1", MAX_BLOCKS),
             ("--gpu-memory", gpu_memory, ">0", MAX_GPU_MEMORY_GIB),
@@ -212,7 +213,6 @@ def advise(
             # cache-mode LRU is the curve itself, exactly; serve mode simulates it like the others
             simulated = [n for n in names if not (chosen == "cache" and n == "lru")] + list(variants)
             task = progress.add_task(f"{chosen} sweep", total=len(simulated) * len(sizes))
-            server, _ = _server(prefill_tps, decode_tps, max_running, 0.0)
             rows = run_grid(
                 requests,
                 simulated,
