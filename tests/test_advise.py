@@ -559,6 +559,72 @@ def test_a_size_that_rejects_requests_is_not_an_answer():
     assert adv.smallest_sampled(rows, "lru", 0.7) == (500, 50)
 
 
+def test_a_saturated_run_is_not_an_answer():
+    """A size whose modelled server saturated reports an overloaded queue's hit rate: it never
+    counts as reaching the target, even above it; the next unsaturated size that reaches it does."""
+    rows = [
+        {"policy": "lru", "capacity_blocks": 50, "hit_rate": 0.2, "saturated": True},
+        {"policy": "lru", "capacity_blocks": 100, "hit_rate": 0.9, "saturated": True},
+        {"policy": "lru", "capacity_blocks": 200, "hit_rate": 0.8, "saturated": False},
+    ]
+    assert adv.smallest_sampled(rows, "lru", 0.7) == (200, 100)
+    assert adv.smallest_sampled(rows[:2], "lru", 0.7) == (None, 100)
+
+
+def test_serve_mode_flags_saturated_runs_and_takes_no_answer_from_them(tmp_path):
+    """Two 100-block prompts take turns every 0.1 s on one running slot whose decode takes 2 s: the
+    modelled server saturates at every size (prefill-bound where they evict each other, slot-bound
+    where both stay), each run's flag checked against the simulator's own run. The command warns
+    with both remedies, marks each saturated cell ``s`` with a legend, and answers no smallest
+    cache within the target from those runs (at 250 blocks they hit 97 %)."""
+    from wakman.simulation import ServerModel
+    from wakman.simulation import simulate as serve
+
+    block, gap, tokens = 16, 0.1, 1600
+    reqs = [
+        Request(
+            arrival_s=i * gap,
+            block_keys=[(i % 2) * 1000 + b + 1 for b in range(tokens // block)],
+            prompt_tokens=tokens,
+            output_tokens=79,
+            block_size=block,
+        )
+        for i in range(100)
+    ]
+    path = tmp_path / "turns.jsonl"
+    write_trace(reqs, path, "native")
+    server = ["--prefill-tps", "8000", "--decode-tps", "40", "--max-running", "1"]
+    args = ["advise", str(path), "--mode", "serve", *server, "--policies", "lru,fifo"]
+    args += ["--capacity-blocks", "250", "--points", "3", "--jobs", "1"]
+    result = CliRunner().invoke(app, [*args, "--json"])
+    assert result.exit_code == 0, result.output
+    out = json.loads(result.stdout)
+    model = ServerModel(prefill_tokens_per_s=8000, decode_tokens_per_s=40, max_running=1)
+    saturated = {}
+    for row in out["sweep"]:
+        run = serve(reqs, row["policy"], row["capacity_blocks"], server=model).as_flat_dict()
+        assert row["saturated"] == run["saturated"] and row["hit_rate"] == run["hit_rate"]
+        saturated.setdefault(row["policy"], []).extend([row["capacity_blocks"]] * row["saturated"])
+    assert len(saturated["lru"]) >= 5 and 250 in saturated["lru"]
+    at = {r["policy"]: r for r in out["at_capacity"]["rows"]}
+    assert at["lru"]["saturated"] and at["lru"]["hit_rate"] >= out["target_hit_rate"]  # the case at stake
+    for name in ("lru", "fifo"):
+        entry = out["smallest_within_target"][name]
+        assert entry["capacity_blocks"] is None and entry["saturated_blocks"] == sorted(saturated[name])
+    warning = next(w for w in out["warnings"] if "saturated in" in w)
+    total = sum(map(len, saturated.values()))
+    assert f"saturated in {total} of {len(out['sweep'])} runs" in warning
+    assert "raise --prefill-tps" in warning and "raise --max-running" in warning
+    assert "at your size: lru, fifo" in warning
+    text = CliRunner().invoke(app, args)
+    assert text.exit_code == 0, text.output
+    line = next(x for x in text.stdout.splitlines() if x.strip().startswith("250 *"))
+    cell = f"{100 * at['lru']['hit_rate']:.2f}"
+    assert line.split()[2:] == [cell, "s", cell, "s"], line
+    assert "s: the modelled server saturated" in text.stdout
+    assert "no answer: not reached by an unsaturated run" in text.stdout
+
+
 # --- review fixes ----------------------------------------------------------------------------------
 
 

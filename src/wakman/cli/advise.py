@@ -273,10 +273,12 @@ def advise(
 
 
 def _sweep_cell(row: dict[str, Any] | None) -> str:
-    """A sweep cell: the hit rate in percent, marked ``r`` where requests were rejected."""
+    """A sweep cell: the hit rate in percent, marked ``r`` where requests were rejected and ``s``
+    where the modelled server saturated."""
     if row is None:
         return "-"
-    return f"{100 * row['hit_rate']:z.2f}" + (" r" if row.get("rejected") else "")
+    marks = (" r" if row.get("rejected") else "") + (" s" if row.get("saturated") else "")
+    return f"{100 * row['hit_rate']:z.2f}" + marks
 
 
 def _gib_text(gib: float) -> str:
@@ -333,6 +335,12 @@ def _print(result: dict[str, Any]) -> None:
             "others only (JSON: rejected)",
             highlight=False,
         )
+    if any(r.get("saturated") for r in result["sweep"]):
+        console.print(
+            "s: the modelled server saturated (its queue grows): the hit rate is an overloaded queue's, "
+            "never taken as the smallest cache within the target (JSON: saturated)",
+            highlight=False,
+        )
     t = Table(
         box=box.SIMPLE_HEAD,
         title=f"smallest cache within {result['target']:g} of the ceiling "
@@ -345,8 +353,13 @@ def _print(result: dict[str, Any]) -> None:
     t.add_column("how")
     for name, entry in result["smallest_within_target"].items():
         blocks = entry["capacity_blocks"]
+        saturated = [c for c in entry.get("saturated_blocks", []) if blocks is None or c < blocks]
+        left_out = f"{len(saturated)} saturated size{'s' if len(saturated) > 1 else ''} left out"
         if blocks is None:
-            t.add_row(name, "-", "-", "-", f"not reached by {entry['above_blocks']:,} blocks")
+            how = f"not reached by {entry['above_blocks']:,} blocks"
+            if saturated:
+                how = f"no answer: not reached by an unsaturated run ({left_out})"
+            t.add_row(name, "-", "-", "-", how)
             continue
         how = (
             "exact (LRU curve)"
@@ -357,6 +370,8 @@ def _print(result: dict[str, Any]) -> None:
                 else "sweep: smallest size tried"
             )
         )
+        if saturated:
+            how += f" ({left_out})"
         t.add_row(
             name,
             f"{blocks:,}",

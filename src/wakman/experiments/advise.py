@@ -20,6 +20,7 @@ import numpy as np
 from wakman import _core
 from wakman.experiments.kv_memory import KVLayout
 from wakman.experiments.sweep import HINT_MODE
+from wakman.simulation.server import saturated_runs_warning
 from wakman.traces.model import Request
 
 ORACLES = ("belady", "infinite")  # references, not policies a server can run
@@ -116,9 +117,10 @@ def smallest_sampled(rows: list[dict], policy: str, threshold_rate: float) -> tu
     """From a sweep: the smallest sampled size at which ``policy``'s hit rate reaches
     ``threshold_rate``, and the sampled size below it (the answer lies in between); (None, largest
     sampled) when no sample reaches it. A size that rejects requests (serve mode: too long for the
-    whole cache) does not qualify: its hit rate leaves them out."""
+    whole cache) does not qualify: its hit rate leaves them out; nor does one whose modelled server
+    saturated (its hit rate is an overloaded queue's)."""
     points = sorted(
-        (r["capacity_blocks"], r["hit_rate"] if not r.get("rejected") else -1.0)
+        (r["capacity_blocks"], r["hit_rate"] if not (r.get("rejected") or r.get("saturated")) else -1.0)
         for r in rows
         if r["policy"] == policy
     )
@@ -236,6 +238,10 @@ def build_report(
             entry = size_entry(found, curve, layout) or {"capacity_blocks": None, "tokens": None, "gib": None}
             entry["exact"] = False
             entry["above_blocks"] = below  # the next smaller sampled size missed the target
+            if mode == "serve":  # sizes left out of the answer: an overloaded queue's hit rates
+                entry["saturated_blocks"] = sorted(
+                    r["capacity_blocks"] for r in rows if r["policy"] == name and r.get("saturated")
+                )
         smallest[name] = entry
     at: dict[str, Any] | None = None
     if capacity is not None:
@@ -268,12 +274,16 @@ def build_report(
                 "serve mode: requests too long for your cache are rejected and left out of the hit rate "
                 f"at your size ({', '.join(rejected)}): it is measured over the others only"
             )
-        if any(r.get("saturated") for r in here):
-            warnings.append(
-                "serve mode: the modelled server is saturated at your size for "
-                + ", ".join(r["policy"] for r in here if r.get("saturated"))
-                + " (TTFT grows with the queue, not the cache; raise --prefill-tps or --max-running)"
-            )
+    runs = rows + ([lru_baseline] if lru_baseline is not None else [])
+    yours = [r["policy"] for r in runs if r["capacity_blocks"] == capacity and r.get("saturated")]
+    fields = "marked s in the table, `saturated` and `prefill_utilization` in the JSON"
+    saturated = saturated_runs_warning(
+        runs, False, (f"at your size: {', '.join(dict.fromkeys(yours))}; " if yours else "") + fields
+    )
+    if saturated is not None:
+        warnings.append(
+            f"serve mode: {saturated}. No smallest cache within the target is taken from a saturated run"
+        )
     if capacity is not None and capacity >= curve.distinct_blocks:
         warnings.append(
             f"your cache ({capacity:,} blocks) holds every distinct block of the trace: "
