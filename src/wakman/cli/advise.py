@@ -22,6 +22,7 @@ from wakman.data import BUNDLED_MOONCAKE
 from wakman.experiments import advise as adv
 from wakman.experiments.kv_memory import KVLayout, config_layout, given_kv_dtype, model_layout
 from wakman.experiments.plots import plot_advice
+from wakman.experiments.regret import beside
 from wakman.experiments.sweep import HINT_MODE, HINT_OPTIONS, run_grid
 from wakman.policies import SERVABLE_POLICIES
 from wakman.traces.model import Request
@@ -401,7 +402,7 @@ def _print(result: dict[str, Any]) -> None:
         cells = [
             row["policy"] + (" *" if row["policy"] == at.get("best") else ""),
             f"{row['hit_rate']:z.4f}",
-            f"{row['points_vs_lru']:+z.2f}" if "points_vs_lru" in row else "-",
+            beside(row["points_vs_lru"], 0.0) if "points_vs_lru" in row else "-",
             adv.human_tokens(row["prefill_tokens_saved"]),
             adv.human_tokens(row["prefill_tokens_saved_vs_lru"], signed=True)
             if "prefill_tokens_saved_vs_lru" in row
@@ -421,16 +422,22 @@ def _print(result: dict[str, Any]) -> None:
             highlight=False,
         )
     if at.get("best") == "lru":
+        tied = at.get("tied_with_lru") or []
         console.print(
             f"best at your size: [bold]lru[/bold], vLLM's default ({at['best_hit_rate']:z.4f}): "
-            "no listed policy beats it",
+            + (
+                f"{', '.join(tied)} {'ties' if len(tied) == 1 else 'tie'} with it (within "
+                f"{at['tie_points']:g} point of hit rate, either side) and no listed policy beats it by more"
+                if tied
+                else "no listed policy beats it"
+            ),
             highlight=False,
         )
     elif "best" in at:
         line = f"best at your size: [bold]{at['best']}[/bold] ({at['best_hit_rate']:z.4f})"
         if "gain_points_vs_lru" in at:
             line += (
-                f", {at['gain_points_vs_lru']:+z.2f} points over vLLM's default LRU, "
+                f", {beside(at['gain_points_vs_lru'], 0.0)} points over vLLM's default LRU, "
                 f"{adv.human_tokens(at['prefill_tokens_saved_vs_lru'])} more prefill tokens saved "
                 "over the trace"
             )

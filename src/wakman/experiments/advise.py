@@ -20,6 +20,7 @@ import numpy as np
 from wakman import _core
 from wakman.experiments.kv_memory import KVLayout
 from wakman.experiments.sweep import HINT_MODE
+from wakman.experiments.workload_map import MAP_TIE_POINTS
 from wakman.simulation.server import saturated_runs_warning
 from wakman.traces.model import Request
 
@@ -134,7 +135,8 @@ def smallest_sampled(rows: list[dict], policy: str, threshold_rate: float) -> tu
 
 def best_at(rows: list[dict], capacity: int) -> dict | None:
     """The online policy with the highest hit rate at ``capacity`` (first listed wins a tie; never an
-    oracle or hint mode). ``build_report`` then keeps LRU unless this beats it."""
+    oracle or hint mode). ``build_report`` then keeps LRU unless this beats it by more than
+    ``MAP_TIE_POINTS``."""
     best = None
     for row in rows:
         if row["capacity_blocks"] != capacity or row["policy"] in NOT_CANDIDATES:
@@ -222,7 +224,9 @@ def build_report(
     """The advice: smallest cache within ``target`` of the ceiling per policy, the sweep, and at
     ``capacity`` each policy against LRU, vLLM's default: the ``lru`` row there, or where ``names``
     leave LRU out, ``lru_baseline`` (its run at ``capacity``; in cache mode the curve's exact
-    value serves), which is compared with and not listed."""
+    value serves), which is compared with and not listed. The best policy there is LRU unless one
+    beats it by more than ``MAP_TIE_POINTS`` points of hit rate (``tied_with_lru``: the policies
+    within that of it, either side)."""
     rows = [{k: row[k] for k in ROW_KEYS if k in row} for row in rows]
     threshold = target * curve.ceiling
     smallest: dict[str, Any] = {}
@@ -260,8 +264,17 @@ def build_report(
             "rows": here,
             "lru_curve_hit_rate": curve.hit_rate(capacity),
         }
-        if lru is not None and (best is None or best["hit_rate"] <= lru["hit_rate"]):
-            best = lru  # no listed policy beats vLLM's default: keep it (it wins a tie)
+        if lru is not None:
+            # a lead of at most MAP_TIE_POINTS (points) is a tie, as on the map: vLLM's default stays
+            at["tie_points"] = MAP_TIE_POINTS
+            at["tied_with_lru"] = [
+                r["policy"]
+                for r in here
+                if r["policy"] not in (*NOT_CANDIDATES, "lru")
+                and abs(100 * (r["hit_rate"] - lru["hit_rate"])) <= MAP_TIE_POINTS
+            ]
+            if best is None or 100 * (best["hit_rate"] - lru["hit_rate"]) <= MAP_TIE_POINTS:
+                best = lru
         if best is not None:
             at["best"] = best["policy"]
             at["best_hit_rate"] = best["hit_rate"]
