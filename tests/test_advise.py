@@ -362,6 +362,16 @@ def test_the_comparison_with_lru_holds_when_lru_is_not_asked_for(trace_file, req
     best = "s3fifo" if gain > TIE_POINTS else "lru"  # LRU stays unless beaten by more than a tie
     assert at["best"] == best
     assert at["gain_points_vs_lru"] == pytest.approx(gain if best == "s3fifo" else 0.0)
+    # the baseline is shown: in the JSON and as a row of its own in the text
+    base = at["lru_baseline"]
+    assert (base["policy"], base["hit_rate"], base["hit_tokens"]) == ("lru", lru.hit_rate, lru.hit_tokens)
+    if mode == "serve":
+        flat = lru.as_flat_dict()
+        assert base["ttft_s_p50"] == flat["ttft_s_p50"] and base["saturated"] == flat["saturated"]
+    text = CliRunner().invoke(app, [*args, "--policies", "s3fifo", "--jobs", "1"])
+    yours = text.stdout[text.stdout.index("at your size:") :].splitlines()
+    shown = next(line.split() for line in yours if line.split()[:2] == ["lru", "(baseline)"])
+    assert f"{lru.hit_rate:.4f}" in shown
 
 
 @pytest.mark.parametrize(

@@ -411,6 +411,18 @@ def _print(result: dict[str, Any]) -> None:
         if serve:
             cells += [f"{row[k]:z.3f}" if k in row else "-" for k in ("ttft_s_p50", "ttft_s_p99")]
         t.add_row(*cells)
+    base = at.get("lru_baseline")
+    if base is not None:  # LRU left out of --policies: the run the gains are measured against
+        cells = [
+            "lru (baseline)" + (" *" if at.get("best") == "lru" else ""),
+            f"{base['hit_rate']:z.4f}",
+            "-",
+            adv.human_tokens(base["hit_tokens"]),
+            "-",
+        ]
+        if serve:
+            cells += [f"{base[k]:z.3f}" if k in base else "-" for k in ("ttft_s_p50", "ttft_s_p99")]
+        t.add_row(*cells)
     console.print(t)
     hint = result.get("hint_mode")
     if hint is not None:

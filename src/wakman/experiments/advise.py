@@ -224,9 +224,9 @@ def build_report(
     """The advice: smallest cache within ``target`` of the ceiling per policy, the sweep, and at
     ``capacity`` each policy against LRU, vLLM's default: the ``lru`` row there, or where ``names``
     leave LRU out, ``lru_baseline`` (its run at ``capacity``; in cache mode the curve's exact
-    value serves), which is compared with and not listed. The best policy there is LRU unless one
-    beats it by more than ``MAP_TIE_POINTS`` points of hit rate (``tied_with_lru``: the policies
-    within that of it, either side)."""
+    value serves), which is compared with, not listed, and given as ``lru_baseline``. The best
+    policy there is LRU unless one beats it by more than ``MAP_TIE_POINTS`` points of hit rate
+    (``tied_with_lru``: the policies within that of it, either side)."""
     rows = [{k: row[k] for k in ROW_KEYS if k in row} for row in rows]
     threshold = target * curve.ceiling
     smallest: dict[str, Any] = {}
@@ -251,8 +251,10 @@ def build_report(
     if capacity is not None:
         here = [r for r in rows if r["capacity_blocks"] == capacity]
         lru = next((r for r in here if r["policy"] == "lru"), None)
+        baseline = None  # LRU left out of ``names``: the run compared with, shown apart from the rows
         if lru is None:
             lru = lru_baseline if lru_baseline is not None or mode != "cache" else curve_row(curve, capacity)
+            baseline = None if lru is None else {k: lru[k] for k in ROW_KEYS if k in lru}
         for row in here:
             row["prefill_tokens_saved"] = row["hit_tokens"]
             if lru is not None:
@@ -264,6 +266,8 @@ def build_report(
             "rows": here,
             "lru_curve_hit_rate": curve.hit_rate(capacity),
         }
+        if baseline is not None:
+            at["lru_baseline"] = baseline
         if lru is not None:
             # a lead of at most MAP_TIE_POINTS (points) is a tie, as on the map: vLLM's default stays
             at["tie_points"] = MAP_TIE_POINTS
