@@ -178,13 +178,12 @@ def test_ties_are_no_ones_win():
 
 def test_verdicts_print_what_they_decide():
     """A value decided on one side of a goal is never printed on the other side of it or on it."""
-    from wakman.experiments.report import _beside, _compare, _shortfall
+    from wakman.experiments.regret import beside
+    from wakman.experiments.report import _compare, _shortfall
 
-    assert (
-        _beside(2.996, 3.0) == "+2.996" and _beside(3.004, 3.0) == "+3.004" and _beside(2.5, 3.0) == "+2.50"
-    )
-    assert _beside(2.9999999, 3.0) == "+2.9999999"  # past six decimals too
-    assert _beside(-0.5004, -0.5) == "-0.5004" and _beside(29.96, 30.0, 1, "") == "29.96"
+    assert beside(2.996, 3.0) == "+2.996" and beside(3.004, 3.0) == "+3.004" and beside(2.5, 3.0) == "+2.50"
+    assert beside(2.9999999, 3.0) == "+2.9999999"  # past six decimals too
+    assert beside(-0.5004, -0.5) == "-0.5004" and beside(29.96, 30.0, 1, "") == "29.96"
     assert _compare(0.7201, 0.7204) == "equal to" and _compare(0.71, 0.72) == "lower than"
     v = {
         "mean_gain_points": 2.996,

@@ -17,11 +17,12 @@ from wakman.cli.checks import MAX_BLOCKS, check_numbers, check_plot, parse_names
 from wakman.cli.console import console, counted, err_console, json_text, progress_bars, stdout_to_stderr
 from wakman.cli.errors import cli_errors
 from wakman.cli.inputs import BlockSizeOption, FormatOption, open_trace, require_session_ids
-from wakman.cli.simulate import DECODE, PREFILL, RUNNING, _serve_only, _server
+from wakman.cli.simulate import DECODE, PREFILL, RUNNING, _server
 from wakman.data import BUNDLED_MOONCAKE
 from wakman.experiments import advise as adv
-from wakman.experiments.kv_memory import KVLayout, config_layout, dtype_bytes, model_layout
+from wakman.experiments.kv_memory import KVLayout, config_layout, given_kv_dtype, model_layout
 from wakman.experiments.plots import plot_advice
+from wakman.experiments.regret import beside
 from wakman.experiments.sweep import HINT_MODE, HINT_OPTIONS, run_grid
 from wakman.policies import SERVABLE_POLICIES
 from wakman.traces.model import Request
@@ -68,8 +69,7 @@ def _layout(
     ]
     if len(given) > 1:
         raise ValueError(f"{' and '.join(given)}: give one of them")
-    if kv_dtype is not None:
-        dtype_bytes(kv_dtype)  # names the choices when unknown
+    kv_dtype = given_kv_dtype(kv_dtype)  # None for auto, the default; names the choices when unknown
     if model is not None:
         return model_layout(model, kv_dtype)
     if model_config is not None:
@@ -108,7 +108,12 @@ def advise(
     model_config: Path | None = typer.Option(
         None, "--model-config", help="A model's config.json (read, never downloaded)."
     ),
-    kv_dtype: str | None = typer.Option(None, "--kv-dtype", help="KV-cache dtype override (fp8 = 1 byte)."),
+    kv_dtype: str | None = typer.Option(
+        None,
+        "--kv-dtype",
+        help="KV-cache dtype: auto (default: the config's, a float32 one served in 16 bits as vLLM "
+        "does), bfloat16, float16, float32, fp8 (1 byte), ...",
+    ),
     gpu_memory: float | None = typer.Option(
         None, "--gpu-memory", help="GiB of GPU memory left for the KV cache (needs the model's KV size)."
     ),
@@ -153,7 +158,8 @@ def advise(
             raise ValueError(f"--target must lie in (0, 1], got {target}")
         if mode not in ("cache", "serve"):
             raise ValueError(f"--mode must be cache or serve, got {mode!r}")
-        _serve_only(mode, prefill_tps=prefill_tps, decode_tps=decode_tps, max_running=max_running)
+        # the modelled server's flags (refused in cache mode, checked in serve mode) before the trace
+        server, _ = _server(prefill_tps, decode_tps, max_running, 0.0, mode=mode)
         check_numbers(
             ("--capacity-blocks", capacity, ">=1", MAX_BLOCKS),
             ("--gpu-memory", gpu_memory, ">0", MAX_GPU_MEMORY_GIB),
@@ -208,7 +214,6 @@ def advise(
             # cache-mode LRU is the curve itself, exactly; serve mode simulates it like the others
             simulated = [n for n in names if not (chosen == "cache" and n == "lru")] + list(variants)
             task = progress.add_task(f"{chosen} sweep", total=len(simulated) * len(sizes))
-            server, _ = _server(prefill_tps, decode_tps, max_running, 0.0)
             rows = run_grid(
                 requests,
                 simulated,
@@ -269,10 +274,12 @@ def advise(
 
 
 def _sweep_cell(row: dict[str, Any] | None) -> str:
-    """A sweep cell: the hit rate in percent, marked ``r`` where requests were rejected."""
+    """A sweep cell: the hit rate in percent, marked ``r`` where requests were rejected and ``s``
+    where the modelled server saturated."""
     if row is None:
         return "-"
-    return f"{100 * row['hit_rate']:z.2f}" + (" r" if row.get("rejected") else "")
+    marks = (" r" if row.get("rejected") else "") + (" s" if row.get("saturated") else "")
+    return f"{100 * row['hit_rate']:z.2f}" + marks
 
 
 def _gib_text(gib: float) -> str:
@@ -292,7 +299,8 @@ def _print(result: dict[str, Any]) -> None:
     if kv:
         console.print(
             f"KV cache: {kv['name']}: {kv['bytes_per_token']:,} B/token ({kv['formula']}), "
-            f"{kv['block_bytes'] / 2**20:z.2f} MiB/block",
+            f"{kv['block_bytes'] / 2**20:z.2f} MiB/block"
+            + (f"; dtype {kv['dtype']} ({kv['dtype_source']})" if kv["dtype_source"] else ""),
             highlight=False,
         )
     console.print(f"metric: {result['metric']}", highlight=False)
@@ -328,6 +336,12 @@ def _print(result: dict[str, Any]) -> None:
             "others only (JSON: rejected)",
             highlight=False,
         )
+    if any(r.get("saturated") for r in result["sweep"]):
+        console.print(
+            "s: the modelled server saturated (its queue grows): the hit rate is an overloaded queue's, "
+            "never taken as the smallest cache within the target (JSON: saturated)",
+            highlight=False,
+        )
     t = Table(
         box=box.SIMPLE_HEAD,
         title=f"smallest cache within {result['target']:g} of the ceiling "
@@ -340,8 +354,13 @@ def _print(result: dict[str, Any]) -> None:
     t.add_column("how")
     for name, entry in result["smallest_within_target"].items():
         blocks = entry["capacity_blocks"]
+        saturated = [c for c in entry.get("saturated_blocks", []) if blocks is None or c < blocks]
+        left_out = f"{len(saturated)} saturated size{'s' if len(saturated) > 1 else ''} left out"
         if blocks is None:
-            t.add_row(name, "-", "-", "-", f"not reached by {entry['above_blocks']:,} blocks")
+            how = f"not reached by {entry['above_blocks']:,} blocks"
+            if saturated:
+                how = f"no answer: not reached by an unsaturated run ({left_out})"
+            t.add_row(name, "-", "-", "-", how)
             continue
         how = (
             "exact (LRU curve)"
@@ -352,6 +371,8 @@ def _print(result: dict[str, Any]) -> None:
                 else "sweep: smallest size tried"
             )
         )
+        if saturated:
+            how += f" ({left_out})"
         t.add_row(
             name,
             f"{blocks:,}",
@@ -381,7 +402,7 @@ def _print(result: dict[str, Any]) -> None:
         cells = [
             row["policy"] + (" *" if row["policy"] == at.get("best") else ""),
             f"{row['hit_rate']:z.4f}",
-            f"{row['points_vs_lru']:+z.2f}" if "points_vs_lru" in row else "-",
+            beside(row["points_vs_lru"], 0.0) if "points_vs_lru" in row else "-",
             adv.human_tokens(row["prefill_tokens_saved"]),
             adv.human_tokens(row["prefill_tokens_saved_vs_lru"], signed=True)
             if "prefill_tokens_saved_vs_lru" in row
@@ -389,6 +410,18 @@ def _print(result: dict[str, Any]) -> None:
         ]
         if serve:
             cells += [f"{row[k]:z.3f}" if k in row else "-" for k in ("ttft_s_p50", "ttft_s_p99")]
+        t.add_row(*cells)
+    base = at.get("lru_baseline")
+    if base is not None:  # LRU left out of --policies: the run the gains are measured against
+        cells = [
+            "lru (baseline)" + (" *" if at.get("best") == "lru" else ""),
+            f"{base['hit_rate']:z.4f}",
+            "-",
+            adv.human_tokens(base["hit_tokens"]),
+            "-",
+        ]
+        if serve:
+            cells += [f"{base[k]:z.3f}" if k in base else "-" for k in ("ttft_s_p50", "ttft_s_p99")]
         t.add_row(*cells)
     console.print(t)
     hint = result.get("hint_mode")
@@ -401,16 +434,22 @@ def _print(result: dict[str, Any]) -> None:
             highlight=False,
         )
     if at.get("best") == "lru":
+        tied = at.get("tied_with_lru") or []
         console.print(
             f"best at your size: [bold]lru[/bold], vLLM's default ({at['best_hit_rate']:z.4f}): "
-            "no listed policy beats it",
+            + (
+                f"{', '.join(tied)} {'ties' if len(tied) == 1 else 'tie'} with it (within "
+                f"{at['tie_points']:g} point of hit rate, either side) and no listed policy beats it by more"
+                if tied
+                else "no listed policy beats it"
+            ),
             highlight=False,
         )
     elif "best" in at:
         line = f"best at your size: [bold]{at['best']}[/bold] ({at['best_hit_rate']:z.4f})"
         if "gain_points_vs_lru" in at:
             line += (
-                f", {at['gain_points_vs_lru']:+z.2f} points over vLLM's default LRU, "
+                f", {beside(at['gain_points_vs_lru'], 0.0)} points over vLLM's default LRU, "
                 f"{adv.human_tokens(at['prefill_tokens_saved_vs_lru'])} more prefill tokens saved "
                 "over the trace"
             )

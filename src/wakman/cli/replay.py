@@ -25,7 +25,13 @@ from wakman.cli.inputs import (
 from wakman.experiments.kv_memory import kv_layout
 from wakman.simulation.server import MAX_STEP_S
 from wakman.traces import detect_format
-from wakman.vllm_plugin.engine import TINY_LLAMA, available_memory_bytes, plugin_environment, step_budget
+from wakman.vllm_plugin.engine import (
+    TINY_DTYPE,
+    TINY_LLAMA,
+    available_memory_bytes,
+    plugin_environment,
+    step_budget,
+)
 from wakman.vllm_plugin.replay import REPLAY_DEFAULTS
 from wakman.vllm_plugin.settings import STATIC_POLICIES, PluginSettings, SettingsError
 
@@ -158,7 +164,8 @@ def replay(
                 "vLLM needs a step's token budget of at least one token per sequence"
             )
         # the KV cache vLLM allocates: every usable block and its null block, at the tiny model's layout
-        kv_bytes = (capacity + 1) * kv_layout(TINY_LLAMA, "the replay's tiny model").block_bytes(trace_bs)
+        tiny = kv_layout(TINY_LLAMA, "the replay's tiny model", kv_dtype=TINY_DTYPE)  # as the engine runs it
+        kv_bytes = (capacity + 1) * tiny.block_bytes(trace_bs)
         on_gpu = not _cpu_build()
         available = available_memory_bytes(on_gpu)
         if available is not None and kv_bytes > available:  # vLLM would fail allocating it, after a minute

@@ -38,7 +38,7 @@ from wakman.cli.inputs import (
 from wakman.simulation import MODES, ServerModel, VllmServer
 from wakman.simulation import server as server_limits
 from wakman.simulation.run import check_intervals
-from wakman.simulation.server import saturation_remedies
+from wakman.simulation.server import saturated_runs_warning
 from wakman.traces.io import atomic_paths
 from wakman.traces.model import Request, as_engine_serves
 
@@ -581,19 +581,13 @@ def sweep(
             "trace, or every request is larger than the cache): every figure is 0",
             highlight=False,
         )
-    saturated = [r for r in rows if r.get("saturated")]
-    if saturated:
-        named = ", ".join(f"{r['policy']} at {r['capacity_blocks']:,}" for r in saturated[:6])
-        named += f" and {len(saturated) - 6} more" if len(saturated) > 6 else ""
-        remedy = saturation_remedies(  # some runs may be prefill-bound, others slot-bound
-            isinstance(server, VllmServer), (r.get("prefill_utilization") for r in saturated)
-        )
-        err_console.print(
-            f"[yellow]warning:[/yellow] the modelled server is saturated in {len(saturated)} of "
-            f"{len(rows)} runs ({named}): their hit rates are those of an overloaded "
-            f"queue (`saturated`, `prefill_utilization` and `queue_growth` in sweep.csv; {remedy})",
-            highlight=False,
-        )
+    saturated = saturated_runs_warning(  # some runs may be prefill-bound, others slot-bound
+        rows,
+        isinstance(server, VllmServer),
+        "`saturated`, `prefill_utilization` and `queue_growth` in sweep.csv",
+    )
+    if saturated is not None:
+        err_console.print(f"[yellow]warning:[/yellow] {saturated}", highlight=False)
     rejecting = sorted({r["capacity_blocks"] for r in rows if r.get("rejected")})
     if rejecting:
         err_console.print(

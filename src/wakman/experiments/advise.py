@@ -20,6 +20,8 @@ import numpy as np
 from wakman import _core
 from wakman.experiments.kv_memory import KVLayout
 from wakman.experiments.sweep import HINT_MODE
+from wakman.experiments.workload_map import MAP_TIE_POINTS
+from wakman.simulation.server import saturated_runs_warning
 from wakman.traces.model import Request
 
 ORACLES = ("belady", "infinite")  # references, not policies a server can run
@@ -116,9 +118,10 @@ def smallest_sampled(rows: list[dict], policy: str, threshold_rate: float) -> tu
     """From a sweep: the smallest sampled size at which ``policy``'s hit rate reaches
     ``threshold_rate``, and the sampled size below it (the answer lies in between); (None, largest
     sampled) when no sample reaches it. A size that rejects requests (serve mode: too long for the
-    whole cache) does not qualify: its hit rate leaves them out."""
+    whole cache) does not qualify: its hit rate leaves them out; nor does one whose modelled server
+    saturated (its hit rate is an overloaded queue's)."""
     points = sorted(
-        (r["capacity_blocks"], r["hit_rate"] if not r.get("rejected") else -1.0)
+        (r["capacity_blocks"], r["hit_rate"] if not (r.get("rejected") or r.get("saturated")) else -1.0)
         for r in rows
         if r["policy"] == policy
     )
@@ -132,7 +135,8 @@ def smallest_sampled(rows: list[dict], policy: str, threshold_rate: float) -> tu
 
 def best_at(rows: list[dict], capacity: int) -> dict | None:
     """The online policy with the highest hit rate at ``capacity`` (first listed wins a tie; never an
-    oracle or hint mode). ``build_report`` then keeps LRU unless this beats it."""
+    oracle or hint mode). ``build_report`` then keeps LRU unless this beats it by more than
+    ``MAP_TIE_POINTS``."""
     best = None
     for row in rows:
         if row["capacity_blocks"] != capacity or row["policy"] in NOT_CANDIDATES:
@@ -220,7 +224,9 @@ def build_report(
     """The advice: smallest cache within ``target`` of the ceiling per policy, the sweep, and at
     ``capacity`` each policy against LRU, vLLM's default: the ``lru`` row there, or where ``names``
     leave LRU out, ``lru_baseline`` (its run at ``capacity``; in cache mode the curve's exact
-    value serves), which is compared with and not listed."""
+    value serves), which is compared with, not listed, and given as ``lru_baseline``. The best
+    policy there is LRU unless one beats it by more than ``MAP_TIE_POINTS`` points of hit rate
+    (``tied_with_lru``: the policies within that of it, either side)."""
     rows = [{k: row[k] for k in ROW_KEYS if k in row} for row in rows]
     threshold = target * curve.ceiling
     smallest: dict[str, Any] = {}
@@ -236,13 +242,19 @@ def build_report(
             entry = size_entry(found, curve, layout) or {"capacity_blocks": None, "tokens": None, "gib": None}
             entry["exact"] = False
             entry["above_blocks"] = below  # the next smaller sampled size missed the target
+            if mode == "serve":  # sizes left out of the answer: an overloaded queue's hit rates
+                entry["saturated_blocks"] = sorted(
+                    r["capacity_blocks"] for r in rows if r["policy"] == name and r.get("saturated")
+                )
         smallest[name] = entry
     at: dict[str, Any] | None = None
     if capacity is not None:
         here = [r for r in rows if r["capacity_blocks"] == capacity]
         lru = next((r for r in here if r["policy"] == "lru"), None)
+        baseline = None  # LRU left out of ``names``: the run compared with, shown apart from the rows
         if lru is None:
             lru = lru_baseline if lru_baseline is not None or mode != "cache" else curve_row(curve, capacity)
+            baseline = None if lru is None else {k: lru[k] for k in ROW_KEYS if k in lru}
         for row in here:
             row["prefill_tokens_saved"] = row["hit_tokens"]
             if lru is not None:
@@ -254,8 +266,19 @@ def build_report(
             "rows": here,
             "lru_curve_hit_rate": curve.hit_rate(capacity),
         }
-        if lru is not None and (best is None or best["hit_rate"] <= lru["hit_rate"]):
-            best = lru  # no listed policy beats vLLM's default: keep it (it wins a tie)
+        if baseline is not None:
+            at["lru_baseline"] = baseline
+        if lru is not None:
+            # a lead of at most MAP_TIE_POINTS (points) is a tie, as on the map: vLLM's default stays
+            at["tie_points"] = MAP_TIE_POINTS
+            at["tied_with_lru"] = [
+                r["policy"]
+                for r in here
+                if r["policy"] not in (*NOT_CANDIDATES, "lru")
+                and abs(100 * (r["hit_rate"] - lru["hit_rate"])) <= MAP_TIE_POINTS
+            ]
+            if best is None or 100 * (best["hit_rate"] - lru["hit_rate"]) <= MAP_TIE_POINTS:
+                best = lru
         if best is not None:
             at["best"] = best["policy"]
             at["best_hit_rate"] = best["hit_rate"]
@@ -268,12 +291,16 @@ def build_report(
                 "serve mode: requests too long for your cache are rejected and left out of the hit rate "
                 f"at your size ({', '.join(rejected)}): it is measured over the others only"
             )
-        if any(r.get("saturated") for r in here):
-            warnings.append(
-                "serve mode: the modelled server is saturated at your size for "
-                + ", ".join(r["policy"] for r in here if r.get("saturated"))
-                + " (TTFT grows with the queue, not the cache; raise --prefill-tps or --max-running)"
-            )
+    runs = rows + ([lru_baseline] if lru_baseline is not None else [])
+    yours = [r["policy"] for r in runs if r["capacity_blocks"] == capacity and r.get("saturated")]
+    fields = "marked s in the table, `saturated` and `prefill_utilization` in the JSON"
+    saturated = saturated_runs_warning(
+        runs, False, (f"at your size: {', '.join(dict.fromkeys(yours))}; " if yours else "") + fields
+    )
+    if saturated is not None:
+        warnings.append(
+            f"serve mode: {saturated}. No smallest cache within the target is taken from a saturated run"
+        )
     if capacity is not None and capacity >= curve.distinct_blocks:
         warnings.append(
             f"your cache ({capacity:,} blocks) holds every distinct block of the trace: "

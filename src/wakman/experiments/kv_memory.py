@@ -3,11 +3,15 @@ states it: a few well-known models by name, or any ``config.json`` the user has 
 
 Standard attention (MHA / GQA / MQA) caches a key and a value vector per KV head per layer:
 ``2 * num_hidden_layers * num_key_value_heads * head_dim * dtype_bytes`` bytes per token, with
-``head_dim`` from the config or ``hidden_size // num_attention_heads``. Multi-head latent attention
-(DeepSeek-V2/V3, ``kv_lora_rank`` in the config) caches one compressed latent plus the rotary key
-per layer, as vLLM does: ``num_hidden_layers * (kv_lora_rank + qk_rope_head_dim) * dtype_bytes``.
-Sliding-window layers (Gemma 2) are counted at full size, as a pool without a hybrid allocator
-holds them. A vLLM block of ``block_size`` tokens takes ``block_size`` times the per-token bytes.
+``head_dim`` from the config or ``hidden_size // num_attention_heads``. The KV heads are read as
+vLLM reads them (``get_total_num_kv_heads`` of its model-architecture convertors): Falcon's
+``multi_query`` without ``new_decoder_architecture`` is one KV head, else the first of
+``KV_HEAD_FIELDS`` present, else (no such field: full multi-head attention) the attention heads.
+Multi-head latent attention (DeepSeek-V2/V3, ``kv_lora_rank`` in the config) caches one compressed
+latent plus the rotary key per layer, as vLLM does:
+``num_hidden_layers * (kv_lora_rank + qk_rope_head_dim) * dtype_bytes``. Sliding-window layers
+(Gemma 2) are counted at full size, as a pool without a hybrid allocator holds them. A vLLM block
+of ``block_size`` tokens takes ``block_size`` times the per-token bytes.
 """
 
 from __future__ import annotations
@@ -35,6 +39,21 @@ DTYPE_BYTES = {
     "float8_e4m3fn": 1,
     "int8": 1,
 }
+AUTO = "auto"  # vLLM's spelling of the default: the checkpoint's dtype, as --dtype auto serves it
+# vLLM's --dtype auto serves a float32 checkpoint in the GPU's first 16-bit dtype: bfloat16 (float16
+# where the GPU has no bfloat16; 2 bytes either way), never in 32 bits (vllm/config/model.py)
+FLOAT32_SERVED_AS = "bfloat16"
+
+# The fields that give the KV heads, in vLLM's order (Falcon's two, Llama's, ChatGLM's, Step's)
+KV_HEAD_FIELDS = (
+    "n_head_kv",
+    "num_kv_heads",
+    "num_key_value_heads",
+    "multi_query_group_num",
+    "num_attention_groups",
+)
+# ChatGLM's config.json names its layers num_layers (vLLM's ChatGLMConfig maps num_hidden_layers to it)
+LAYER_ALIASES = ("num_layers",)
 
 # Architecture fields as each model's config.json on the Hugging Face Hub writes them (only those the
 # KV size depends on). Keys absent from a config (head_dim in Llama 3.1's) are absent here too.
@@ -159,6 +178,7 @@ class KVLayout:
     formula: str  # the product written out, e.g. "2 * 32 layers * 8 kv heads * 128 head_dim * 2 B"
     attention: str  # "mha/gqa" or "mla"
     dtype: str
+    dtype_source: str = ""  # where ``dtype`` comes from ("" where the bytes were given)
 
     def block_bytes(self, block_size: int) -> int:
         return self.bytes_per_token * block_size
@@ -177,14 +197,40 @@ class KVLayout:
             "formula": self.formula,
             "attention": self.attention,
             "dtype": self.dtype,
+            "dtype_source": self.dtype_source,
         }
 
 
 def dtype_bytes(dtype: str) -> int:
+    """Bytes per element of ``dtype`` (a ValueError naming the choices where unknown)."""
     key = str(dtype).lower().removeprefix("torch.")
     if key not in DTYPE_BYTES:
-        raise ValueError(f"unknown KV dtype {dtype!r}; choose from {', '.join(sorted(DTYPE_BYTES))}")
+        choices = ", ".join([AUTO, *sorted(DTYPE_BYTES)])
+        raise ValueError(f"unknown KV dtype {dtype!r}; choose from {choices}")
     return DTYPE_BYTES[key]
+
+
+def given_kv_dtype(kv_dtype: str | None) -> str | None:
+    """``--kv-dtype`` checked: None where not given or ``auto`` (the default), else the dtype."""
+    if kv_dtype is None or kv_dtype.lower() == AUTO:
+        return None
+    dtype_bytes(kv_dtype)
+    return kv_dtype
+
+
+def served_dtype(config_dtype: str, kv_dtype: str | None) -> tuple[str, str]:
+    """The KV cache's dtype and where it comes from: ``kv_dtype`` where given (not None or
+    ``auto``), else the checkpoint's ``config_dtype`` as vLLM's default ``--dtype auto`` serves it,
+    a 4-byte (float32) checkpoint in 16 bits (``FLOAT32_SERVED_AS``, 2 bytes)."""
+    given = given_kv_dtype(kv_dtype)
+    if given is not None:
+        return given, "--kv-dtype"
+    if dtype_bytes(config_dtype) == 4:
+        return FLOAT32_SERVED_AS, (
+            f"config {config_dtype}, which vLLM's default --dtype auto serves in 16 bits "
+            "(bfloat16, or float16 on GPUs without it); --kv-dtype float32 for 32 bits"
+        )
+    return config_dtype, "config"
 
 
 def _positive_int(config: dict[str, Any], field: str, source: str) -> int:
@@ -194,32 +240,46 @@ def _positive_int(config: dict[str, Any], field: str, source: str) -> int:
     return value
 
 
+def _kv_heads_field(config: dict[str, Any]) -> str | None:
+    """Where the KV heads of standard attention come from, in vLLM's order: ``"multi_query"``
+    (Falcon's multi-query attention, one KV head), the first of ``KV_HEAD_FIELDS`` present,
+    ``"num_attention_heads"`` (no such field: as many as the attention heads), or None (none)."""
+    if config.get("multi_query") and not config.get("new_decoder_architecture"):
+        return "multi_query"
+    fields = (*KV_HEAD_FIELDS, "num_attention_heads")
+    return next((f for f in fields if config.get(f) is not None), None)
+
+
 def kv_layout(config: dict[str, Any], name: str = "model", kv_dtype: str | None = None) -> KVLayout:
     """The KV bytes per token of an architecture given as config.json's fields. ``kv_dtype``
-    overrides ``torch_dtype`` (vLLM's ``--kv-cache-dtype fp8`` is 1 byte; transformers 5 saves the
-    field as ``dtype``, read where ``torch_dtype`` is absent). A config that nests the text model
-    (``text_config``) is read there."""
+    (not None or ``auto``) overrides ``torch_dtype`` (vLLM's ``--kv-cache-dtype fp8`` is 1 byte;
+    transformers 5 saves the field as ``dtype``, read where ``torch_dtype`` is absent), which is
+    taken as vLLM serves it by default (``served_dtype``: float32 in 16 bits). A config that nests
+    the text model (``text_config``) is read there. The KV heads come from ``_kv_heads_field``,
+    in vLLM's order."""
     if "num_hidden_layers" not in config and isinstance(config.get("text_config"), dict):
         config = {**config, **config["text_config"]}
     if config.get("torch_dtype") is None and config.get("dtype") is not None:
         config = {**config, "torch_dtype": config["dtype"]}
+    if config.get("num_hidden_layers") is None:
+        alias = next((f for f in LAYER_ALIASES if config.get(f) is not None), None)
+        config = {**config, "num_hidden_layers": config[alias]} if alias else config
     mla = config.get("kv_lora_rank") is not None
+    heads_from = None if mla else _kv_heads_field(config)
     need = ["num_hidden_layers"]
-    need += ["kv_lora_rank", "qk_rope_head_dim"] if mla else ["num_key_value_heads"]
+    need += ["kv_lora_rank", "qk_rope_head_dim"] if mla else [heads_from or "num_key_value_heads"]
     if not mla and config.get("head_dim") is None:
         need += ["hidden_size", "num_attention_heads"]
+    kv_dtype = given_kv_dtype(kv_dtype)
     if kv_dtype is None:
         need.append("torch_dtype")
-    missing = [f for f in need if config.get(f) is None]
-    if not mla and "num_key_value_heads" in missing and config.get("num_attention_heads") is not None:
-        missing.remove("num_key_value_heads")  # no GQA field: one KV head per attention head (MHA)
-        config = {**config, "num_key_value_heads": config["num_attention_heads"]}
+    missing = [f for f in need if f != "multi_query" and config.get(f) is None]
     if missing:
         hint = " (or give --kv-dtype)" if missing == ["torch_dtype"] else ""
         raise ValueError(
             f"{name}: config is missing {', '.join(missing)} (needed for the KV-cache size){hint}"
         )
-    dtype = kv_dtype or str(config["torch_dtype"])
+    dtype, source = served_dtype(str(config.get("torch_dtype")), kv_dtype)
     width = dtype_bytes(dtype)
     layers = _positive_int(config, "num_hidden_layers", name)
     if mla:
@@ -231,8 +291,18 @@ def kv_layout(config: dict[str, Any], name: str = "model", kv_dtype: str | None 
             f"{layers} layers * ({rank} kv_lora_rank + {rope} qk_rope_head_dim) * {width} B (MLA latent)",
             "mla",
             dtype,
+            source,
         )
-    heads = _positive_int(config, "num_key_value_heads", name)
+    assert heads_from is not None
+    if heads_from == "multi_query":
+        heads, note = 1, "1 kv head (multi_query)"
+    else:
+        heads = _positive_int(config, heads_from, name)
+        note = f"{heads} kv heads"
+        if heads_from == "num_attention_heads":
+            note += " (no KV-head field: assumed equal to the attention heads, MHA)"
+        elif heads_from != "num_key_value_heads":
+            note += f" ({heads_from})"
     if config.get("head_dim") is not None:
         head_dim = _positive_int(config, "head_dim", name)
     else:
@@ -246,9 +316,10 @@ def kv_layout(config: dict[str, Any], name: str = "model", kv_dtype: str | None 
     return KVLayout(
         name,
         2 * layers * heads * head_dim * width,
-        f"2 (K, V) * {layers} layers * {heads} kv heads * {head_dim} head_dim * {width} B",
+        f"2 (K, V) * {layers} layers * {note} * {head_dim} head_dim * {width} B",
         "mha/gqa",
         dtype,
+        source,
     )
 
 

@@ -11,6 +11,18 @@ ALL_POLICIES = (*ONLINE, "belady", "infinite")  # every column of the reproducti
 BEHIND_POINTS = 0.5  # a policy more than this below the better static policy on a trace is behind
 
 
+def beside(value: float, threshold: float, decimals: int = 2, sign: str = "+") -> str:
+    """``value`` with ``decimals`` decimals, or more where that many would put it on the other side
+    of ``threshold`` or onto it (a mean gain of 2.996 prints +2.996, not the +3.00 the goal asks for;
+    beside 0, a gain of -0.0014 prints -0.001, not +0.00)."""
+    side = (value > threshold) - (value < threshold)
+    while (
+        decimals < 15 and (round(value, decimals) > threshold) - (round(value, decimals) < threshold) != side
+    ):
+        decimals += 1
+    return f"{value:{sign}z.{decimals}f}"
+
+
 def regret_points(hit_rate: dict[str, float], policy: str) -> float:
     """How far ``policy`` is behind the better of static LRU and S3-FIFO, in points of hit rate."""
     return 100 * (max(hit_rate["lru"], hit_rate["s3fifo"]) - hit_rate[policy])

@@ -17,6 +17,7 @@ from wakman.experiments.regret import (
     ONLINE,
     TIE,
     behind_summary,
+    beside,
     lru_lead_points,
     regret_points,
     static_winner,
@@ -276,17 +277,6 @@ def _compare(a: float, b: float, decimals: int = 2) -> str:
     return "lower than" if a < b else "higher than" if a > b else "equal to"
 
 
-def _beside(value: float, threshold: float, decimals: int = 2, sign: str = "+") -> str:
-    """``value`` with ``decimals`` decimals, or more where that many would put it on the other side
-    of ``threshold`` or onto it (a mean gain of 2.996 prints +2.996, not the +3.00 the goal asks for)."""
-    side = (value > threshold) - (value < threshold)
-    while (
-        decimals < 15 and (round(value, decimals) > threshold) - (round(value, decimals) < threshold) != side
-    ):
-        decimals += 1
-    return f"{value:{sign}z.{decimals}f}"
-
-
 def _findings(payload: dict[str, Any]) -> str:
     """The explanations, each stated only where this run's numbers hold it."""
     mixes, s = payload["mixes"], payload["summary"]
@@ -343,7 +333,7 @@ def _findings(payload: dict[str, Any]) -> str:
             f"it is within {BEHIND_POINTS:g} point of the better static policy on every mix."
             if not over
             else f"it is more than {BEHIND_POINTS:g} point behind on "
-            + ", ".join(f"{n} ({_beside(r, BEHIND_POINTS, sign='')})" for n, r in over)
+            + ", ".join(f"{n} ({beside(r, BEHIND_POINTS, sign='')})" for n, r in over)
             + "."
         )
     )
@@ -386,7 +376,7 @@ def _who_wins(payload: dict[str, Any]) -> str:
             f"{defaults['gap_s_median']['multi_turn']:g} s human gaps) "
             + ("favour neither LRU nor S3-FIFO" if winner == TIE else f"favour {_display(winner)}")
             + f" at the primary capacity: on {pure_multi['name']} LRU leads S3-FIFO by "
-            f"{_beside(lead, 0.0)} points."
+            f"{beside(lead, 0.0)} points."
         )
     return text
 
@@ -683,13 +673,13 @@ def _new_policy_section(payload: dict[str, Any], policy: str, per_capacity: dict
             [
                 f"{int(c):,}",
                 str(v["mixes"]),
-                _beside(v["mean_gain_points"], GOAL_GAIN_POINTS),  # as the sentence gives them (_shortfall)
-                f"{v['worst_mix']} ({_beside(v['worst_gain_points'], GOAL_WORST_POINTS)}"
+                beside(v["mean_gain_points"], GOAL_GAIN_POINTS),  # as the sentence gives them (_shortfall)
+                f"{v['worst_mix']} ({beside(v['worst_gain_points'], GOAL_WORST_POINTS)}"
                 + (", saturated server)" if v["worst_mix"] in saturated[c] else ")"),
                 f"{v['mean_gap_to_belady_points']:z.2f}",
                 "n/a"
                 if v["gap_closed_pct"] is None
-                else _beside(v["gap_closed_pct"], GOAL_CLOSED_PCT, 1, "") + " %",
+                else beside(v["gap_closed_pct"], GOAL_CLOSED_PCT, 1, "") + " %",
                 str(len(v["mixes_over_half_point_below"])),
                 str(len(saturated[c])),
             ]
@@ -758,11 +748,11 @@ def _new_policy_section(payload: dict[str, Any], policy: str, per_capacity: dict
         verdict += (
             f" On the {ablations['rows']} ablation presets (primary capacity; no Belady run, so no gap "
             f"closed) its mean gain is {ablations['mean_gain_points']:+z.2f} points, the worst "
-            f"{shown(ablations['worst'])} ({_beside(ablations['worst_gain_points'], GOAL_WORST_POINTS)}); "
+            f"{shown(ablations['worst'])} ({beside(ablations['worst_gain_points'], GOAL_WORST_POINTS)}); "
             + (
                 f"{len(below)} more than {-GOAL_WORST_POINTS:g} point below: "
                 + ", ".join(
-                    f"{shown(n)} ({_beside(ablations['gain_points'][n], GOAL_WORST_POINTS)})" for n in below
+                    f"{shown(n)} ({beside(ablations['gain_points'][n], GOAL_WORST_POINTS)})" for n in below
                 )
                 + "."
                 if below
@@ -785,10 +775,10 @@ def _new_policy_section(payload: dict[str, Any], policy: str, per_capacity: dict
 
 def _shortfall(v: dict[str, Any], saturated: set[str] = frozenset()) -> str:
     """Which parts of the goal a capacity misses, each with its number, printed with the decimals
-    that keep it on its side of the goal (``_beside``: a gain of 2.996 is not shown as +3.00)."""
+    that keep it on its side of the goal (``beside``: a gain of 2.996 is not shown as +3.00)."""
     out = []
     if v["mean_gain_points"] < GOAL_GAIN_POINTS:
-        out.append(f"mean gain {_beside(v['mean_gain_points'], GOAL_GAIN_POINTS)}")
+        out.append(f"mean gain {beside(v['mean_gain_points'], GOAL_GAIN_POINTS)}")
     closed, gap = v["gap_closed_pct"], v["mean_gap_to_belady_points"]
     if closed is None:  # no gap; or serve mode, where Belady (optimal in cache mode only) can be behind
         out.append(
@@ -797,9 +787,9 @@ def _shortfall(v: dict[str, Any], saturated: set[str] = frozenset()) -> str:
             else f"Belady {-gap:z.2f} points behind the better static policy"
         )
     elif closed < GOAL_CLOSED_PCT:
-        out.append(f"{_beside(closed, GOAL_CLOSED_PCT, 1, '')} % of the gap closed")
+        out.append(f"{beside(closed, GOAL_CLOSED_PCT, 1, '')} % of the gap closed")
     if v["worst_gain_points"] < GOAL_WORST_POINTS:
-        worst = _beside(v["worst_gain_points"], GOAL_WORST_POINTS)
+        worst = beside(v["worst_gain_points"], GOAL_WORST_POINTS)
         out.append(f"{_flag_saturated(v['worst_mix'], saturated)} {worst}")
     return ", ".join(out)
 

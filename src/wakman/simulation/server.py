@@ -43,7 +43,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from wakman.numbers_check import is_integer, is_real
 
@@ -205,6 +205,24 @@ def saturation_remedies(vllm_steps: bool, prefill_utilizations: Iterable[float |
         dict.fromkeys(
             saturation_remedy(vllm_steps, math.inf if u is None else u) for u in prefill_utilizations
         )
+    )
+
+
+def saturated_runs_warning(rows: Iterable[dict[str, Any]], vllm_steps: bool, fields: str) -> str | None:
+    """One warning line on a sweep's saturated runs (rows with a true ``saturated``), None where no
+    run is: how many of the rows, the first six named (``policy at capacity_blocks``), that their
+    hit rates are an overloaded queue's, ``fields`` (where the runs' flags are shown) and each
+    distinct remedy (``saturation_remedies``)."""
+    rows = list(rows)
+    saturated = [r for r in rows if r.get("saturated")]
+    if not saturated:
+        return None
+    named = ", ".join(f"{r['policy']} at {r['capacity_blocks']:,}" for r in saturated[:6])
+    named += f" and {len(saturated) - 6} more" if len(saturated) > 6 else ""
+    remedy = saturation_remedies(vllm_steps, (r.get("prefill_utilization") for r in saturated))
+    return (
+        f"the modelled server is saturated in {len(saturated)} of {len(rows)} runs ({named}): their hit "
+        f"rates are those of an overloaded queue ({fields}; {remedy})"
     )
 
 

@@ -33,6 +33,7 @@ TINY_LLAMA = {
     "bos_token_id": 1,
     "eos_token_id": 2,
 }
+TINY_DTYPE = "float32"  # the engine's --dtype: the tiny model runs, and caches its KV, in 32 bits
 SCHEDULER_CLS = "wakman.vllm_plugin.WakmanScheduler"
 ENGINE_ENV = {"HF_HUB_OFFLINE": "1", "VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_ENABLE_V1_MULTIPROCESSING": "0"}
 
@@ -144,7 +145,7 @@ def build_llm(
         model=str(tiny_model_dir(model_dir)),
         load_format="dummy",
         skip_tokenizer_init=True,
-        dtype="float32",
+        dtype=TINY_DTYPE,
         enable_prefix_caching=True,
         block_size=block_size,
         num_gpu_blocks_override=capacity_blocks + 1,  # block 0 is vLLM's null block

@@ -23,7 +23,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Self
 
-from wakman.vllm_plugin.engine import ENGINE_ENV, SCHEDULER_CLS, tiny_model_dir
+from wakman.vllm_plugin.engine import ENGINE_ENV, SCHEDULER_CLS, TINY_DTYPE, tiny_model_dir
 
 SERVED_MODEL = "tiny"
 _LIVE = re.compile(r'^wakman:live_policy\{[^}]*policy="([^"]+)"[^}]*\} 1\.0$', re.M)
@@ -153,7 +153,7 @@ class VllmHttpServer(ServerProcess):
             sys.executable, "-m", "vllm.entrypoints.openai.api_server",
             "--model", str(self.model_dir), "--served-model-name", SERVED_MODEL,
             "--host", "127.0.0.1", "--port", str(port),
-            "--load-format", "dummy", "--dtype", "float32", "--enforce-eager", "--seed", "0",
+            "--load-format", "dummy", "--dtype", TINY_DTYPE, "--enforce-eager", "--seed", "0",
             "--enable-prefix-caching", "--block-size", str(block_size),
             "--num-gpu-blocks-override", str(capacity_blocks + 1),  # block 0 is vLLM's null block
             "--max-model-len", str(min(max_model_len or limit, limit)),
