@@ -55,6 +55,21 @@ def test_same_seed_same_bytes_other_seed_differs(tmp_path):
     assert outs[0] == outs[1] and outs[0] != outs[2]
 
 
+def test_a_seed_past_32_bits_is_refused():
+    """numpy splits a seed into 32-bit words and drops trailing zero words, so a seed of 2**32 + s
+    would start its sessions from seed s's session 0 stream (``[s, 1, 0]``): refused, as a negative
+    seed is; 2**32 - 1 is the largest taken."""
+    a, b = np.random.SeedSequence([2**32 + 5, 0]), np.random.SeedSequence([5, 1, 0])
+    assert (a.generate_state(8) == b.generate_state(8)).all()  # the collision the check prevents
+    cfg = build_config(duration_s=60)
+    assert WorkloadGenerator(cfg, 2**32 - 1).seed == 2**32 - 1
+    for seed, needle in ((2**32, "at most 2**32 - 1"), (2**40 + 5, "at most 2**32 - 1"), (-1, ">= 0")):
+        with pytest.raises(ValueError, match=rf"^seed must be {re.escape(needle)}"):
+            WorkloadGenerator(cfg, seed)
+        with pytest.raises(ValueError, match=r"^seed must be"):
+            generate_requests(cfg, seed)
+
+
 def test_twenty_mixes_from_pure_types_to_thirds():
     assert len(MIXES) == 20 and len({p.mix for p in MIXES}) == 20
     assert {(1.0, 0.0, 0.0), (0.0, 1.0, 0.0), (0.0, 0.0, 1.0), (0.34, 0.33, 0.33)} <= {p.mix for p in MIXES}

@@ -4,12 +4,13 @@ Sessions start as a Poisson process over ``[-warmup_s, duration_s)`` at rate
 ``rate / E[turns]`` (E[turns] is the mix-weighted mean of each profile's discretised turn count, so
 requests arrive at ``rate``); each session's profile is drawn from ``mix``. ``warmup_s = "auto"``
 is ``steady_warmup_s``: long enough that the sessions that would have started earlier carry at most
-1 % of the requests at time 0 (fewer later), so the trace starts in steady state. A session is generated
-whole from its own random stream (``SeedSequence([seed, 1, session index])``), so it does not depend
-on the others. (Caveat, kept so that traces stay as they were: numpy splits an entropy word past
-2**32 into 32-bit words, so catalog prompt 1's stream ``[seed, 2**40 + 1]`` is session 256's, and the
-multi-turn and agentic system prompt 1's are sessions 512's and 768's: those sessions' first
-tokens repeat the prompt's. Their keys differ, being chained from other prefixes.)
+1 % of the requests at time 0 (fewer later), so the trace starts in steady state. A session is
+generated whole from its own random stream (``SeedSequence([seed, 1, session index])``; the seed
+is 32 bits, ``check_seed``), so it does not depend on the others. (Caveat, kept so that traces
+stay as they were: numpy splits an entropy word past 2**32 into 32-bit words, so catalog prompt
+1's stream ``[seed, 2**40 + 1]`` is session 256's, and the multi-turn and agentic system prompt
+1's are sessions 512's and 768's: those sessions' first tokens repeat the prompt's. Their keys
+differ, being chained from other prefixes.)
 
 Turn ``k+1`` arrives ``gap`` seconds after turn ``k``; its prompt is turn k's prompt, the
 answer (output tokens) and the new message or tool result, so its block keys extend turn k's.
@@ -207,8 +208,29 @@ class Ranks:
         return int(self.cdf.searchsorted(rng.random(), side="right"))
 
 
+MAX_SEED = 2**32 - 1  # a seed is one 32-bit word of every stream's entropy
+
+
+def check_seed(seed: int, name: str = "seed") -> None:
+    """A trace's seed is an integer in ``[0, MAX_SEED]``, else a ValueError naming ``name`` (the
+    argument, or ``--seed``): numpy splits a larger one into 32-bit words and drops trailing zero
+    words, so its streams would be other seeds' (``SeedSequence([2**32 + s, 0])`` is ``[s, 1]``,
+    seed s's session 0)."""
+    if isinstance(seed, bool) or not isinstance(seed, int | np.integer):
+        raise ValueError(f"{name} must be an integer, got {seed!r}")
+    if seed < 0:
+        raise ValueError(f"{name} must be >= 0, got {seed}")
+    if seed > MAX_SEED:
+        raise ValueError(
+            f"{name} must be at most 2**32 - 1 = {MAX_SEED:,} (numpy would give a larger seed the random "
+            f"streams of smaller ones), got {seed:,}"
+        )
+
+
 class WorkloadGenerator:
     def __init__(self, config: WorkloadConfig, seed: int = 0) -> None:
+        """The generator of ``config``'s trace for ``seed`` (``check_seed``)."""
+        check_seed(seed)
         self.config = config
         self.seed = seed
         self.hasher = BlockHasher(config.hash, config.hash_seed)
