@@ -12,11 +12,12 @@ stay as they were: numpy splits an entropy word past 2**32 into 32-bit words, so
 1's are sessions 512's and 768's: those sessions' first tokens repeat the prompt's. Their keys
 differ, being chained from other prefixes.)
 
-Turn ``k+1`` arrives ``gap`` seconds after turn ``k``; its prompt is turn k's prompt, the
-answer (output tokens) and the new message or tool result, so its block keys extend turn k's.
-Requests outside ``[0, duration_s)`` are dropped. Keys come from ``BlockHasher`` over the token ids,
-as uint64 arrays (8 bytes a key); ``output_keys`` are the blocks decoding fills (vLLM caches them;
-the last sampled token has no KV).
+Turn ``k+1`` arrives ``gap`` seconds after turn ``k``, whatever turn k's answer takes to decode
+(it may still be decoding: docs/workload.md, "Turns do not wait for answers"); its prompt is turn
+k's prompt, the answer (output tokens) and the new message or tool result, so its block keys
+extend turn k's. Requests outside ``[0, duration_s)`` are dropped. Keys come from ``BlockHasher``
+over the token ids, as uint64 arrays (8 bytes a key); ``output_keys`` are the blocks decoding fills
+(vLLM caches them; the last sampled token has no KV).
 """
 
 from __future__ import annotations
