@@ -122,6 +122,7 @@ BAD_FLAGS = [
     (["generate", "-o", "{tmp}/t.jsonl", "--duration", "-1"], "--duration"),
     (["generate", "-o", "{tmp}/t.jsonl", "--rate", "0"], "--rate"),
     (["generate", "-o", "{tmp}/t.jsonl", "--seed", "-1"], "--seed"),
+    (["generate", "-o", "{tmp}/t.jsonl", "--seed", str(2**32)], "--seed must be at most 2**32 - 1"),
     (["replay", "{trace}", "--policy", "lru", "--capacity-blocks", "64", "--step-s", "0"], "--step-s"),
     (["replay", "{trace}", "--policy", "lru", "--capacity-blocks", "64", "--limit", "0"], "--limit"),
     (["reproduce", "--quick", "--jobs", "0", "--out", "{tmp}/r"], "--jobs"),

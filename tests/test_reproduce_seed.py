@@ -152,6 +152,7 @@ def test_hint_mode_runs_say_whether_their_server_kept_up(runs):
     ("seed", "needle"),
     [
         ("-1", "--seed must be >= 0"),
+        (str(2**32), "--seed must be at most 2**32 - 1"),
         ("abc", "Invalid value for '--seed'"),
         ("2.5", "Invalid value for '--seed'"),
     ],

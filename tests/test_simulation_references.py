@@ -207,6 +207,65 @@ def test_sweep_sessions_adds_the_hint_column_as_simulate_runs_it(tmp_path):
     assert refused.exit_code == 2 and "no session ids" in refused.output
 
 
+def test_sweep_records_when_hint_mode_heard_ends_and_its_warmup_and_server(tmp_path):
+    """``sweep --sessions`` tells no session end unless --session-ends-after-s is given, under the
+    label that advise and reproduce give ends at 0 s: each hint-mode row of sweep.csv and sweep.json
+    says which (``session_ends_after_s``: the seconds given, empty or null for none; the policies'
+    rows have no such cell). sweep.json's header records --warmup-s and the server model (its class
+    and settings; null in cache mode), enough to rerun a row with ``simulate --server-model``."""
+    import csv
+
+    path = tmp_path / "t.jsonl"
+    runner = CliRunner()
+    args = ["generate", "--preset", "mix04-single-multi-50", "--duration", "300", "-o", str(path)]
+    assert runner.invoke(app, args).exit_code == 0
+
+    def sweep(name: str, *flags: str) -> tuple[dict, list[dict]]:
+        out = tmp_path / name
+        base = ["sweep", str(path), "--policies", "lru", "--capacities", "1000", "--jobs", "1", "--sessions"]
+        result = runner.invoke(app, [*base, "--out", str(out), *flags])
+        assert result.exit_code == 0, result.output
+        with open(out / "sweep.csv", encoding="utf-8") as f:
+            return json.loads((out / "sweep.json").read_text()), list(csv.DictReader(f))
+
+    throughputs = ["--prefill-tps", "20000", "--decode-tps", "50", "--max-running", "8"]
+    document, csv_rows = sweep("none", "--warmup-s", "60", *throughputs)
+    assert document["warmup_s"] == 60
+    server = document["server_model"]
+    assert server["model"] == "ServerModel"
+    assert (server["prefill_tokens_per_s"], server["decode_tokens_per_s"], server["max_running"]) == (
+        20000,
+        50,
+        8,
+    )
+    lru, hint = document["results"]
+    assert (lru["policy"], hint["policy"]) == ("lru", "chain-lru+sessions")
+    assert "session_ends_after_s" not in lru and hint["session_ends_after_s"] is None
+    assert [r["session_ends_after_s"] for r in csv_rows] == ["", ""]
+    alone = [
+        "simulate",
+        str(path),
+        "--policy",
+        "chain-lru",
+        "--capacity-blocks",
+        "1000",
+        "--json",
+        "--sessions",
+    ]
+    untold = runner.invoke(app, [*alone, "--warmup-s", "60", *throughputs])
+    assert hint["hit_rate"] == json.loads(untold.stdout)["hit_rate"]  # run with no end told
+
+    document, csv_rows = sweep("told", "--session-ends-after-s", "30", "--max-num-seqs", "16")
+    assert document["warmup_s"] == 0 and document["results"][1]["session_ends_after_s"] == 30
+    assert [r["session_ends_after_s"] for r in csv_rows] == ["", "30.0"]
+    assert (document["server_model"]["model"], document["server_model"]["max_num_seqs"]) == ("VllmServer", 16)
+    again = [*alone, "--session-ends-after-s", "30", "--server-model", str(tmp_path / "told" / "sweep.json")]
+    assert json.loads(runner.invoke(app, again).stdout)["hit_rate"] == document["results"][1]["hit_rate"]
+
+    document, _ = sweep("cache", "--mode", "cache", "--session-ends-after-s", "0")
+    assert document["server_model"] is None and document["results"][1]["session_ends_after_s"] == 0
+
+
 def test_unknown_policy_is_a_clean_error(tmp_path):
     path = tmp_path / "t.jsonl"
     CliRunner().invoke(app, ["generate", "--duration", "60", "-o", str(path)])

@@ -6,6 +6,9 @@ import hashlib
 import json
 import math
 import re
+import subprocess
+import sys
+import warnings
 from collections import Counter, defaultdict
 from itertools import pairwise
 from pathlib import Path
@@ -50,6 +53,21 @@ def test_same_seed_same_bytes_other_seed_differs(tmp_path):
         assert result.exit_code == 0, result.output
         outs.append(path.read_bytes())
     assert outs[0] == outs[1] and outs[0] != outs[2]
+
+
+def test_a_seed_past_32_bits_is_refused():
+    """numpy splits a seed into 32-bit words and drops trailing zero words, so a seed of 2**32 + s
+    would start its sessions from seed s's session 0 stream (``[s, 1, 0]``): refused, as a negative
+    seed is; 2**32 - 1 is the largest taken."""
+    a, b = np.random.SeedSequence([2**32 + 5, 0]), np.random.SeedSequence([5, 1, 0])
+    assert (a.generate_state(8) == b.generate_state(8)).all()  # the collision the check prevents
+    cfg = build_config(duration_s=60)
+    assert WorkloadGenerator(cfg, 2**32 - 1).seed == 2**32 - 1
+    for seed, needle in ((2**32, "at most 2**32 - 1"), (2**40 + 5, "at most 2**32 - 1"), (-1, ">= 0")):
+        with pytest.raises(ValueError, match=rf"^seed must be {re.escape(needle)}"):
+            WorkloadGenerator(cfg, seed)
+        with pytest.raises(ValueError, match=r"^seed must be"):
+            generate_requests(cfg, seed)
 
 
 def test_twenty_mixes_from_pure_types_to_thirds():
@@ -117,6 +135,63 @@ def test_auto_warmup_covers_the_sessions_and_a_number_is_taken_as_given():
     older = np.mean(np.array(ages) > auto)
     assert older < 0.02, older  # 1 % at time 0 by the estimate, less later: sampled, with slack
     assert np.mean(np.array(ages) > auto - 300) > 0.008  # and not far past it (99 %, to the minute)
+
+
+def _rare_long_calls(median: str) -> dict[str, str]:
+    """One agentic gap in 10,000 gets a long call of ``median`` seconds (sigma 0: exactly that)."""
+    return {
+        "agentic.long_call_probability": "0.0001",
+        "agentic.long_call_s": f"{{median={median}, sigma=0, min=0, max=inf}}",
+    }
+
+
+def test_rare_huge_long_calls_leave_the_auto_warmup_as_it_is():
+    """A long call in one agentic gap of 10,000 lifts a few sessions' later requests (under 1 % of
+    the requests) past every other age: whether the call takes 1e9 s or 1e307 s, no other request's
+    age and no request's rank changes, so the 99 % age and the warm-up are the same. (Summed over
+    every sample session at once, the 1e307-s calls overflowed to inf and inf - inf gave NaN.)"""
+    warmups = []
+    for median in ("1e9", "1e307"):
+        cfg = build_config(preset="turns32-0-50-50", overrides=_rare_long_calls(median))
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")  # no RuntimeWarning from numpy either
+            warmups.append(gen_module.steady_warmup_s(cfg))
+    assert warmups[0] == warmups[1] > gen_module.WARMUP_FLOOR_S, warmups
+
+
+@pytest.mark.parametrize(
+    "law",
+    ["{median=1e308, sigma=0, min=0, max=inf}", "{median=1e10, sigma=0, min=0, max=inf}"],
+    ids=["past-the-largest-float", "past-ten-years"],
+)
+def test_an_auto_warmup_out_of_bounds_is_one_clear_error_naming_the_gap_law(tmp_path, law):
+    """Multi-turn gaps of 1e308 s (two of them overflow a float) or 1e10 s (over 300 years) make the
+    "auto" warm-up longer than a trace may span: the API and ``generate`` say so in one line that
+    names the gap law and "auto" and asks for warmup_s, with no numpy warning and nothing written."""
+    cfg = build_config(preset="mix02-pure-multi", duration_s=60, overrides={"multi_turn.gap_s": law})
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        with pytest.raises(ValueError, match=r'warmup_s "auto" came to .*multi_turn\.gap_s.*set warmup_s'):
+            gen_module.WorkloadGenerator(cfg)
+    out = tmp_path / "t.jsonl"
+    args = [
+        "generate",
+        "--preset",
+        "mix02-pure-multi",
+        "--duration",
+        "60",
+        "--set",
+        f"multi_turn.gap_s={law}",
+    ]
+    result = subprocess.run(
+        [sys.executable, "-m", "wakman.cli.main", *args, "-o", str(out)], capture_output=True, text=True
+    )
+    assert result.returncode == 2 and result.stdout == "", result
+    assert result.stderr.startswith('error: warmup_s "auto"') and result.stderr.count("\n") == 1, (
+        result.stderr
+    )
+    assert "multi_turn.gap_s" in result.stderr and "Warning" not in result.stderr
+    assert not out.exists()
 
 
 def test_expected_turns_closed_form():

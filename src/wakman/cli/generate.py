@@ -40,7 +40,7 @@ def generate(
     preset: str | None = typer.Option(None, "--preset", help="A named mix or ablation (see --list-presets)."),
     duration: float | None = typer.Option(None, "--duration", help="Trace length in seconds (default 3600)."),
     rate: float | None = typer.Option(None, "--rate", help="Requests per second (default 1.5)."),
-    seed: int = typer.Option(0, "--seed", help="Same seed, byte-identical trace."),
+    seed: int = typer.Option(0, "--seed", help="Same seed, byte-identical trace (0 to 2**32 - 1)."),
     config: Path | None = typer.Option(None, "--config", help="A workload TOML (default: the bundled one)."),
     settings: list[str] = typer.Option([], "--set", help="Override any parameter: key=value, dotted."),
     fmt: str = typer.Option("native", "--format", help="native | mooncake | aiperf-sessions."),
@@ -48,6 +48,7 @@ def generate(
 ) -> None:
     """Generate a workload deterministically, at the token level, with vLLM-style chained block keys."""
     from wakman.workload import PRESETS, build_config, generate_requests
+    from wakman.workload.generator import check_seed
 
     if list_presets:
         table = Table("preset", "mix (single, multi, agentic)", "overrides", "group")
@@ -63,7 +64,8 @@ def generate(
     with cli_errors(f"nothing was written to {out}"):
         if out is None:
             raise ValueError("-o/--out is required")
-        check_numbers(("--duration", duration, ">0"), ("--rate", rate, ">0"), ("--seed", seed, ">=0"))
+        check_numbers(("--duration", duration, ">0"), ("--rate", rate, ">0"))
+        check_seed(seed, "--seed")
         writable = [n for n, f in FORMATS.items() if f.write]
         if fmt not in writable:
             raise ValueError(f"--format {fmt!r}: choose from {', '.join(writable)}")

@@ -59,8 +59,9 @@ def reproduce(
     seed: int = typer.Option(
         0,
         "--seed",
-        help="Seed of every generated trace (the mixes, the ablations, the map); the real traces "
-        "are read from their files and do not depend on it. The report and results.json state it.",
+        help="Seed of every generated trace (the mixes, the ablations, the map; 0 to 2**32 - 1); the "
+        "real traces are read from their files and do not depend on it. The report and results.json "
+        "state it.",
     ),
     docs: Path | None = typer.Option(
         None,
@@ -79,6 +80,7 @@ def reproduce(
     from wakman.experiments.figures import write_figures
     from wakman.experiments.report import render_markdown, write_table1
     from wakman.experiments.reproduce import CLAUDE_ARCHIVE, Plan, run, write_outputs
+    from wakman.workload.generator import check_seed
 
     draw = can_plot()
     if not draw:
@@ -90,7 +92,8 @@ def reproduce(
     if shared is None and (Path.cwd().parent / "shared" / "traces").is_dir():
         shared = Path.cwd().parent / "shared"
     with cli_errors():
-        check_numbers(("--jobs", jobs, ">=1"), ("--seed", seed, ">=0"))
+        check_numbers(("--jobs", jobs, ">=1"))
+        check_seed(seed, "--seed")
         if shared is not None and not (shared / "traces").is_dir():
             raise ValueError(f"--shared {shared}: no traces/ folder in it")
         check_output_dir(out, "--out")

@@ -6,7 +6,7 @@ import csv
 import itertools
 import json
 from collections.abc import Iterable
-from dataclasses import dataclass, replace
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 import typer
@@ -443,12 +443,27 @@ def simulate(
             err_console.print(f"wrote {plot}", markup=False, highlight=False)
 
 
+def _server_settings(server: ServerModel | VllmServer, mode: str) -> dict | None:
+    """The modelled server's settings as sweep.json records them: its class (``ServerModel``: the
+    throughputs, ``VllmServer``: vLLM's settings) and its fields; None in cache mode (no server)."""
+    if mode == "cache":
+        return None
+    return {"model": type(server).__name__, **asdict(server)}
+
+
 def _write_sweep(
-    rows: list[dict], out: Path, trace: Path, mode: str, planned: int, plot: bool = False
+    rows: list[dict],
+    out: Path,
+    trace: Path,
+    mode: str,
+    planned: int,
+    settings: dict,
+    plot: bool = False,
 ) -> list[Path]:
     """sweep.csv, sweep.json and (``plot``) sweep.png of ``rows`` in ``out``: all of them or none;
     without a plot, a sweep.png an earlier sweep left there goes (it would not match). sweep.json
-    says whether the sweep ran all ``planned`` runs (``complete``)."""
+    says whether the sweep ran all ``planned`` runs (``complete``) and records ``settings`` (the
+    run's --warmup-s and server model) beside the trace and mode."""
     paths = [out / name for name in ("sweep.csv", "sweep.json", "sweep.png")[: 3 if plot else 2]]
     columns = list(dict.fromkeys(k for row in rows for k in row))
     with atomic_paths(*paths) as targets:
@@ -462,6 +477,7 @@ def _write_sweep(
         document = {
             "trace": str(trace),
             "mode": mode,
+            **settings,
             "complete": len(rows) == planned,
             "runs_planned": planned,
             "results": rows,
@@ -506,7 +522,8 @@ def sweep(
         False,
         "--sessions",
         help="Add chain-lru in its session mode, following the trace's session ids, as the column "
-        "chain-lru+sessions (as simulate --policy chain-lru --sessions).",
+        "chain-lru+sessions (as simulate --policy chain-lru --sessions: told no session end without "
+        "--session-ends-after-s; its rows' session_ends_after_s says which).",
     ),
     session_ends_after_s: float | None = SESSION_ENDS,
 ) -> None:
@@ -539,6 +556,7 @@ def sweep(
             mode=mode,
         )
         check_output_dir(out, "--out")
+        settings = {"warmup_s": warmup_s, "server_model": _server_settings(server, mode)}
         # stdout: the table alone; without a terminal, a plain line a minute
         with progress_bars(to=err_console, disable=not err_console.is_terminal) as progress:
             requests = view.apply(
@@ -565,12 +583,12 @@ def sweep(
         if rows is None:  # Ctrl-C: keep the finished runs
             if not stop_rows:
                 interrupted(f"0 of {total} runs finished; nothing was written to {out}")
-            written = _write_sweep(stop_rows, out, trace, mode, total)
+            written = _write_sweep(stop_rows, out, trace, mode, total, settings)
             interrupted(
                 f"kept the {len(stop_rows)} of {total} runs that finished in "
                 f"{', '.join(map(str, written))} (no plot)"
             )
-        written = _write_sweep(rows, out, trace, mode, len(labels) * len(sizes), plot=can_plot())
+        written = _write_sweep(rows, out, trace, mode, len(labels) * len(sizes), settings, plot=can_plot())
         if not can_plot():
             err_console.print(
                 f"no sweep.png: plots need matplotlib ({PLOT_EXTRA})", markup=False, highlight=False

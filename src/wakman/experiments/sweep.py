@@ -21,7 +21,9 @@ _REQUESTS: list[Request] = []  # set before forking: workers inherit it instead 
 
 # chain-lru's hint mode: told each request's session id and each session's end as its last request is
 # done (``end_session``; a client that closes its sessions: vLLM's ``WAKMAN_SESSIONS=1``). A trace
-# knows its ends after the fact, so this is what a policy gets from clients that send them.
+# knows its ends after the fact, so this is what a policy gets from clients that send them. The label
+# is also that of ``sweep --sessions``, which tells the ends only with --session-ends-after-s: its
+# rows say when (``session_ends_after_s``, None: no end told), as advise's hint_mode block does.
 HINT_MODE = "chain-lru+sessions"
 HINT_OPTIONS: dict[str, Any] = {"policy_params": {"sessions": True}, "session_ends_after_s": 0.0}
 
@@ -50,7 +52,10 @@ def _run(task: Task) -> dict[str, Any]:
         warmup_requests=warmup_requests,
         **options,
     )
-    return {**result.as_flat_dict(), "policy": label}
+    row = {**result.as_flat_dict(), "policy": label}
+    if "session_ends_after_s" in options:  # a session-mode variant: when it was told the ends
+        row["session_ends_after_s"] = options["session_ends_after_s"]
+    return row
 
 
 def _run_in_workers(
@@ -86,7 +91,9 @@ def run_grid(
     variants: Variants | None = None,
 ) -> list[dict[str, Any]]:
     """One flat result per (policy, capacity), in grid order whatever the number of jobs. A policy
-    named in ``variants`` runs as its (policy, options); its rows carry the label.
+    named in ``variants`` runs as its (policy, options); its rows carry the label, and those of a
+    variant with ``session_ends_after_s`` in its options also carry that (seconds after a session's
+    last request is done; None: no end told).
 
     Ctrl-C (``KeyboardInterrupt``, also from ``on_done``) stops the workers and raises
     ``GridInterrupted`` with the runs finished so far.

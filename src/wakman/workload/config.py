@@ -167,12 +167,16 @@ class WorkloadConfig(msgspec.Struct, forbid_unknown_fields=True):
     def check_span(self, warmup_s: float) -> None:
         """The arrival window ``[-warmup_s, duration_s)`` (seconds) and its expected requests are
         within the readers' bounds (the generator checks an "auto" warm-up once it is resolved)."""
-        span = warmup_s + self.duration_s
-        if not (self.rate > 0 and self.duration_s > 0 and warmup_s >= 0 and span <= MAX_ARRIVAL_S):
+        if not (self.rate > 0 and self.duration_s > 0 and warmup_s >= 0):
             raise ValueError(
-                f'rate (--rate) and duration_s (--duration) must be > 0, warmup_s >= 0 (or "auto"), and '
-                f"warmup_s + duration_s at most {MAX_ARRIVAL_S:g} s (ten years); got {self.rate:g}, "
-                f"{self.duration_s:g}, {warmup_s:g}"
+                f'rate (--rate) and duration_s (--duration) must be > 0 and warmup_s >= 0 (or "auto"); got '
+                f"{self.rate:g}, {self.duration_s:g}, {warmup_s:g}"
+            )
+        span = warmup_s + self.duration_s
+        if not span <= MAX_ARRIVAL_S:
+            raise ValueError(
+                f"warmup_s + duration_s (--duration) must be at most {MAX_ARRIVAL_S:g} s (ten years); got "
+                f"{warmup_s:.6g} + {self.duration_s:.6g} s"
             )
         if self.rate * span > MAX_REQUESTS:
             raise ValueError(

@@ -4,18 +4,20 @@ Sessions start as a Poisson process over ``[-warmup_s, duration_s)`` at rate
 ``rate / E[turns]`` (E[turns] is the mix-weighted mean of each profile's discretised turn count, so
 requests arrive at ``rate``); each session's profile is drawn from ``mix``. ``warmup_s = "auto"``
 is ``steady_warmup_s``: long enough that the sessions that would have started earlier carry at most
-1 % of the requests at time 0 (fewer later), so the trace starts in steady state. A session is generated
-whole from its own random stream (``SeedSequence([seed, 1, session index])``), so it does not depend
-on the others. (Caveat, kept so that traces stay as they were: numpy splits an entropy word past
-2**32 into 32-bit words, so catalog prompt 1's stream ``[seed, 2**40 + 1]`` is session 256's, and the
-multi-turn and agentic system prompt 1's are sessions 512's and 768's: those sessions' first
-tokens repeat the prompt's. Their keys differ, being chained from other prefixes.)
+1 % of the requests at time 0 (fewer later), so the trace starts in steady state. A session is
+generated whole from its own random stream (``SeedSequence([seed, 1, session index])``; the seed
+is 32 bits, ``check_seed``), so it does not depend on the others. (Caveat, kept so that traces
+stay as they were: numpy splits an entropy word past 2**32 into 32-bit words, so catalog prompt
+1's stream ``[seed, 2**40 + 1]`` is session 256's, and the multi-turn and agentic system prompt
+1's are sessions 512's and 768's: those sessions' first tokens repeat the prompt's. Their keys
+differ, being chained from other prefixes.)
 
-Turn ``k+1`` arrives ``gap`` seconds after turn ``k``; its prompt is turn k's prompt, the
-answer (output tokens) and the new message or tool result, so its block keys extend turn k's.
-Requests outside ``[0, duration_s)`` are dropped. Keys come from ``BlockHasher`` over the token ids,
-as uint64 arrays (8 bytes a key); ``output_keys`` are the blocks decoding fills (vLLM caches them;
-the last sampled token has no KV).
+Turn ``k+1`` arrives ``gap`` seconds after turn ``k``, whatever turn k's answer takes to decode
+(it may still be decoding: docs/workload.md, "Turns do not wait for answers"); its prompt is turn
+k's prompt, the answer (output tokens) and the new message or tool result, so its block keys
+extend turn k's. Requests outside ``[0, duration_s)`` are dropped. Keys come from ``BlockHasher``
+over the token ids, as uint64 arrays (8 bytes a key); ``output_keys`` are the blocks decoding fills
+(vLLM caches them; the last sampled token has no KV).
 """
 
 from __future__ import annotations
@@ -75,30 +77,87 @@ def steady_warmup_s(config: WorkloadConfig) -> float:
     ``_WARMUP_SAMPLE`` sessions per profile drawn from the config's turn and gap laws, from a stream of
     its own: deterministic, whatever the trace's seed. At most ``_WARMUP_TURNS`` turns a profile (the
     first sessions whose turns fit, one at least), so time and memory stay bounded (about 0.1 s and
-    tens of MB) whatever the turn law."""
+    tens of MB) whatever the turn law. A warm-up past the trace's bounds (``check_span``; an age
+    past the largest float: inf) is a ValueError naming the gap laws it came from."""
     rng = np.random.default_rng(_WARMUP_SEED)
     ages, weights = [np.zeros(1)], [np.array([config.mix[0]])]  # single-turn: one request, age 0
-    for fraction, section in ((config.mix[1], config.multi_turn), (config.mix[2], config.agentic)):
-        if fraction == 0:
-            continue
-        turns = draw_many(rng, section.turns, _WARMUP_SAMPLE).astype(np.int64)
-        turns = turns[: max(1, int(np.searchsorted(np.cumsum(turns), _WARMUP_TURNS, side="right")))]
-        sessions = len(turns)
-        gaps = draw_many(rng, section.gap_s, int((turns - 1).sum()), integer=False)
-        if section is config.agentic:
-            long_call = rng.random(len(gaps)) < section.long_call_probability
-            gaps += np.where(long_call, draw_many(rng, section.long_call_s, len(gaps), integer=False), 0.0)
-        elapsed = np.cumsum(gaps)  # per session: its gaps' running sum, minus what came before it
-        first = np.concatenate([[0], np.cumsum(turns - 1)[:-1]])
-        before = np.concatenate([[0.0], elapsed])[first]
-        later = elapsed - np.repeat(before, turns - 1)
-        ages += [np.zeros(sessions), later]  # each session's first request, then its later ones
-        weights.append(np.full(sessions + len(later), fraction / sessions))
-    age, weight = np.concatenate(ages), np.concatenate(weights)
+    profiles = [np.zeros(1, dtype=np.int8)]  # which profile each age is of (an index of LABELS)
+    with np.errstate(over="ignore"):  # a huge gap law's sums overflow to inf: checked below
+        for profile, fraction, section in (
+            (1, config.mix[1], config.multi_turn),
+            (2, config.mix[2], config.agentic),
+        ):
+            if fraction == 0:
+                continue
+            turns = draw_many(rng, section.turns, _WARMUP_SAMPLE).astype(np.int64)
+            turns = turns[: max(1, int(np.searchsorted(np.cumsum(turns), _WARMUP_TURNS, side="right")))]
+            sessions = len(turns)
+            gaps = draw_many(rng, section.gap_s, int((turns - 1).sum()), integer=False)
+            if section is config.agentic:
+                long_call = rng.random(len(gaps)) < section.long_call_probability
+                gaps += np.where(
+                    long_call, draw_many(rng, section.long_call_s, len(gaps), integer=False), 0.0
+                )
+            later = _running_sums(gaps, turns - 1)
+            ages += [np.zeros(sessions), later]  # each session's first request, then its later ones
+            weights.append(np.full(sessions + len(later), fraction / sessions))
+            profiles.append(np.full(sessions + len(later), profile, dtype=np.int8))
+    age, weight, profile_of = np.concatenate(ages), np.concatenate(weights), np.concatenate(profiles)
     order = np.argsort(age, kind="stable")
     share = np.cumsum(weight[order]) / weight.sum()
-    quantile = float(age[order][min(len(age) - 1, int(np.searchsorted(share, WARMUP_QUANTILE)))])
-    return max(WARMUP_FLOOR_S, 60.0 * math.ceil(quantile / 60.0))
+    at = order[min(len(age) - 1, int(np.searchsorted(share, WARMUP_QUANTILE)))]
+    quantile = float(age[at])
+    warmup = max(WARMUP_FLOOR_S, 60.0 * math.ceil(quantile / 60.0)) if math.isfinite(quantile) else math.inf
+    try:
+        config.check_span(warmup)
+    except ValueError as exc:
+        raise ValueError(_auto_warmup_error(config, warmup, LABELS[profile_of[at]], str(exc))) from None
+    return warmup
+
+
+# the laws a profile's gaps (seconds) are drawn from, by (config section, key)
+_GAP_LAWS = {
+    "multi-turn": (("multi_turn", "gap_s"),),
+    "agentic": (("agentic", "gap_s"), ("agentic", "long_call_s")),
+}
+
+
+def _auto_warmup_error(config: WorkloadConfig, warmup_s: float, profile: str, broken: str) -> str:
+    """Why an "auto" warm-up of ``warmup_s`` seconds cannot be (``broken``: ``check_span``'s rule),
+    where it came from (the gap laws of ``profile``, that of the request at the quantile, or the
+    floor) and what to do about it."""
+    if warmup_s <= WARMUP_FLOOR_S:
+        return (
+            f'warmup_s "auto" is {warmup_s:g} s, its least: {broken}; set warmup_s (--set warmup_s=SECONDS)'
+        )
+    laws = " plus ".join(
+        f"{section}.{key} = {_law_text(getattr(getattr(config, section), key))}"
+        for section, key in _GAP_LAWS[profile]
+        if key != "long_call_s" or config.agentic.long_call_probability > 0
+    )
+    return (
+        f'warmup_s "auto" came to {warmup_s:.3g} s, the age of {WARMUP_QUANTILE:.0%} of the requests, '
+        f"from the {profile} sessions' gap law ({laws}): {broken}; set warmup_s (--set "
+        "warmup_s=SECONDS) or narrow that law"
+    )
+
+
+def _law_text(law: LogNormal) -> str:
+    """A log-normal law as TOML (``{median=60, sigma=1, min=1, max=inf}``)."""
+    return f"{{median={law.median:g}, sigma={law.sigma:g}, min={law.min:g}, max={law.max:g}}}"
+
+
+def _running_sums(gaps: np.ndarray, counts: np.ndarray) -> np.ndarray:
+    """Each session's running sums of its own gaps (seconds): the ages of its later requests, from
+    ``gaps``, the sessions' gaps end to end (``counts`` of them each). Summed within a session only
+    (the sessions of one length at a time, as the rows of a matrix), so no session's ages lose
+    precision to, or overflow with, the sessions before it."""
+    first = np.cumsum(counts) - counts
+    out = np.empty_like(gaps)
+    for n in np.unique(counts[counts > 0]):
+        index = first[counts == n][:, None] + np.arange(n)
+        out[index] = np.cumsum(gaps[index], axis=1)
+    return out
 
 
 def _as_count(value: float) -> int:
@@ -150,8 +209,29 @@ class Ranks:
         return int(self.cdf.searchsorted(rng.random(), side="right"))
 
 
+MAX_SEED = 2**32 - 1  # a seed is one 32-bit word of every stream's entropy
+
+
+def check_seed(seed: int, name: str = "seed") -> None:
+    """A trace's seed is an integer in ``[0, MAX_SEED]``, else a ValueError naming ``name`` (the
+    argument, or ``--seed``): numpy splits a larger one into 32-bit words and drops trailing zero
+    words, so its streams would be other seeds' (``SeedSequence([2**32 + s, 0])`` is ``[s, 1]``,
+    seed s's session 0)."""
+    if isinstance(seed, bool) or not isinstance(seed, int | np.integer):
+        raise ValueError(f"{name} must be an integer, got {seed!r}")
+    if seed < 0:
+        raise ValueError(f"{name} must be >= 0, got {seed}")
+    if seed > MAX_SEED:
+        raise ValueError(
+            f"{name} must be at most 2**32 - 1 = {MAX_SEED:,} (numpy would give a larger seed the random "
+            f"streams of smaller ones), got {seed:,}"
+        )
+
+
 class WorkloadGenerator:
     def __init__(self, config: WorkloadConfig, seed: int = 0) -> None:
+        """The generator of ``config``'s trace for ``seed`` (``check_seed``)."""
+        check_seed(seed)
         self.config = config
         self.seed = seed
         self.hasher = BlockHasher(config.hash, config.hash_seed)
