@@ -45,9 +45,14 @@ struct PyBlockPool {
 
   PyBlockPool(int64_t capacity, nb::object policy) : policy_obj(policy), pool(capacity, as_policy(policy)) {}
 
+  // A policy that serves a vLLM free queue, or that a replay holds, is no pool's to change.
   static Policy& as_policy(nb::handle policy) {
     if (!nb::isinstance<Policy>(policy)) throw nb::type_error("block pool: the policy must be a wakman policy");
-    return nb::cast<Policy&>(policy);
+    Policy& p = nb::cast<Policy&>(policy);
+    if (p.hosted() || p.replaying())
+      throw std::invalid_argument(std::string("block pool: this ") + p.name() +
+                                  " serves a vLLM free queue or a running replay; give the pool its own policy");
+    return p;
   }
 
   nb::list held_list(const BlockPool::Held& held) const {

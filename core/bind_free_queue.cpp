@@ -240,7 +240,7 @@ struct PyFreeQueue {
     if (as_policy(policy).size() != 0)
       throw std::invalid_argument("free queue: the policy must start empty (every block of the pool is free)");
     if (!as_policy(policy).claim(this))
-      throw std::invalid_argument("free queue: the policy already serves another pool; give each pool its own");
+      throw std::invalid_argument("free queue: the policy already serves another pool (or a running replay); give each pool its own");
     try {
       // The stock queue's links are dropped with it: no block points into a queue any more.
       for (const nb::object& b : blocks)
@@ -541,7 +541,7 @@ void bind_free_queue(nb::module_& m) {
             PyFreeQueue::check_fits(next, q.queue.policy().capacity());
             q.queue.check_keys();  // refused before anything changes: the live policy stays live
             if (!next.claim(&q))
-              throw std::invalid_argument("free queue: switch to a policy that serves no pool (this one or another)");
+              throw std::invalid_argument("free queue: switch to a policy that serves no pool (this one or another) and no running replay");
             try {
               next.reserve();
               handover(q.queue.policy(), next);

@@ -47,12 +47,33 @@ struct FutureHandle {
 // A policy that serves a pool (vLLM's free queue) changes through that host only: a key inserted,
 // pinned or dropped behind the host's back would stand for no block, or for one handed out twice.
 // Python's mutators refuse such a policy; its read-only views and its hints stay open.
+// A replay that runs without the GIL owns its policy meanwhile (Policy::begin_replay): another
+// thread's call that would change it is refused too.
 Policy& unhosted(Policy& p) {
   if (p.hosted())
     throw std::invalid_argument(std::string(p.name()) +
                                 ": this policy serves a vLLM free queue; it changes through the queue only");
+  if (p.replaying())
+    throw std::runtime_error(std::string(p.name()) + ": a replay of this policy is running on another thread");
   return p;
 }
+
+// Holds a policy for one replay without the GIL: taken (or refused) with the GIL held, given back
+// as the call returns, exception or not.
+class ReplayHold {
+ public:
+  explicit ReplayHold(Policy& p) : p_(unhosted(p)) {
+    if (!p_.begin_replay())
+      throw std::runtime_error(std::string(p_.name()) + ": a replay of this policy is running on another thread");
+  }
+  ~ReplayHold() { p_.end_replay(); }
+  ReplayHold(const ReplayHold&) = delete;
+  ReplayHold& operator=(const ReplayHold&) = delete;
+  Policy& policy() { return p_; }
+
+ private:
+  Policy& p_;
+};
 
 std::vector<Key> keys_of(nb::handle obj) {
   KeyBatch batch(obj);
@@ -96,19 +117,20 @@ NB_MODULE(_core, m) {
           "replay",
           [](Policy& p, nb::handle keys) {
             KeyBatch batch(keys);
-            Policy& q = unhosted(p);
+            ReplayHold hold(p);
             nb::gil_scoped_release release;  // a shadow's replay: the scheduler's thread may run meanwhile
-            return q.replay(batch.data(), batch.size());
+            return hold.policy().replay(batch.data(), batch.size());
           },
           "keys"_a, "Access every key in order (numpy uint64 read in place); return the number of hits.")
       .def(
-          "miss", [](Policy& p, nb::handle k) { p.miss(to_key(k)); },
+          "miss", [](Policy& p, nb::handle k) { unhosted(p).miss(to_key(k)); },
           "A lookup missed on the key: a ghost hit is recorded before any eviction.")
       .def(
           "miss_many",
           [](Policy& p, nb::handle keys) {
             KeyBatch batch(keys);
-            for (size_t i = 0; i < batch.size(); ++i) p.miss(batch.data()[i]);
+            Policy& q = unhosted(p);
+            for (size_t i = 0; i < batch.size(); ++i) q.miss(batch.data()[i]);
           },
           "keys"_a)
       .def(
@@ -405,8 +427,9 @@ NB_MODULE(_core, m) {
         {
           // Shadow replays run on a thread beside vLLM's scheduler: the keys are read (outputs copied)
           // above; the per-block loop lets the scheduler's thread take the GIL meanwhile.
+          ReplayHold hold(p);
           nb::gil_scoped_release release;
-          r = p.replay_request(k.data(), std::min(limit, full), full, o.data(), o.size(), arrival_s);
+          r = hold.policy().replay_request(k.data(), std::min(limit, full), full, o.data(), o.size(), arrival_s);
         }
         return nb::make_tuple(r.prefix_hits, r.accessed, r.access_hits);
       },

@@ -39,6 +39,7 @@
 #pragma once
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
@@ -125,7 +126,7 @@ class Policy {
   // one pool at a time: claim() takes it for `host`, false if another host (or `host` itself) holds
   // it; release() gives it up, by its holder only.
   bool claim(const void* host) {
-    if (host_ != nullptr) return false;
+    if (host_ != nullptr || replaying()) return false;
     host_ = host;
     return true;
   }
@@ -133,6 +134,13 @@ class Policy {
     if (host_ == host) host_ = nullptr;
   }
   bool hosted() const { return host_ != nullptr; }
+
+  // A replay that runs without Python's GIL (bindings.cpp) owns the policy until it returns:
+  // begin_replay() takes it (false if another replay holds it), end_replay() gives it back. The
+  // bindings refuse to change, host or replay a policy meanwhile.
+  bool begin_replay() { return !replaying_.exchange(true, std::memory_order_acquire); }
+  void end_replay() { replaying_.store(false, std::memory_order_release); }
+  bool replaying() const { return replaying_.load(std::memory_order_acquire); }
 
   virtual size_t size() const = 0;
   virtual size_t num_pinned() const = 0;
@@ -219,7 +227,8 @@ class Policy {
   int64_t bound_;
 
  private:
-  const void* host_ = nullptr;  // written by claim() and release() only
+  const void* host_ = nullptr;             // written by claim() and release() only
+  std::atomic<bool> replaying_{false};  // written by begin_replay() and end_replay() only
 };
 
 // `n` victims at once (the pools' batched eviction): all or nothing.

@@ -52,6 +52,15 @@ def test_kv_bytes_per_token_closed_forms(model, expected):
     assert model_layout(model).bytes_per_token == expected
 
 
+@pytest.fixture
+def wide_console(monkeypatch):
+    """The CLI's tables at 240 columns, whatever COLUMNS says (pytest's workers may set 80, where a
+    row the test reads folds over two lines)."""
+    from wakman.cli.console import console
+
+    monkeypatch.setattr(console, "width", 240)
+
+
 def test_kv_bytes_known_values_and_overrides():
     assert model_layout("meta-llama/Llama-3.1-8B-Instruct").bytes_per_token == 128 * 1024
     assert model_layout("meta-llama/Llama-3.1-8B-Instruct", kv_dtype="fp8").bytes_per_token == 64 * 1024
@@ -347,7 +356,7 @@ def test_serve_mode_reports_ttft(trace_file):
 
 
 @pytest.mark.parametrize("mode", ["cache", "serve"])
-def test_the_comparison_with_lru_holds_when_lru_is_not_asked_for(trace_file, reqs, mode):
+def test_the_comparison_with_lru_holds_when_lru_is_not_asked_for(trace_file, reqs, mode, wide_console):
     """`--policies s3fifo` still says what it gains over vLLM's default at your size: against LRU's
     own run there (serve mode) or the curve's exact value (cache mode), which is not listed."""
     args = ["advise", str(trace_file), "--mode", mode, "--capacity-blocks", "1500", "--points", "2"]
@@ -450,6 +459,11 @@ def test_a_lead_within_a_tenth_of_a_point_is_a_tie_and_lru_stays(capsys):
     )
     assert report["at_capacity"]["best"] == "s3fifo"
     assert report["at_capacity"]["gain_points_vs_lru"] == pytest.approx(0.2)
+    # exactly 0.1 point ahead (0.201 against 0.2: 0.10000000000000009 in floating point) is a tie
+    exact = [row("lru", 2_000_000), row("arc", 2_010_000)]
+    report = adv.build_report(Path("t.jsonl"), curve, None, "cache", 0.95, ["lru", "arc"], [2], exact, 2, [])
+    assert 100 * (exact[1]["hit_rate"] - exact[0]["hit_rate"]) > 0.1
+    assert report["at_capacity"]["best"] == "lru" and report["at_capacity"]["tied_with_lru"] == ["arc"]
 
 
 def test_human_tokens_shows_signs_and_units():
@@ -633,7 +647,7 @@ def test_a_saturated_run_is_not_an_answer():
     assert adv.smallest_sampled(rows[:2], "lru", 0.7) == (None, 100)
 
 
-def test_serve_mode_flags_saturated_runs_and_takes_no_answer_from_them(tmp_path):
+def test_serve_mode_flags_saturated_runs_and_takes_no_answer_from_them(tmp_path, wide_console):
     """Two 100-block prompts take turns every 0.1 s on one running slot whose decode takes 2 s: the
     modelled server saturates at every size (prefill-bound where they evict each other, slot-bound
     where both stay), each run's flag checked against the simulator's own run. The command warns

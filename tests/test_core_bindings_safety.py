@@ -92,6 +92,8 @@ HOSTED_MUTATORS = [
     ("adopt", ([12345],)),
     ("rekey", (0, 1)),
     ("reset", ()),
+    ("miss", (12345,)),
+    ("miss_many", ([12345],)),
 ]
 
 
@@ -109,6 +111,12 @@ def test_a_policy_that_serves_a_queue_changes_through_the_queue_only(policy, nam
         getattr(live, name)(*args)
     with pytest.raises(ValueError, match="serves a vLLM free queue"):
         _core.handover(_core.LRU(4), live)
+    with pytest.raises(ValueError, match="serves a vLLM free queue"):
+        _core.replay_request(live, [12345, 12346], 1, 2, [], 0.0)
+    with pytest.raises(ValueError, match="serves a vLLM free queue"):
+        _core.BlockPool(4, live)  # the simulator's pool would change it too
+    with pytest.raises(ValueError, match="serves a vLLM free queue"):
+        _core.BlockPool(4, _core.LRU(4)).replace_policy(live)
     assert 12345 not in live and queue.num_free_blocks == 2
     live.on_request([7, 8], 2, [], 0.0)  # hints stay open
     queue.append_n(blocks[:2])
@@ -262,3 +270,36 @@ def test_a_shadow_replay_lets_other_threads_run(call):
     finally:
         sys.setswitchinterval(interval)
     assert counted["during"] > 0
+
+
+def test_a_policy_a_replay_holds_is_no_other_threads_to_change():
+    """A replay runs without the GIL: a second thread's replay of the same policy ran its loop at
+    the same time (an insert of a resident key, a broken eviction order). While one runs, the
+    policy's mutators and a second replay are refused."""
+    import threading
+
+    keys = np.arange(3_000_000, dtype=np.uint64) % np.uint64(400_000)
+    shadow = _core.LRU(200_000)
+    refused: list[str] = []
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(1000.0)  # the main thread runs only once the worker lets go of the GIL
+    try:
+        worker = threading.Thread(target=shadow.replay, args=(keys,))
+        worker.start()  # it holds the GIL until its replay lets go: the main thread runs inside it
+        for call in (
+            lambda: shadow.replay(keys[:10]),
+            lambda: _core.replay_request(shadow, [1, 2], 1, 2, [], 0.0),
+            lambda: shadow.insert(7, False),
+            lambda: shadow.evict(),
+        ):
+            try:
+                call()
+            except (RuntimeError, ValueError) as exc:
+                refused.append(str(exc))
+        worker.join()
+    finally:
+        sys.setswitchinterval(interval)
+    assert len(refused) == 4, refused
+    assert all("running" in message for message in refused)
+    assert len(shadow) == 200_000 and len(set(shadow.eviction_order())) == 200_000
+    assert shadow.replay(keys[:10]) >= 0  # given back once the replay returned

@@ -379,3 +379,15 @@ def test_the_archive_stage_gives_each_policys_own_run(tmp_path, monkeypatch):
         rates = row["hit_rate"]
         assert max(rates[p] for p in ONLINE) <= rates["belady"] <= rates["infinite"]
     assert rows[0]["hit_rate"]["lru"] < rows[1]["hit_rate"]["lru"]
+
+
+def test_a_lead_of_exactly_the_tie_is_a_tie():
+    """0.201 against 0.2 is 0.10000000000000009 points in floating point: on the map (a tie of 0.1
+    point) it counted as a win; and a difference of rounding noise alone is no win either."""
+    from wakman.experiments.regret import TIE, static_winner
+
+    assert 100 * (0.201 - 0.2) > 0.1
+    assert static_winner({"lru": 0.201, "s3fifo": 0.2}, 0.1) == TIE
+    assert static_winner({"lru": 0.2, "s3fifo": 0.201}, 0.1) == TIE
+    assert static_winner({"lru": 0.2011, "s3fifo": 0.2}, 0.1) == "lru"
+    assert static_winner({"lru": 0.1 + 0.2, "s3fifo": 0.3}) == TIE  # 5.6e-15 points apart

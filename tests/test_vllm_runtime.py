@@ -106,6 +106,15 @@ def test_the_runtime_keeps_the_last_decisions_and_counts_them_all():
     assert state.decisions == taken and state.replay_errors == 0
     assert len(runtime.manager.decisions) <= 2 * KEPT_DECISIONS
     assert runtime.manager.decisions[-1].time_s == float(taken)
+    # a replay on a trace's clock (wakman replay --engine vllm) reports every decision
+    replayed = _runtime("wakman", now, interval_s=1)
+    replayed.use_clock(lambda: now[0])
+    _replayed(replayed)
+    for i in range(taken):
+        now[0] = 1.0 + i
+        replayed.on_request(now[0] - 0.5, vllm_keys([1, i + 2]), 16, 32)
+        replayed.on_step()
+    assert len(replayed.manager.decisions) == replayed.state().decisions == taken
 
 
 def test_a_streaming_inputs_next_chunk_is_not_logged_as_a_request_of_its_own():
@@ -177,7 +186,9 @@ def test_finished_requests_logged_outputs_become_key_arrays():
     assert decoded > 100
 
 
-@pytest.mark.parametrize(("sizes", "per_key"), [((32, 32), 2.0), ((32,), 1.0), ((32, 64), 1.5)])
+@pytest.mark.parametrize(
+    ("sizes", "per_key"), [((32, 32), 2.0), ((32,), 1.0), ((32, 64), 1.5), ((64, 64), 1.0)]
+)
 def test_kv_cache_groups_size_the_shadows_in_hash_blocks(sizes, per_key):
     """vLLM keeps every KV-cache group in one pool: with two full-attention groups each hash block
     takes two pool blocks (a group of 64-token blocks, half of one), so shadows sized in pool blocks
@@ -202,7 +213,7 @@ def test_kv_cache_groups_size_the_shadows_in_hash_blocks(sizes, per_key):
     decisions = [d for d in runtime.manager.decisions if d.rates]
     assert decisions and runtime.manager.pool_blocks_per_key == per_key
     assert {d.shadow_capacity for d in decisions} == {round(runtime.capacity / per_key)}
-    if len(sizes) == 2 and sizes[0] == sizes[1]:  # the pool shows it: two blocks a full hash block
+    if sizes == (32, 32):  # the pool shows it: two blocks a full hash block
         assert taken and all(blocks >= 2 * hashes for blocks, hashes in taken)
 
 

@@ -43,6 +43,8 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
+KEPT_DECISIONS = 1024  # decisions a live manager keeps (vLLM's GPU cache, the offload tier)
+
 
 @dataclass
 class Decision:
@@ -100,7 +102,7 @@ class AdaptiveManager:
     kept_decisions: int | None = None  # None: every decision (a run's report); vLLM keeps the last ones
     # pool blocks a logged key stands for (vLLM: one per KV-cache group that caches hash blocks):
     # the shadows are sized in keys, the pool's capacity and mean free blocks divided by it
-    pool_blocks_per_key: float = 1.0
+    pool_blocks_per_key: float = 1.0  # > 0
     # replaces replay(window, capacity) -> rates for every host (cache mode, vLLM, the offload tier)
     replay_hook: Any = None  # tests inject a failing or recording replay here
     shadow_hits: Mapping[str, Sequence[int]] | None = None
@@ -120,8 +122,8 @@ class AdaptiveManager:
                 raise ValueError("shadow_hits: a cache-mode run's first_hit_tokens (serve mode's hold -1)")
         if self.kept_decisions is not None and self.kept_decisions < 2:
             raise ValueError("kept_decisions: at least the last 2 (skip_unchanged reads them)")
-        if not self.pool_blocks_per_key >= 1.0:
-            raise ValueError(f"pool_blocks_per_key must be >= 1, got {self.pool_blocks_per_key}")
+        if not (self.pool_blocks_per_key > 0 and math.isfinite(self.pool_blocks_per_key)):
+            raise ValueError(f"pool_blocks_per_key must be finite and > 0, got {self.pool_blocks_per_key}")
         self.estimator = Estimator(self.config.max_logged_blocks)
         self.next_decision = self.config.first_decision_s
         self.totals = DecisionTotals()  # over every decision taken, kept or not
@@ -254,7 +256,7 @@ class AdaptiveManager:
             if persistent:  # the window handed over is what the shadows have not seen yet
                 self._fed_until = due
         # what no later window reads: persistent shadows have been fed up to _fed_until
-        self.estimator.forget_before(self._fed_until if persistent else self.next_decision - cfg.window_s)
+        self.estimator.forget_before(self.earliest_replayed_s())
         if not window or decision.skipped:
             self._log(decision)
             return None
@@ -268,9 +270,7 @@ class AdaptiveManager:
         if now - due < cfg.interval_s:
             return due
         last = due + math.floor((now - due) / cfg.interval_s) * cfg.interval_s
-        first = self.estimator.first_arrival_from(
-            self._fed_until if cfg.shadows == "persistent" else due - cfg.window_s
-        )
+        first = self.estimator.first_arrival_from(self.earliest_replayed_s())  # due: next_decision
         if first is None or first >= last:
             return last
         if first < due:  # in the window of the due time itself

@@ -19,6 +19,7 @@ import numpy as np
 
 from wakman import _core
 from wakman.experiments.kv_memory import KVLayout
+from wakman.experiments.regret import within_tie
 from wakman.experiments.sweep import HINT_MODE
 from wakman.experiments.workload_map import MAP_TIE_POINTS
 from wakman.simulation.server import saturated_runs_warning
@@ -275,9 +276,13 @@ def build_report(
                 r["policy"]
                 for r in here
                 if r["policy"] not in (*NOT_CANDIDATES, "lru")
-                and abs(100 * (r["hit_rate"] - lru["hit_rate"])) <= MAP_TIE_POINTS
+                and within_tie(100 * (r["hit_rate"] - lru["hit_rate"]), MAP_TIE_POINTS)
             ]
-            if best is None or 100 * (best["hit_rate"] - lru["hit_rate"]) <= MAP_TIE_POINTS:
+            if (
+                best is None
+                or best["hit_rate"] <= lru["hit_rate"]
+                or within_tie(100 * (best["hit_rate"] - lru["hit_rate"]), MAP_TIE_POINTS)
+            ):
                 best = lru
         if best is not None:
             at["best"] = best["policy"]

@@ -36,12 +36,19 @@ def lru_lead_points(hit_rate: dict[str, float]) -> float:
 TIE = "tie"  # static_winner where neither static policy leads
 
 
+def within_tie(lead_points: float, tie_points: float) -> bool:
+    """Whether a lead (points of hit rate, either sign) is at most ``tie_points``: a tie. Compared at
+    9 decimals, so a lead of exactly ``tie_points`` computed from two hit rates (0.201 - 0.2 gives
+    0.10000000000000009 points) is the tie it is."""
+    return abs(round(lead_points, 9)) <= tie_points
+
+
 def static_winner(hit_rate: dict[str, float], tie_points: float = 0.0) -> str:
     """The better of static LRU and S3-FIFO: ``lru`` or ``s3fifo`` where it leads the other by more
     than ``tie_points`` (points of hit rate; 0: strictly ahead), else ``TIE``. Every count of wins
     in the summary and the report is of this function, so a tie is never a win."""
     lead = lru_lead_points(hit_rate)
-    if abs(lead) <= tie_points:
+    if within_tie(lead, tie_points):
         return TIE
     return "lru" if lead > 0 else "s3fifo"
 

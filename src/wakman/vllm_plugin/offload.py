@@ -90,7 +90,7 @@ import time
 from collections.abc import Callable, Iterable, Sequence
 
 from wakman.adaptive.config import ADAPTIVE_PRESETS
-from wakman.adaptive.manager import AdaptiveManager, timed_replay
+from wakman.adaptive.manager import KEPT_DECISIONS, AdaptiveManager, timed_replay
 from wakman.policies import SERVABLE_POLICIES, EvictionPolicy, handover, make_policy
 from wakman.vllm_plugin.compat import check_offload_vllm_version, offload_import_failed
 from wakman.vllm_plugin.free_queue import policy_key
@@ -165,7 +165,9 @@ class WakmanCachePolicy(CachePolicy):
         capacity = max(1, self.cache_capacity)  # vLLM may size an unused tier at 0 chunks
         self.manager: AdaptiveManager | None = None
         if self.policy_name in ADAPTIVE:
-            self.manager = AdaptiveManager(ADAPTIVE_PRESETS[self.policy_name], capacity)
+            self.manager = AdaptiveManager(
+                ADAPTIVE_PRESETS[self.policy_name], capacity, kept_decisions=KEPT_DECISIONS
+            )
             self.policy: EvictionPolicy = self.manager.initial_policy()
         else:
             self.policy = make_policy(self.policy_name, capacity)

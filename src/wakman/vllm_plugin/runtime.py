@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from wakman.adaptive.manager import AdaptiveManager, PendingDecision, timed_replay
+from wakman.adaptive.manager import KEPT_DECISIONS, AdaptiveManager, PendingDecision, timed_replay
 from wakman.policies import make_policy
 from wakman.vllm_plugin.block_pool import install, request_group
 from wakman.vllm_plugin.free_queue import policy_key
@@ -31,17 +31,19 @@ from wakman.vllm_plugin.settings import PluginSettings
 
 log = logging.getLogger(__name__)
 
-KEPT_DECISIONS = 1024  # decisions a live engine keeps (its metrics count them all)
-
 
 def pool_blocks_per_key(manager: Any, pool: Any) -> float:
     """Pool blocks one hash block takes: vLLM keeps every KV-cache group in one pool, a group of
     ``b``-token blocks taking ``hash_block_size / b`` of them a hash block (one for each full
-    attention group of the hash block size). A sliding-window group holds fewer (the window's);
-    counted as full attention, its shadows are that much smaller than the cache."""
+    attention group of the hash block size; below 1 where every group's blocks are larger than
+    the hash block). Groups that cache no prefix (vLLM's ``prefix_cacheable``) are not counted. A
+    sliding-window group holds fewer (the window's); counted as full attention, its shadows are
+    that much smaller than the cache. 1 without groups to read (a bare pool)."""
     if manager is None:
         return 1.0
-    return sum(pool.hash_block_size / m.block_size for m in manager.coordinator.single_type_managers)
+    managers = manager.coordinator.single_type_managers
+    cached = [m for m in managers if getattr(m.kv_cache_spec, "prefix_cacheable", True)]
+    return sum(pool.hash_block_size / m.block_size for m in cached) or 1.0
 
 
 class PolicyRuntime:
@@ -94,10 +96,12 @@ class PolicyRuntime:
 
     def use_clock(self, clock: Callable[[], float], start_s: float = 0.0) -> None:
         """Decide on ``clock`` from now on (a replay's trace seconds), the due times counted from
-        ``start_s`` (0: a trace's start, as the simulator counts them). Before the first request."""
+        ``start_s`` (0: a trace's start, as the simulator counts them), and keep every decision
+        (a replay's report lists them all). Before the first request."""
         self.clock = clock
         if self.manager is not None:
             self.manager.start(start_s)
+            self.manager.kept_decisions = None
 
     @property
     def live_policy(self) -> str:
@@ -222,8 +226,9 @@ class PolicyRuntime:
         interval_s = self.manager.config.interval_s
         if wall_s > interval_s and not self._overrun_logged:
             log.warning(
-                "wakman: a shadow replay took %.1f s, longer than the %g s between decisions: each "
-                "decision is taken later after its due time; raise WAKMAN_INTERVAL_S",
+                "wakman: a shadow replay took %.1f s, longer than the %g s between decisions: "
+                "decisions fall behind their due times (WAKMAN_REPLAY=inline: steps wait for "
+                "them); raise WAKMAN_INTERVAL_S",
                 wall_s,
                 interval_s,
             )
