@@ -494,6 +494,32 @@ def test_sigterm_to_reproduce_alone_stops_its_workers(tmp_path):
     assert left == [], "worker processes outlived the interrupted run"
 
 
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="PR_SET_PDEATHSIG is Linux's")
+def test_sigkill_to_reproduce_leaves_no_worker_behind(tmp_path):
+    """SIGKILL (or the OOM killer) gives the parent no chance to stop its workers: they were
+    reparented to init and waited on the task queue forever. They now end with their parent."""
+    proc = subprocess.Popen(
+        [*WAKMAN, "reproduce", "--quick", "--jobs", "2", "--out", tmp_path / "r"],
+        cwd=tmp_path,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    deadline, workers = time.monotonic() + 120, set()
+    while len(workers) < 2 and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.2)
+        workers = {w for w in _children(proc.pid) if _alive(w)}
+    assert len(workers) >= 2, "reproduce never started its workers"
+    proc.kill()
+    proc.wait(timeout=60)
+    deadline = time.monotonic() + 30
+    while any(_alive(w) for w in workers) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    left = [w for w in workers if _alive(w)]
+    for w in left:
+        os.kill(w, signal.SIGKILL)
+    assert left == [], "worker processes outlived their killed parent"
+
+
 def test_a_write_error_after_reproduces_run_is_one_line(tmp_path, monkeypatch):
     """An OSError while the results are written (a full disk, a folder removed meanwhile) is one
     line and exit code 2, as in the checks before the run, not a traceback."""

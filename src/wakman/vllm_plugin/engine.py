@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -38,13 +39,17 @@ SCHEDULER_CLS = "wakman.vllm_plugin.WakmanScheduler"
 ENGINE_ENV = {"HF_HUB_OFFLINE": "1", "VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_ENABLE_V1_MULTIPROCESSING": "0"}
 
 
-def tiny_model_dir(path: Path | None = None, tokenizer: bool = False) -> Path:
-    """Write the tiny model's ``config.json`` into ``path`` (a new temporary folder by default), and
-    with ``tokenizer`` its byte-level tokenizer (``write_byte_tokenizer``), which a server that
-    takes text (``vllm serve``) needs."""
+def tiny_model_dir(path: Path | None = None, tokenizer: bool = False, max_model_len: int = 0) -> Path:
+    """Write the tiny model's ``config.json`` into ``path`` (a new temporary folder by default: the
+    caller removes it), and with ``tokenizer`` its byte-level tokenizer (``write_byte_tokenizer``),
+    which a server that takes text (``vllm serve``) needs. Its positions reach ``max_model_len``
+    tokens where that is past the config's 131,072 (vLLM refuses a longer ``max_model_len``; the
+    weights are dummies)."""
     path = Path(path) if path is not None else Path(tempfile.mkdtemp(prefix="wakman-tiny-llama-"))
     path.mkdir(parents=True, exist_ok=True)
-    (path / "config.json").write_text(json.dumps(TINY_LLAMA, indent=1))
+    positions = max(int(TINY_LLAMA["max_position_embeddings"]), max_model_len)
+    config = {**TINY_LLAMA, "max_position_embeddings": positions}
+    (path / "config.json").write_text(json.dumps(config, indent=1))
     if tokenizer:
         write_byte_tokenizer(path)
     return path
@@ -141,8 +146,9 @@ def build_llm(
 
     limit = capacity_blocks * block_size
     max_model_len = min(max_model_len or limit, limit)
+    folder = tiny_model_dir(model_dir, max_model_len=max_model_len)
     kwargs: dict[str, Any] = dict(
-        model=str(tiny_model_dir(model_dir)),
+        model=str(folder),
         load_format="dummy",
         skip_tokenizer_init=True,
         dtype=TINY_DTYPE,
@@ -151,7 +157,11 @@ def build_llm(
         num_gpu_blocks_override=capacity_blocks + 1,  # block 0 is vLLM's null block
         max_model_len=max_model_len,
         max_num_seqs=max_num_seqs,
-        max_num_batched_tokens=step_budget(max_num_batched_tokens, block_size),
+        # a step never schedules more than every sequence's whole length: a larger budget is never
+        # used, but vLLM sizes its step buffers by it (2e9 tokens took 22 GB, then the OOM killer)
+        max_num_batched_tokens=min(
+            step_budget(max_num_batched_tokens, block_size), max(1, max_num_seqs) * max_model_len
+        ),
         enforce_eager=True,
         # the tiny model and its fixed blocks need a few hundred MB: on a GPU, vLLM checks at start-up
         # that this fraction of the device is free, and its default (0.9) would refuse to start beside
@@ -163,7 +173,11 @@ def build_llm(
     if policy is not None:
         kwargs["scheduler_cls"] = SCHEDULER_CLS
     kwargs.update(engine_kwargs)
-    return LLM(**kwargs)
+    try:
+        return LLM(**kwargs)
+    finally:  # the engine has read its config: a folder made here is not left behind
+        if model_dir is None:
+            shutil.rmtree(folder, ignore_errors=True)
 
 
 def shutdown_llm(llm: Any) -> None:

@@ -146,9 +146,11 @@ class VllmHttpServer(ServerProcess):
         start_timeout_s: float = 600.0,
     ) -> None:
         workdir = Path(workdir)
-        self.model_dir = tiny_model_dir(workdir / "model", tokenizer=True)
-        port = free_port()
         limit = capacity_blocks * block_size
+        self.model_dir = tiny_model_dir(
+            workdir / "model", tokenizer=True, max_model_len=min(max_model_len or limit, limit)
+        )
+        port = free_port()
         argv = [
             sys.executable, "-m", "vllm.entrypoints.openai.api_server",
             "--model", str(self.model_dir), "--served-model-name", SERVED_MODEL,
