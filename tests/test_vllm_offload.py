@@ -71,6 +71,7 @@ def check(m: CPUOffloadingManager) -> None:
     lru = pol.lru or VllmLruOrder(core, pol.chunks, pol.key_of)  # outside lru: nothing ranked
     assert lru.policy is core and lru.chunks is pol.chunks and lru.key_of is pol.key_of
     assert lru.held <= lru.ranks.keys() and not (lru.in_place | lru.front.keys()) & lru.ranks.keys()
+    assert lru._in_place_in_core == len(lru.in_place - lru.front.keys())  # evict's running count
     unpinned = 0
     for k, key in pol.key_of.items():
         chunk = pol.chunks[key]

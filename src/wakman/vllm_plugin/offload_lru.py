@@ -157,6 +157,7 @@ class VllmLruOrder:
         self.held: set[int] = set()
         self.in_place: set[int] = set()
         self.front: OrderedDict[int, None] = OrderedDict()  # below the core's order, oldest first
+        self._in_place_in_core = 0  # in_place chunks in the core's order (not the front): evict's count
         self._held_queue = _HeldQueue()  # the held chunks by rank (lazy: stale entries skipped)
         self._busy_heap: list[tuple[Rank, OffloadKey, int]] = []
         self._open: OrderedDict[_RequestRank, None] = OrderedDict()  # ranked, unfinished requests
@@ -170,6 +171,7 @@ class VllmLruOrder:
         self.held.clear()
         self.in_place.clear()
         self.front.clear()
+        self._in_place_in_core = 0
         self._held_queue.clear()
         self._busy_heap.clear()
         self._open.clear()
@@ -216,11 +218,12 @@ class VllmLruOrder:
             self._push_held(k, key)
             return
         if not ranked:
-            if k in self.front:
+            in_front = k in self.front
+            if in_front:
                 del self.front[k]
             else:
                 self.policy.pin(k)
-            self.in_place.discard(k)
+            self._leave_place(k, in_front)
             if self.chunks[key].ref_cnt == 0:
                 self._push_held(k, key)
                 return
@@ -295,13 +298,19 @@ class VllmLruOrder:
         """The chunk left the tier (removed or evicted)."""
         if self.ranks.pop(k, None) is not None:
             self.held.discard(k)
-        self.in_place.discard(k)
+        self._leave_place(k, in_front=k in self.front)
         self.front.pop(k, None)
+
+    def _leave_place(self, k: int, in_front: bool) -> None:
+        """``k`` is no longer in use in place (``in_front``: it is in the front, not the core's order)."""
+        if k in self.in_place:
+            self.in_place.discard(k)
+            self._in_place_in_core -= not in_front
 
     def evictable(self, k: int, key: OffloadKey) -> None:
         """``ref_cnt`` reached 0."""
         if k in self.in_place:  # its load ended: vLLM's LRU kept its rank, it kept its place
-            self.in_place.discard(k)  # (in the core's order or the front)
+            self._leave_place(k, in_front=k in self.front)  # (in the core's order or the front)
         elif k in self.ranks:  # ranked above the core: held until the ranks below are settled
             self._push_held(k, key)
             self._flush()
@@ -313,8 +322,9 @@ class VllmLruOrder:
         if k in self.held:  # it keeps its rank while in use
             self.held.discard(k)
             self._push_busy(k, key)
-        else:  # it keeps its place (in the core's order or the front) while in use
+        elif k not in self.in_place:  # it keeps its place (in the core's order or the front) in use
             self.in_place.add(k)
+            self._in_place_in_core += k not in self.front
 
     def accessed(self, keys: Iterable[OffloadKey], req_context: ReqContext) -> None:
         """vLLM's ``on_request_access``: the request's chunks rank together,
@@ -352,22 +362,31 @@ class VllmLruOrder:
             self.front,
             self.in_place,
         )
-        staying = 0  # chunks in the core's order the core must not give
-        in_held = 0
+        # O(protected) counts: the chunks in use in place are counted as they come and go
+        staying = self._in_place_in_core  # chunks in the core's order the core must not give
+        in_held = protected_in_front = 0
         for key in protected:
             k = self._resident(key)
             if k is None or k in in_place:
                 continue
             if k in held:
                 in_held += 1
-            elif k not in front and chunks[key].ref_cnt == 0:
+            elif k in front:
+                protected_in_front += 1
+            elif chunks[key].ref_cnt == 0:
                 staying += 1
-        staying += sum(1 for k in in_place if k not in front)
-        from_front = [k for k in front if k not in in_place and key_of[k] not in protected]
+        in_front_in_use = len(in_place) - self._in_place_in_core
+        front_free = len(front) - in_front_in_use - protected_in_front
         from_core = policy.num_evictable - staying
-        if len(from_front) + from_core + len(held) - in_held < n:
+        if front_free + from_core + len(held) - in_held < n:
             return None
-        victims = from_front[:n]
+        victims = []
+        if front_free:  # the front's oldest evictable chunks, read no further than needed
+            for k in front:
+                if k not in in_place and key_of[k] not in protected:
+                    victims.append(k)
+                    if len(victims) == n:
+                        break
         for k in victims:
             del front[k]
             policy.remove(k)
@@ -376,6 +395,7 @@ class VllmLruOrder:
                 if k in in_place or key_of[k] in protected:
                     policy.insert(k, True)  # LRU: no ghost, no other state
                     front[k] = None
+                    self._in_place_in_core -= k in in_place  # it is in the front now
                 else:
                     victims.append(k)
                     from_core -= 1
