@@ -235,6 +235,28 @@ def test_failing_replay_keeps_the_policy_and_metrics_show_it(monkeypatch):
     assert errors and float(errors.group(1)) >= 1
 
 
+def test_replay_progress_counts_requests_the_engine_finished():
+    """The replay's bar counted requests sent: it read 100 % while the engine still ran the last
+    ones. It counts requests finished (or rejected); all done only once the engine is idle."""
+    from wakman.vllm_plugin.engine import build_llm, shutdown_llm
+    from wakman.vllm_plugin.replay import replay
+
+    requests = small_trace(duration_s=20)
+    llm = build_llm(CAPACITY, 32, max_model_len=max(r.prompt_tokens for r in requests) + 80, policy=None)
+    seen: list[tuple[int, bool]] = []
+
+    def progress(done: int, total: int) -> None:
+        seen.append((done, llm.llm_engine.has_unfinished_requests()))
+
+    try:
+        replay(requests, None, CAPACITY, llm=llm, progress=progress)
+    finally:
+        shutdown_llm(llm)
+    done = [d for d, _ in seen]
+    assert done == sorted(done) and done[-1] == len(requests)
+    assert all(not busy for d, busy in seen if d == len(requests))
+
+
 def test_plus_feeds_decoded_blocks_to_its_long_lived_shadows(monkeypatch):
     """In-process engine, wakman-plus: the estimator's view of each request's decoded blocks fills
     as vLLM hashes them, and each decision feeds only the requests logged since the last one."""

@@ -203,6 +203,7 @@ def replay(
         began = time.perf_counter()
         n, i, rejected, steps = len(requests), 0, 0, 0
         first_hits = [-1] * n
+        finished = 0  # requests the engine finished
         while i < n or engine.has_unfinished_requests():
             if not engine.has_unfinished_requests() and i < n:
                 clock["t"] = max(clock["t"], requests[i].arrival_s)
@@ -223,11 +224,13 @@ def replay(
                     session = {"session_id": req.session_id} if sessions and req.session_id else {}
                     engine.add_request(str(i), prompt, params, arrival_time=clock["t"], **session)
                 i += 1
-                if progress is not None:
-                    progress(i, n)
             for output in engine.step():
-                if output.finished and output.num_cached_tokens is not None:
-                    first_hits[int(output.request_id)] = output.num_cached_tokens
+                if output.finished:
+                    finished += 1
+                    if output.num_cached_tokens is not None:
+                        first_hits[int(output.request_id)] = output.num_cached_tokens
+            if progress is not None:
+                progress(finished + rejected, n)  # requests done, not sent: the engine may lag
             steps += 1
             clock["t"] += step_s
             if after_step is not None:
