@@ -770,3 +770,32 @@ def test_a_trace_without_reuse_needs_the_smallest_cache_not_none():
     one = [Request(arrival_s=0.0, block_keys=[1, 2], prompt_tokens=64, output_tokens=1, block_size=32)]
     curve = adv.lru_curve(one)
     assert curve.ceiling_tokens == 0 and curve.smallest_within(0.95) == 1
+
+
+def test_advise_takes_the_kv_cache_tester_arrival_process_simulate_takes(tmp_path):
+    """A kv-cache-tester trace's conversations start at a seeded Poisson rate that --rate and --seed
+    set in simulate, sweep and stats; advise had neither flag, so it could not answer for the
+    arrival process a simulate run used. Its LRU row at your size is simulate's run of that one."""
+    folder = tmp_path / "conversations"
+    folder.mkdir()
+    for c in range(12):
+        turns = [
+            {"t": 20.0 * t, "type": "n", "in": 64 * (4 + 3 * t), "out": 1, "hash_ids": list(range(4 + 3 * t))}
+            for t in range(4)
+        ]
+        conversation = {"id": f"c{c}", "block_size": 64, "hash_id_scope": "local", "requests": turns}
+        (folder / f"c{c:02}.json").write_text(json.dumps(conversation))
+    for seed in ("1", "2"):
+        flags = ["--rate", "0.5", "--seed", seed, "--capacity-blocks", "20"]
+        advised = CliRunner().invoke(
+            app,
+            ["advise", str(folder), *flags, "--policies", "lru", "--points", "2", "--jobs", "1", "--json"],
+        )
+        assert advised.exit_code == 0, advised.output
+        at = json.loads(advised.stdout)["at_capacity"]
+        lru = next(r for r in at["rows"] if r["policy"] == "lru")
+        simulated = CliRunner().invoke(
+            app, ["simulate", str(folder), *flags, "--policy", "lru", "--mode", "cache", "--json"]
+        )
+        assert simulated.exit_code == 0, simulated.output
+        assert lru["hit_rate"] == json.loads(simulated.stdout.strip().splitlines()[-1])["hit_rate"]

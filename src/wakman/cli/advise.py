@@ -16,7 +16,14 @@ from wakman.adaptive.run import POLICY_NAMES
 from wakman.cli.checks import MAX_BLOCKS, check_numbers, check_plot, parse_names
 from wakman.cli.console import console, counted, err_console, json_text, progress_bars, stdout_to_stderr
 from wakman.cli.errors import cli_errors
-from wakman.cli.inputs import BlockSizeOption, FormatOption, open_trace, require_session_ids
+from wakman.cli.inputs import (
+    BlockSizeOption,
+    FormatOption,
+    RateOption,
+    SeedOption,
+    open_trace,
+    require_session_ids,
+)
 from wakman.cli.simulate import DECODE, PREFILL, RUNNING, _server
 from wakman.data import BUNDLED_MOONCAKE
 from wakman.experiments import advise as adv
@@ -101,6 +108,8 @@ def advise(
     trace: Path | None = typer.Argument(None, help="Trace (default: the bundled Mooncake chat trace)."),
     fmt: str | None = FormatOption,
     block_size: int | None = BlockSizeOption,
+    rate: float | None = RateOption,
+    seed: int | None = SeedOption,
     model: str | None = typer.Option(
         None, "--model", help="A known model's Hub name (KV bytes from its config)."
     ),
@@ -184,7 +193,7 @@ def advise(
             raise ValueError("--gpu-memory needs --model, --model-config or --kv-bytes-per-token")
         progress = progress_bars(to=err_console, transient=True, disable=not err_console.is_terminal)
         with progress:
-            stream = open_trace(path, fmt, block_size)
+            stream = open_trace(path, fmt, block_size, rate, seed)
             if gpu_memory is not None:  # checked at the first request, not after the whole trace
                 assert layout is not None
                 stream = _memory_checked(stream, layout, gpu_memory)
