@@ -464,6 +464,27 @@ def _alive(pid: int) -> bool:
         return False
 
 
+def _started_workers(proc: subprocess.Popen) -> set[int]:
+    """The pids of a running ``reproduce --jobs 2``'s worker processes, once both run (120 s at most)."""
+    deadline, workers = time.monotonic() + 120, set()
+    while len(workers) < 2 and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.2)
+        workers = {w for w in _children(proc.pid) if _alive(w)}
+    assert len(workers) >= 2, "reproduce never started its workers"
+    return workers
+
+
+def _left_after(workers: set[int], wait_s: float) -> list[int]:
+    """The workers still running after up to ``wait_s`` seconds; they are killed before returning."""
+    deadline = time.monotonic() + wait_s
+    while any(_alive(w) for w in workers) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    left = [w for w in workers if _alive(w)]
+    for w in left:
+        os.kill(w, signal.SIGKILL)
+    return left
+
+
 @pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads the process table from /proc")
 def test_sigterm_to_reproduce_alone_stops_its_workers(tmp_path):
     """SIGTERM to the main process only (``kill PID``, a process manager), not its group: the run
@@ -475,23 +496,13 @@ def test_sigterm_to_reproduce_alone_stops_its_workers(tmp_path):
         stderr=subprocess.PIPE,
         text=True,
     )
-    deadline, workers = time.monotonic() + 120, set()
-    while len(workers) < 2 and proc.poll() is None and time.monotonic() < deadline:
-        time.sleep(0.2)
-        workers = {w for w in _children(proc.pid) if _alive(w)}
-    assert len(workers) >= 2, "reproduce never started its workers"
+    workers = _started_workers(proc)
     proc.send_signal(signal.SIGTERM)
     _, stderr = proc.communicate(timeout=60)
     assert proc.returncode == 130, stderr
     assert "interrupted" in stderr and "Traceback" not in stderr
     assert not (tmp_path / "r").exists() or not any((tmp_path / "r").iterdir())
-    deadline = time.monotonic() + 10
-    while any(_alive(w) for w in workers) and time.monotonic() < deadline:
-        time.sleep(0.1)
-    left = [w for w in workers if _alive(w)]
-    for w in left:
-        os.kill(w, signal.SIGKILL)
-    assert left == [], "worker processes outlived the interrupted run"
+    assert _left_after(workers, 10) == [], "worker processes outlived the interrupted run"
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="PR_SET_PDEATHSIG is Linux's")
@@ -504,20 +515,10 @@ def test_sigkill_to_reproduce_leaves_no_worker_behind(tmp_path):
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )
-    deadline, workers = time.monotonic() + 120, set()
-    while len(workers) < 2 and proc.poll() is None and time.monotonic() < deadline:
-        time.sleep(0.2)
-        workers = {w for w in _children(proc.pid) if _alive(w)}
-    assert len(workers) >= 2, "reproduce never started its workers"
+    workers = _started_workers(proc)
     proc.kill()
     proc.wait(timeout=60)
-    deadline = time.monotonic() + 30
-    while any(_alive(w) for w in workers) and time.monotonic() < deadline:
-        time.sleep(0.1)
-    left = [w for w in workers if _alive(w)]
-    for w in left:
-        os.kill(w, signal.SIGKILL)
-    assert left == [], "worker processes outlived their killed parent"
+    assert _left_after(workers, 30) == [], "worker processes outlived their killed parent"
 
 
 def test_a_write_error_after_reproduces_run_is_one_line(tmp_path, monkeypatch):
