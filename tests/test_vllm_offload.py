@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import logging
 import random
+import threading
 
 import pytest
 from hypothesis import given, settings
@@ -703,9 +704,10 @@ def phased(n_phase: int = 150) -> list[list]:
 
 
 @pytest.mark.parametrize("preset", ["wakman", "wakman-plus"])
-def test_adaptive_decides_at_the_tier_capacity_and_switches(preset, caplog):
+def test_adaptive_decides_at_the_tier_capacity_and_switches(preset, caplog, monkeypatch):
     """The phases change which candidate wins: the tier's manager decides at its capacity, switches,
-    and logs each switch as the scheduler's does."""
+    and logs each switch as the scheduler's does (inline replays: each decision in its finish)."""
+    monkeypatch.setenv("WAKMAN_REPLAY", "inline")
     m = manager(preset, 40)
     pol = m._policy
     clock = iter(range(10**6))
@@ -728,9 +730,10 @@ def test_adaptive_decides_at_the_tier_capacity_and_switches(preset, caplog):
     assert pol.manager.decisions == [] and len(pol.policy) == 0 and pol.live_policy == config.start_policy
 
 
-def test_adaptive_switch_keeps_every_chunk_and_pin():
+def test_adaptive_switch_keeps_every_chunk_and_pin(monkeypatch):
     """A forced switch mid-flight (loads in progress): handover keeps every resident chunk, and the
     in-use ones stay pinned."""
+    monkeypatch.setenv("WAKMAN_REPLAY", "inline")
     m = manager("wakman-plus", 30)
     pol = m._policy
     now = [0.0]
@@ -748,6 +751,79 @@ def test_adaptive_switch_keeps_every_chunk_and_pin():
     assert set(pol.chunks) == before
     check(m)
     m.complete_load(keys[:5], request_context(77, keys[:5]))
+    check(m)
+
+
+def _blocked_replay(pol, winner: str):
+    """Make ``pol``'s replays wait for ``release`` and name ``winner``; returns (the threads they
+    ran on, started, release)."""
+    threads: list[threading.Thread] = []
+    started, release = threading.Event(), threading.Event()
+
+    def replay(window, capacity):
+        threads.append(threading.current_thread())
+        started.set()
+        release.wait(timeout=30)  # inline (the call that opened it) it would hold that call
+        return {name: float(name == winner) for name in pol.manager.config.candidates}
+
+    pol.manager.replay_hook = replay
+    return threads, started, release
+
+
+@pytest.mark.parametrize("preset", ["wakman", "wakman-plus"])
+def test_adaptive_replays_in_the_background_and_applies_at_the_next_finish(preset, monkeypatch):
+    """``WAKMAN_REPLAY`` unset (thread): the finish that opens a decision returns while its replay
+    runs on another thread; finishes meanwhile open no second one and change nothing; the first
+    finish after the replay ends applies it, and the switch keeps every chunk."""
+    monkeypatch.delenv("WAKMAN_REPLAY", raising=False)
+    m = manager(preset, 30)
+    pol = m._policy
+    now = [0.0]
+    pol.clock = lambda: now[0]
+    serve_requests(m, trace(7, n=40))
+    assert pol.manager.decisions == []  # none due yet
+    start = pol.live_policy
+    winner = next(name for name in pol.manager.config.candidates if name != start)
+    threads, started, release = _blocked_replay(pol, winner)
+    keys = list(pol.chunks)
+    now[0] = 5000.0
+    serve_requests(m, [[keys[10]]])  # opens the decision
+    assert started.wait(timeout=30)
+    assert threads[0] is not threading.main_thread()
+    now[0] = 10000.0  # another decision is due, but one runs
+    serve_requests(m, [[keys[11]]])
+    assert len(threads) == 1 and pol.manager.decisions == [] and pol.live_policy == start
+    release.set()
+    pol._pending[1].result(timeout=30)
+    before = set(pol.chunks)
+    serve_requests(m, [[keys[12]]])  # applies it (and opens the decision due meanwhile)
+    assert pol.manager.decisions[0].switched and pol.manager.decisions[0].choice == winner
+    assert pol.live_policy == winner and set(pol.chunks) == before
+    check(m)
+    pol.drain()
+    assert len(pol.manager.decisions) == 2 and len(threads) == 2
+
+
+def test_adaptive_clear_drops_a_running_replay(monkeypatch):
+    """``reset_cache`` while a replay runs: its outcome is never applied to the fresh manager."""
+    monkeypatch.delenv("WAKMAN_REPLAY", raising=False)
+    m = manager("wakman-plus", 30)
+    pol = m._policy
+    now = [0.0]
+    pol.clock = lambda: now[0]
+    serve_requests(m, trace(7, n=40))
+    start = pol.live_policy
+    winner = next(name for name in pol.manager.config.candidates if name != start)
+    _, started, release = _blocked_replay(pol, winner)
+    now[0] = 5000.0
+    serve_requests(m, [list(pol.chunks)[:1]])
+    assert started.wait(timeout=30)
+    stale = pol._pending[1]
+    m.reset_cache()
+    release.set()
+    stale.result(timeout=30)
+    serve_requests(m, trace(8, n=5))
+    assert pol.manager.decisions == [] and pol.live_policy == start and pol._pending is None
     check(m)
 
 

@@ -77,8 +77,13 @@ goes to it.
 tier saw them: the chunks it loaded or offered, in prefix order) and the time; every
 ``interval_s`` the manager replays them through its shadow policies at the tier's capacity (one
 block = one chunk, scored by the first-miss rule over the chunks) and a switch moves the live
-policy's chunks to the new policy with ``handover`` (pinned chunks stay pinned). The replay runs
-inline, in the ``on_request_finished`` call that finds a decision due. Their live LRU is the
+policy's chunks to the new policy with ``handover`` (pinned chunks stay pinned). The
+``on_request_finished`` call that finds a decision due snapshots its window; the replay runs in a
+background thread (``WAKMAN_REPLAY=thread``, the default: the manager's calls do not wait for it;
+the core's replay loops run without the GIL) or inline in that call (``inline``: reproducible), and
+its outcome is applied (the switch, on the manager's thread, the only one that touches the live
+policy) by the first ``on_request_finished`` after it ends. One replay at a time: a decision due
+while one runs waits for it. ``clear`` drops a running replay's outcome. Their live LRU is the
 core's (a released chunk becomes newest), not vLLM's ranks.
 """
 
@@ -88,14 +93,15 @@ import functools
 import logging
 import time
 from collections.abc import Callable, Iterable, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 
 from wakman.adaptive.config import ADAPTIVE_PRESETS
-from wakman.adaptive.manager import KEPT_DECISIONS, AdaptiveManager, timed_replay
+from wakman.adaptive.manager import KEPT_DECISIONS, AdaptiveManager, PendingDecision, timed_replay
 from wakman.policies import SERVABLE_POLICIES, EvictionPolicy, handover, make_policy
 from wakman.vllm_plugin.compat import check_offload_vllm_version, offload_import_failed
 from wakman.vllm_plugin.free_queue import policy_key
 from wakman.vllm_plugin.offload_lru import VllmLruOrder
-from wakman.vllm_plugin.settings import OFFLOAD_VAR, offload_policy_from_env
+from wakman.vllm_plugin.settings import OFFLOAD_VAR, offload_policy_from_env, replay_mode_from_env
 
 try:
     from vllm.v1.kv_offload.base import OffloadKey, ReqContext
@@ -153,6 +159,12 @@ class WakmanCachePolicy(CachePolicy):
         # when each key in the core's order last took its segment's newest position
         self._stamps: dict[int, int] = {}
         self._tick = 0
+        # the adaptive classes' background replays (WAKMAN_REPLAY=thread): one worker, one in flight
+        self._executor = (
+            ThreadPoolExecutor(1, thread_name_prefix="wakman-offload-replay")
+            if self.policy_name in ADAPTIVE and replay_mode_from_env() == "thread"
+            else None
+        )
         self._start()
         log.info(
             "wakman: %s chooses what vLLM's CPU offload tier keeps (%d chunks, %s)",
@@ -164,6 +176,9 @@ class WakmanCachePolicy(CachePolicy):
     def _start(self) -> None:
         capacity = max(1, self.cache_capacity)  # vLLM may size an unused tier at 0 chunks
         self.manager: AdaptiveManager | None = None
+        # the decision whose replay runs in the background, and its outcome; a replay still
+        # running for a manager ``clear`` replaced ends unread
+        self._pending: tuple[PendingDecision, Future] | None = None
         if self.policy_name in ADAPTIVE:
             self.manager = AdaptiveManager(
                 ADAPTIVE_PRESETS[self.policy_name], capacity, kept_decisions=KEPT_DECISIONS
@@ -382,8 +397,9 @@ class WakmanCachePolicy(CachePolicy):
 
     # ------------------------------------------------------------------ the adaptive manager
     def _log_and_decide(self, keys: list[int]) -> None:
-        """Log one finished request (time in seconds since the policy started) and take the
-        decision if one is due; a switch hands the live policy's chunks to the new one."""
+        """Log one finished request (time in seconds since the policy started); apply the outcome
+        of a replay that has ended; open the decision if one is due and none runs (its replay in
+        the background, or inline)."""
         manager = self.manager
         assert manager is not None
         t = self.clock()
@@ -391,13 +407,31 @@ class WakmanCachePolicy(CachePolicy):
             self._t0 = t
         now = t - self._t0
         manager.estimator.record(now, keys, 1, len(keys) + 1)
-        if now < manager.next_decision:
+        if self._pending is not None and self._pending[1].done():
+            self.drain()
+        if self._pending is not None or now < manager.next_decision:
             return
         pending = manager.open_decision(now, shadow_capacity=self.policy.capacity)
         if pending is None:
             return
         replay = manager.replay_hook or manager.replay
-        rates, error, wall_s = timed_replay(replay, pending)
+        if self._executor is None:
+            self._apply(pending, *timed_replay(replay, pending))
+        else:
+            self._pending = (pending, self._executor.submit(timed_replay, replay, pending))
+
+    def drain(self) -> None:
+        """Apply the running replay's outcome, waiting for it if needed (tests; an engine applies
+        it at the first request finished after it ends)."""
+        if self._pending is not None:
+            pending, future = self._pending
+            self._apply(pending, *future.result())
+
+    def _apply(self, pending: PendingDecision, rates: dict | None, error: str | None, wall_s: float) -> None:
+        """Log the decision; a switch hands the live policy's chunks to the new one."""
+        self._pending = None
+        manager = self.manager
+        assert manager is not None
         switch_to = manager.close_decision(pending, rates, error, wall_s)
         if switch_to is not None:
             log.info("wakman: offload tier's live policy is now %s (shadow hit rates %s)", switch_to, rates)

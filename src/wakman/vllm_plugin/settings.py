@@ -7,7 +7,7 @@
 | ``WAKMAN_WINDOW_S`` | preset's | seconds of recent traffic each decision replays |
 | ``WAKMAN_CANDIDATES`` | preset's | comma-separated candidate policies |
 | ``WAKMAN_HYSTERESIS`` | preset's (0 / 2) | points of hit rate the best shadow must beat the live one by |
-| ``WAKMAN_REPLAY`` | ``thread`` | ``thread`` (background replays) or ``inline`` (in the step, reproducible) |
+| ``WAKMAN_REPLAY`` | ``thread`` | ``thread`` (background replays) or ``inline`` (reproducible); offload too |
 | ``WAKMAN_SESSIONS`` | ``0`` | ``1``: chain-lru follows vLLM's session ids and ends (``sessions.py``) |
 | ``WAKMAN_METRICS_DIR`` | set by the plugin | where the engine publishes its state for ``/metrics`` |
 
@@ -56,9 +56,7 @@ class PluginSettings:
     def from_env(cls, env: Mapping[str, str] | None = None) -> PluginSettings:
         env = os.environ if env is None else env
         policy = env.get("WAKMAN_POLICY", "").strip().lower() or "lru"  # set but empty: unset
-        replay = env.get("WAKMAN_REPLAY", "").strip().lower() or "thread"  # set but empty: unset
-        if replay not in REPLAY_MODES:
-            raise SettingsError(f"WAKMAN_REPLAY={replay!r}: choose {' or '.join(REPLAY_MODES)}")
+        replay = replay_mode_from_env(env)
         sessions = _sessions(env)
         if policy in STATIC_POLICIES:
             extra = [k for k in ADAPTIVE_VARS if env.get(k)]
@@ -116,6 +114,17 @@ class PluginSettings:
             except ValueError as exc:
                 raise SettingsError(f"WAKMAN_SESSIONS=1: {exc}") from None
         return cls(policy=policy, adaptive=config, replay=replay, sessions=sessions)
+
+
+def replay_mode_from_env(env: Mapping[str, str] | None = None) -> str:
+    """``WAKMAN_REPLAY``: ``thread`` (the default, also when set but empty) or ``inline``
+    (``SettingsError`` otherwise). The GPU pool's runtime and the offload tier's adaptive classes
+    read it."""
+    env = os.environ if env is None else env
+    replay = env.get("WAKMAN_REPLAY", "").strip().lower() or "thread"
+    if replay not in REPLAY_MODES:
+        raise SettingsError(f"WAKMAN_REPLAY={replay!r}: choose {' or '.join(REPLAY_MODES)}")
+    return replay
 
 
 def _sessions(env: Mapping[str, str]) -> bool:
