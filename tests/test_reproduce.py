@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import copy
 import csv
+import errno
 import json
 import statistics
 import sys
@@ -15,7 +16,7 @@ from typer.testing import CliRunner
 from wakman.cli.main import app
 from wakman.experiments import reproduce as reproduce_module
 from wakman.experiments import summary as summary_module
-from wakman.experiments.report import render_markdown
+from wakman.experiments.report import TITLE, render_markdown
 from wakman.experiments.reproduce import Plan, Results
 from wakman.experiments.summary import summarize
 from wakman.traces.stats import compute_stats
@@ -315,17 +316,21 @@ def test_the_report_states_only_what_the_run_holds(quick_run):
     assert all(m["name"] in line for m in payload["mixes"])
 
 
-def test_reproduce_without_matplotlib_writes_everything_else(quick_run, tmp_path, monkeypatch):
-    _, payload = quick_run
-    decisions = payload["decisions_example"]
-    ready = Results(
+def _ready_results(payload: dict) -> Results:
+    """The quick run's results again, for a `run` that returns them at once."""
+    return Results(
         plan=Plan.quick(),
         mixes=payload["mixes"],
         ablations=payload["ablations"],
         real=payload["real_traces"],
         map=payload["map"],
-        decisions_example=decisions,
+        decisions_example=payload["decisions_example"],
     )
+
+
+def test_reproduce_without_matplotlib_writes_everything_else(quick_run, tmp_path, monkeypatch):
+    _, payload = quick_run
+    ready = _ready_results(payload)
     monkeypatch.setattr(reproduce_module, "run", lambda plan, jobs, progress: ready)
     monkeypatch.setitem(sys.modules, "matplotlib", None)  # `import matplotlib` now fails
     result = CliRunner().invoke(app, ["reproduce", "--quick", "--out", str(tmp_path / "out")])
@@ -335,6 +340,84 @@ def test_reproduce_without_matplotlib_writes_everything_else(quick_run, tmp_path
     assert {"results.json", "table1.csv", "results.md"} <= written
     assert not any(name.endswith(".png") for name in written)
     assert "![" not in (tmp_path / "out" / "results.md").read_text()
+
+
+OUTPUTS = (
+    "results.json",
+    "table1.csv",
+    "results.md",
+    "figure1.png",
+    "figure3.png",
+    "map.png",
+    "decisions.png",
+)
+
+
+def _earlier_run(folder, report: str | None = None) -> None:
+    """An earlier run's outputs in ``folder``, each holding a marker; with ``report``, what --docs
+    wrote instead: that report and the figures and results.json beside it."""
+    folder.mkdir(parents=True, exist_ok=True)
+    for name in OUTPUTS:
+        if report is None or name.endswith(".png"):
+            (folder / name).write_text(f"earlier {name}\n")
+    (folder / "results.json").write_text(json.dumps({"plan": {}, "mixes": [], "summary": {}, "earlier": 1}))
+    if report is not None:
+        (folder / report).write_text(f"{TITLE}\nearlier report\n")
+
+
+def _files(folder) -> dict[str, bytes]:
+    return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+@pytest.mark.parametrize("where", ["out-only", "docs-beside", "docs-in-out"])
+def test_a_failure_while_writing_replaces_no_output_and_a_success_replaces_them_all(
+    quick_run, tmp_path, monkeypatch, where
+):
+    """An earlier run's outputs in --out (and beside --docs): a figure that fails (a full disk)
+    after results.json, table1.csv and a first figure were written gives one line and exit code 2,
+    and leaves every earlier file as it was, nothing added, no temporary file. The same run once
+    the figures draw replaces every one of them (with --docs inside --out, its report wins)."""
+    _, payload = quick_run
+    ready = _ready_results(payload)
+    monkeypatch.setattr(reproduce_module, "run", lambda plan, jobs, progress: ready)
+    root = tmp_path / "root"
+    out, docs = root / "out", None
+    _earlier_run(out)
+    if where == "docs-beside":
+        docs = root / "docs" / "report.md"
+        _earlier_run(docs.parent, report=docs.name)
+    elif where == "docs-in-out":
+        docs = out / "results.md"
+        docs.write_text(f"{TITLE}\nearlier report\n")
+    before = _files(root)
+    args = ["reproduce", "--quick", "--out", str(out)] + (["--docs", str(docs)] if docs else [])
+
+    from wakman.experiments import figures
+
+    drawn = figures.write_figures
+
+    def full_disk(payload, folder):
+        (folder / "figure1.png").write_bytes(b"drawn")
+        raise OSError(errno.ENOSPC, "No space left on device", str(folder / "figure3.png"))
+
+    monkeypatch.setattr(figures, "write_figures", full_disk)
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 2, result.output
+    assert "No space left on device" in result.stderr and "Traceback" not in result.output
+    assert _files(root) == before
+
+    monkeypatch.setattr(figures, "write_figures", drawn)
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 0, result.output
+    after = _files(root)
+    assert set(after) == set(before)  # no temporary file left
+    assert all(after[name] != before[name] for name in after)
+    assert {"plan", "mixes", "summary"} <= json.loads(after["out/results.json"]).keys()
+    if docs is not None:
+        assert f"--docs {docs}" in docs.read_text()
+        if docs.parent != out:
+            assert after["docs/results.json"] == after["out/results.json"]
+            assert "--docs" not in (out / "results.md").read_text()
 
 
 def test_the_archive_stage_gives_each_policys_own_run(tmp_path, monkeypatch):

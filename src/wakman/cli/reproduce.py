@@ -3,8 +3,12 @@
 from __future__ import annotations
 
 import json
+import os
+import shutil
+import tempfile
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import typer
 from rich.table import Table
@@ -12,7 +16,10 @@ from rich.table import Table
 from wakman.cli.checks import can_plot, check_numbers, check_output, check_output_dir
 from wakman.cli.console import console, err_console, progress_bars
 from wakman.cli.errors import cli_errors
-from wakman.traces.io import atomic_path
+from wakman.traces.io import atomic_paths
+
+if TYPE_CHECKING:
+    from wakman.experiments.reproduce import Results
 
 
 def check_docs(docs: Path | None) -> None:
@@ -77,9 +84,7 @@ def reproduce(
     ),
 ) -> None:
     """Reproduce Table 1, Figures 1 and 3 and the real-trace results on the simulator."""
-    from wakman.experiments.figures import write_figures
-    from wakman.experiments.report import render_markdown, write_table1
-    from wakman.experiments.reproduce import CLAUDE_ARCHIVE, Plan, run, write_outputs
+    from wakman.experiments.reproduce import CLAUDE_ARCHIVE, Plan, run
     from wakman.workload.generator import check_seed
 
     draw = can_plot()
@@ -111,7 +116,8 @@ def reproduce(
     started = time.perf_counter()
     # The run and the writing sit in cli_errors as the checks do: Ctrl-C, or SIGTERM to this process
     # alone, stops the workers at once and says what was written (exit 130); an OSError (a full disk,
-    # a folder removed meanwhile) is one line and exit code 2. Each file is whole or not replaced.
+    # a folder removed meanwhile) is one line and exit code 2. The outputs are replaced as one set
+    # (``_write_set``).
     with (
         cli_errors(f"nothing was written to {out}"),
         progress_bars(
@@ -126,18 +132,8 @@ def reproduce(
             progress.update(bars[stage], completed=done)
 
         results = run(plan, jobs, advance)
-    with cli_errors(f"while writing: each file in {out} (and --docs) is whole or not replaced"):
-        payload = write_outputs(results, out)
-        write_table1(payload, out / "table1.csv")
-        figures = {p.name for p in write_figures(payload, out)} if draw else set()
-        with atomic_path(out / "results.md") as target:
-            target.write_text(render_markdown(payload, command, figures))
-        if docs is not None:
-            for name in (*sorted(figures), "results.json"):  # the figures and the data beside the report
-                with atomic_path(docs.parent / name) as target:
-                    target.write_bytes((out / name).read_bytes())
-            with atomic_path(docs) as target:
-                target.write_text(render_markdown(payload, f"{command} --docs {docs}", figures))
+    with cli_errors(f"while writing: nothing in {out} (or beside --docs) was replaced"):
+        payload, figures = _write_set(results, out, docs, command, draw)
     s = payload["summary"]
     table = Table(
         "policy",
@@ -170,6 +166,40 @@ def reproduce(
         )
     written = ", ".join(["results.json", "table1.csv", "results.md", *sorted(figures)])
     console.print(f"wrote {written} to {out} in {time.perf_counter() - started:z.0f} s")
+
+
+def _write_set(
+    results: Results, out: Path, docs: Path | None, command: str, draw: bool
+) -> tuple[dict[str, Any], set[str]]:
+    """Every output of the run as one set: written whole to a staging folder first (results.json,
+    table1.csv, the figures, results.md, and with ``docs`` the report and copies of the figures and
+    results.json beside it), then moved into place together (``atomic_paths``). A failure while
+    writing (a figure that cannot be drawn, a full disk) or Ctrl-C replaces none of them: an earlier
+    run's outputs stay together. Returns results.json's payload and the figures' file names."""
+    from wakman.experiments.figures import write_figures
+    from wakman.experiments.report import render_markdown, write_table1
+    from wakman.experiments.reproduce import write_outputs
+
+    with tempfile.TemporaryDirectory(prefix="wakman-reproduce-") as folder:
+        staging = Path(folder)
+        payload = write_outputs(results, staging)
+        write_table1(payload, staging / "table1.csv")
+        figures = {p.name for p in write_figures(payload, staging)} if draw else set()
+        (staging / "results.md").write_text(render_markdown(payload, command, figures))
+        # final path (absolute: one entry where --docs lands in --out) -> its staged file
+        files = {
+            Path(os.path.abspath(out / name)): staging / name
+            for name in ("results.json", "table1.csv", *sorted(figures), "results.md")
+        }
+        if docs is not None:
+            for name in (*sorted(figures), "results.json"):  # the figures and the data beside the report
+                files[Path(os.path.abspath(docs.parent / name))] = staging / name
+            (staging / "docs.md").write_text(render_markdown(payload, f"{command} --docs {docs}", figures))
+            files[Path(os.path.abspath(docs))] = staging / "docs.md"
+        with atomic_paths(*files) as targets:
+            for staged, target in zip(files.values(), targets, strict=True):
+                shutil.copyfile(staged, target)
+    return payload, figures
 
 
 def _loss(pct: float | None) -> str:
