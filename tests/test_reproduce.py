@@ -316,6 +316,30 @@ def test_the_report_states_only_what_the_run_holds(quick_run):
     assert all(m["name"] in line for m in payload["mixes"])
 
 
+def test_the_report_states_each_traces_block_size(quick_run):
+    """Capacities are in blocks: the header and the capacity note give the generator's block size
+    in tokens, and each real trace's row its file's (the Mooncake trace's hashes cover 512 tokens
+    each), with the tokens its capacities hold."""
+    from wakman.data import BUNDLED_MOONCAKE
+    from wakman.traces import read_trace
+
+    _, payload = quick_run
+    generated = generate_requests(build_config(duration_s=60.0), seed=1)
+    assert payload["workload"]["block_tokens"] == generated[0].block_size
+    mooncake = [r for r in payload["real_traces"] if r["trace"] == "mooncake"]
+    assert mooncake and all(r["block_tokens"] == [512] for r in mooncake)
+    assert {r.block_size for r in read_trace(BUNDLED_MOONCAKE)} == {512}
+    text = render_markdown(payload, figures=set())
+    cap = payload["plan"]["capacity"]
+    assert f"{cap:,} blocks of {generated[0].block_size} tokens" in text
+    for row in mooncake:
+        assert f"{row['capacity'] * 512:,} tokens" in text
+    other = copy.deepcopy(payload)
+    other["workload"]["block_tokens"] = 48  # the report follows the run, not a constant
+    text = render_markdown(other, figures=set())
+    assert f"{cap:,} blocks of 48 tokens" in text and f"{cap:,} blocks ({cap * 48:,} tokens)" in text
+
+
 def _ready_results(payload: dict) -> Results:
     """The quick run's results again, for a `run` that returns them at once."""
     return Results(

@@ -224,6 +224,7 @@ def _trace_row(name: str, mode: str, capacity: int, reqs: list) -> dict[str, Any
         "requests": len(reqs),
         "span_s": reqs[-1].arrival_s - reqs[0].arrival_s,
         "mean_prompt_tokens": sum(r.prompt_tokens for r in reqs) / len(reqs),
+        "block_tokens": sorted({r.block_size for r in reqs}),  # the trace's block sizes, tokens
         "hit_rate": {},
     }
 
@@ -433,6 +434,7 @@ def _workload_defaults() -> dict[str, Any]:
     multi, agentic = config.multi_turn, config.agentic
     return {
         "rate": config.rate,
+        "block_tokens": config.block_size,
         "turns_median": {"multi_turn": multi.turns.median, "agentic": agentic.turns.median},
         "gap_s_median": {"multi_turn": multi.gap_s.median, "agentic": agentic.gap_s.median},
     }
