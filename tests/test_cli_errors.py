@@ -701,6 +701,28 @@ def test_convert_to_mooncake_refuses_to_lose_the_block_size(trace, tmp_path):
     assert json.loads(back.output)["requests"] == before["requests"]
 
 
+def test_convert_refuses_a_block_size_the_trace_does_not_have(tmp_path):
+    """--block-size confirms the size a mooncake output's reader must be told: one that is not the
+    trace's is refused, also where the trace's blocks are mooncake's own 512 tokens; nothing is
+    written."""
+    from wakman.traces import Request, write_trace
+
+    source = tmp_path / "512.jsonl"
+    reqs = [
+        Request(arrival_s=i, block_keys=[i + 1], prompt_tokens=513, output_tokens=1, block_size=512)
+        for i in range(3)
+    ]
+    write_trace(reqs, source, "native")
+    out = tmp_path / "m.jsonl"
+    for to_fmt in ("mooncake", "aiperf-sessions"):
+        result = invoke("convert", source, out, "--to", to_fmt, "--block-size", "64")
+        clean_error(result, "--block-size 64 does not match", "512 tokens")
+        assert not out.exists()
+    for confirmed in ([], ["--block-size", "512"]):
+        assert invoke("convert", source, out, "--to", "mooncake", *confirmed).exit_code == 0
+        out.unlink()
+
+
 def test_convert_says_what_the_output_format_cannot_carry(trace, tmp_path):
     """The generated trace has output keys, labels and session ids: mooncake rows carry none of
     them and aiperf-sessions rows no labels, so convert names each, with the requests that had it

@@ -130,6 +130,10 @@ NATIVE_FIRST = {"arrival_s": 5, "block_keys": [1], "prompt_tokens": 100, "output
         ({"output_tokens": -1}, "output_tokens"),
         ({"block_keys": [1, 2, 3]}, "block_keys"),  # 3 blocks of 64 for 100 tokens
         ({"block_size": 0}, "block_size"),
+        # 40 output tokens after 100 complete one 64-token block (tokens 64-127 of 139 with KV)
+        ({"output_tokens": 40, "output_keys": [7, 8]}, "output_keys"),
+        # one key for a prompt of two full blocks: an output key would name prompt block 1
+        ({"prompt_tokens": 130, "output_tokens": 100, "output_keys": [7]}, "output_keys"),
     ],
 )
 def test_native_errors_name_the_native_fields(tmp_path, bad, field):
@@ -139,6 +143,24 @@ def test_native_errors_name_the_native_fields(tmp_path, bad, field):
     with pytest.raises(TraceFormatError) as info:
         list(read_trace(path, "native"))
     assert (info.value.line, info.value.field) == (3, field)
+
+
+@pytest.mark.parametrize(
+    ("output_tokens", "keys", "ok"), [(40, [7], True), (29, [7], True), (28, [7], False)]
+)
+def test_output_keys_up_to_the_blocks_decoding_completes_are_read(tmp_path, output_tokens, keys, ok):
+    """One output key per block that decoding completes, counted by hand: 100 prompt tokens and
+    40 output tokens in 64-token blocks fill block 1 (tokens 64-127; the last sampled token has no
+    KV); 29 output tokens just reach token 127, 28 fall one short."""
+    path = tmp_path / "t.jsonl"
+    row = {**NATIVE_FIRST, "output_tokens": output_tokens, "output_keys": keys}
+    path.write_text(rows({"format": "wakman-trace", "version": 1}, row))
+    if ok:
+        (req,) = read_trace(path, "native")
+        assert list(req.output_keys) == keys
+    else:
+        with pytest.raises(TraceFormatError, match="completes 0 blocks"):
+            list(read_trace(path, "native"))
 
 
 @pytest.mark.parametrize(

@@ -72,10 +72,18 @@ def stats(
 
 
 def _block_size_kept(requests: Iterator[Request], to_fmt: str, confirmed: int | None) -> Iterator[Request]:
-    """``requests``, refused before the first is written when ``to_fmt`` has no block size field
-    (its readers assume 512 tokens) and the trace's blocks are another size not ``confirmed``."""
+    """``requests``, refused before the first is written where ``to_fmt`` has no block size field
+    (its readers assume 512 tokens, or the size ``--block-size`` states) and the trace's blocks
+    (one size: the readers refuse a second) are another size: the one ``confirmed``, else 512."""
+    expected = DEFAULT_BLOCK_SIZE if confirmed is None else confirmed
     for index, req in enumerate(requests):
-        if index == 0 and req.block_size != DEFAULT_BLOCK_SIZE and req.block_size != confirmed:
+        if index == 0 and req.block_size != expected:
+            if confirmed is not None:
+                raise ValueError(
+                    f"--block-size {confirmed} does not match the trace: its blocks are "
+                    f"{req.block_size} tokens ({to_fmt} rows carry no block size; the file would be "
+                    "read back with the wrong one)"
+                )
             raise ValueError(
                 f"{to_fmt} rows carry no block size and their readers assume {DEFAULT_BLOCK_SIZE} "
                 f"tokens, but this trace's blocks are {req.block_size} tokens: reading it back would "

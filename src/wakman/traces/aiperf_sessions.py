@@ -61,6 +61,7 @@ from wakman.traces.model import (
     KeyRangeError,
     Request,
     TraceFormatError,
+    decoded_blocks,
     key_array,
     key_list,
     no_keys,
@@ -147,7 +148,7 @@ class Conversations:
             shared = session.history_keys
             keys = np.concatenate((shared, session.fresh(max(0, -(-prompt // bs) - len(shared)))))
         full = prompt // bs
-        decoded = max(0, (prompt + output_length - 1) // bs - full) if output_length > 0 else 0
+        decoded = decoded_blocks(prompt, output_length, bs)
         outputs = session.fresh(decoded) if decoded else no_keys()
         session.arrival_s = arrival_s
         session.history_tokens = prompt + output_length

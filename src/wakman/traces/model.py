@@ -46,6 +46,13 @@ def full_blocks(num_keys: int, prompt_tokens: int, block_size: int) -> int:
     return _core.full_blocks(num_keys, prompt_tokens, block_size)
 
 
+def decoded_blocks(prompt_tokens: int, output_tokens: int, block_size: int) -> int:
+    """Blocks a request's decoding completes after the prompt's full blocks: the full blocks of
+    ``prompt + output - 1`` tokens (the last sampled token has no KV) past ``prompt // block_size``;
+    0 without output. At most that many ``output_keys``."""
+    return max(0, (prompt_tokens + max(output_tokens, 1) - 1) // block_size - prompt_tokens // block_size)
+
+
 def hit_limit(num_keys: int, prompt_tokens: int, block_size: int) -> int:
     """Blocks that may hit under vLLM's rule: full blocks covering at most ``prompt_tokens - 1``
     tokens (the last prompt token is always computed; the core's rule, prefix.hpp)."""
@@ -189,8 +196,7 @@ def as_engine_serves(
         tokens = req.output_tokens if max_output_tokens is None else min(req.output_tokens, max_output_tokens)
         keep = 0
         if not fresh_outputs:
-            filled = max(0, (req.prompt_tokens + max(tokens, 1) - 1) // req.block_size - req.full_blocks)
-            keep = min(len(req.output_keys), filled)
+            keep = min(len(req.output_keys), decoded_blocks(req.prompt_tokens, tokens, req.block_size))
         if tokens != req.output_tokens or keep != len(req.output_keys):
             kept = req.output_keys[:keep] if keep else no_keys()
             req = msgspec.structs.replace(req, output_tokens=tokens, output_keys=kept)
@@ -241,7 +247,8 @@ def validate_request(
     one key per (possibly partial) block (fewer is allowed: AIPerf's prefix-only rows key the cached
     prefix only, the rest of the prompt a miss; ``stats`` counts such requests); the block size of
     the trace's earlier requests (``trace_block_size``, None for its first): one cache holds blocks
-    of one size.
+    of one size; at most ``decoded_blocks`` output keys, and none on a short-keyed request (they
+    follow the prompt's full blocks, which its keys do not reach).
     An error names the field as the format
     does (``fields``: the ``Request`` field's name in it)."""
     if not 0 <= req.arrival_s <= MAX_ARRIVAL_S:
@@ -283,4 +290,23 @@ def validate_request(
             fields["block_keys"],
             f"{len(req.block_keys)} blocks for {req.prompt_tokens} tokens of {req.block_size} per block "
             f"(at most {most}); is the block size right?",
+        )
+    decoded = decoded_blocks(req.prompt_tokens, req.output_tokens, req.block_size)
+    if len(req.output_keys) and req.short_keyed:
+        raise TraceFormatError(
+            path,
+            line,
+            fields.get("output_keys", "output_keys"),
+            f"output keys after {len(req.block_keys)} block keys, fewer than the prompt's "
+            f"{req.prompt_tokens // req.block_size} full blocks: the output keys would name prompt "
+            "blocks (give the prompt's every full block a key, or no output keys)",
+        )
+    if len(req.output_keys) > decoded:
+        raise TraceFormatError(
+            path,
+            line,
+            fields.get("output_keys", "output_keys"),
+            f"{len(req.output_keys)} keys, but decoding {req.output_tokens} tokens after "
+            f"{req.prompt_tokens} completes {decoded} block{'s' if decoded != 1 else ''} of "
+            f"{req.block_size} tokens (the last sampled token has no KV)",
         )
