@@ -46,6 +46,7 @@ class ServeLoop : LoopState {
       const ServeRequest& r = reqs_[i];
       Run& run = runs_[i];
       run.total = (r.prompt_tokens + r.block_size - 1) / r.block_size;
+      run.full = r.prompt_tokens / r.block_size;
       run.max_hit = hit_limit(static_cast<int64_t>(r.n_keys), r.prompt_tokens, r.block_size);
       run.last = r.prompt_tokens + std::max<int64_t>(r.output_tokens, 1) - 1;
     }
@@ -92,7 +93,8 @@ class ServeLoop : LoopState {
   };
   struct Run {
     int64_t blocks = 0;  // held now
-    int64_t total = 0, max_hit = 0, last = 0;  // prompt blocks, blocks that may hit; KV tokens at the end
+    // prompt blocks, its full ones (all cached at admission), blocks that may hit; KV tokens at the end
+    int64_t total = 0, full = 0, max_hit = 0, last = 0;
     uint32_t version = 0;
     bool started = false;
     double prefill_start = 0.0, prefill_end = 0.0;  // its (last) prefill on the lane
@@ -129,8 +131,19 @@ class ServeLoop : LoopState {
     if (pool_.free() < run.resume_blocks) return false;
     seek_belady(index);
     if (r.n_keys > 0) pool_.policy().inserting_for(keys_[r.key_at]);
-    int64_t hits = pool_.admit_run(index, keys_.data() + r.key_at, static_cast<size_t>(run.max_hit),
-                                   static_cast<size_t>(run.total), static_cast<size_t>(full(index)));
+    // every full prompt block is cached, as vLLM hashes each; where the trace keys fewer (a
+    // short-keyed prompt), the rest get keys only this request has (block_key)
+    const Key* keys = keys_.data() + r.key_at;
+    if (full(index) < run.full) {
+      chain_.clear();
+      for (int64_t j = 0; j < run.full; ++j) chain_.push_back(block_key(index, j));
+      keys = chain_.data();
+    }
+    // a re-admission may also hit those (its first admission cached them), as in vLLM
+    const int64_t max_hit =
+        run.started && full(index) < run.full ? hit_limit(run.full, r.prompt_tokens, r.block_size) : run.max_hit;
+    int64_t hits = pool_.admit_run(index, keys, static_cast<size_t>(max_hit), static_cast<size_t>(run.total),
+                                   static_cast<size_t>(run.full));
     if (hits < 0) return false;
     run.blocks = run.total;
     bool first = !run.started;
@@ -230,6 +243,7 @@ class ServeLoop : LoopState {
 
   ServerParams server_;
   std::vector<Run> runs_;
+  std::vector<Key> chain_;  // a short-keyed request's full prompt blocks' keys at its admission (reused)
   std::priority_queue<Event, std::vector<Event>, Later> events_;
   std::deque<uint32_t> waiting_;
   std::vector<uint32_t> running_;

@@ -189,7 +189,10 @@ class StepLoop : LoopState {
     chain_.clear();
     for (int64_t j = 0; j < known; ++j) chain_.push_back(block_key(index, j));
     int64_t limit = hit_limit(known, total, bs);  // (known >= it: the prompt and the tokens since)
-    if (r.generated == 0) limit = std::min(limit, full(index));
+    // a first admission hits the trace's keys only; a re-admission (preempted, maybe before its
+    // first token) also its own blocks past them, which it cached under keys only it has, as vLLM
+    // hashes its tokens
+    if (r.preemptions == 0) limit = std::min(limit, full(index));
     seek_belady(index);
     const int64_t hits = static_cast<int64_t>(pool_.look_up(chain_.data(), static_cast<size_t>(limit)));
     const int64_t need = blocks_for(total, bs) - hits + static_cast<int64_t>(pool_.evictable_looked_up());

@@ -9,7 +9,7 @@ import pytest
 
 from streams import key_of
 from wakman.policies import make_policy
-from wakman.simulation import VllmServer, simulate
+from wakman.simulation import ServerModel, VllmServer, simulate
 from wakman.traces import Request
 
 BS = 32
@@ -166,3 +166,92 @@ def test_the_controller_sees_each_requests_decoded_blocks_as_they_fill():
     assert c_keys[0] == key_of("c-out") and len(set(c_keys)) == len(c_keys) == 2
     assert decoding.checked > 20
     assert decoding.decoded_blocks is None  # handed back after the run
+
+
+def _prefix_only_and_filled(seed: int, n: int, block_size: int) -> tuple[list[Request], list[Request]]:
+    """Two traces vLLM cannot tell apart: AIPerf-like prefix-only rows (keys for a shared prefix,
+    none for the rest of the prompt, text no other request has) and the same rows with every rest
+    block given a key no other request has. vLLM hashes and caches every full prompt block either
+    way, so every figure of a run must be the same."""
+    import random
+
+    import numpy as np
+
+    rng, reqs, t = random.Random(seed), [], 0.0
+    for _ in range(n):
+        t += rng.expovariate(4.0)
+        shared = rng.randint(1, 12)
+        prompt = block_size * (shared + rng.randint(2, 20)) + rng.randrange(block_size)
+        keys = np.array([rng.randrange(6) * 1000 + j for j in range(shared)], dtype=np.uint64)
+        reqs.append(
+            Request(
+                arrival_s=t,
+                block_keys=keys,
+                prompt_tokens=prompt,
+                output_tokens=rng.randint(1, 8 * block_size),
+                block_size=block_size,
+            )
+        )
+    filled = []
+    for i, r in enumerate(reqs):
+        rest = -(-r.prompt_tokens // block_size) - len(r.block_keys)
+        own = np.arange(10**12 + i * 1000, 10**12 + i * 1000 + rest, dtype=np.uint64)
+        filled.append(msgspec.structs.replace(r, block_keys=np.concatenate([r.block_keys, own])))
+    assert all(r.short_keyed for r in reqs) and not any(r.short_keyed for r in filled)
+    return reqs, filled
+
+
+def _figures(result) -> tuple:
+    return (
+        result.hit_tokens,
+        result.evictions,
+        result.preemptions,
+        result.first_hit_tokens,
+        result.ttfts_s,
+    )
+
+
+@pytest.mark.parametrize(
+    "server", [ServerModel(max_running=16), VllmServer(2048, 16)], ids=["model", "steps"]
+)
+@pytest.mark.parametrize("policy", ["lru", "s3fifo"])
+def test_a_prompt_keyed_only_in_part_is_served_as_one_keyed_in_full(server, policy):
+    """Every full prompt block is cached at admission, keyed or not, and a re-admission after a
+    preemption hits the request's own blocks past its keys: a short-keyed trace and the same trace
+    with its rest blocks keyed give the same hits, evictions, preemptions and first-token times
+    (both serve loops; under pressure: requests are preempted)."""
+    short, filled = _prefix_only_and_filled(7, 200, 16)
+    a, b = simulate(short, policy, 150, server=server), simulate(filled, policy, 150, server=server)
+    assert a.preemptions > 0
+    assert _figures(a) == _figures(b)
+
+
+def test_a_request_preempted_in_its_prefill_hits_its_own_blocks_past_its_keys():
+    """The step loop: a request keyed for its first block only, prefilled a block a step, is
+    preempted before its first token by a decoding request that needs a block; re-admitted, it
+    hits the blocks it computed before (vLLM hashed their tokens), as when they are keyed."""
+    import numpy as np
+
+    def trace(keys_a: list[int]) -> list[Request]:
+        return [
+            Request(
+                arrival_s=0.0,
+                block_keys=np.array([1], dtype=np.uint64),
+                prompt_tokens=62,
+                output_tokens=105,
+                block_size=32,
+            ),
+            Request(
+                arrival_s=0.0,
+                block_keys=np.array(keys_a, dtype=np.uint64),
+                prompt_tokens=181,
+                output_tokens=4,
+                block_size=32,
+            ),
+        ]
+
+    server = VllmServer(max_num_batched_tokens=32, max_num_seqs=4)
+    short = simulate(trace([500]), "lru", 8, server=server)
+    keyed = simulate(trace([500, *range(10**9, 10**9 + 5)]), "lru", 8, server=server)
+    assert short.preemptions == keyed.preemptions == 1
+    assert _figures(short) == _figures(keyed)

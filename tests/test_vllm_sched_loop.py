@@ -19,6 +19,7 @@ need_vllm()
 from vllm.v1.core.kv_cache_utils import make_block_hash_with_group_id  # noqa: E402
 
 from vllm_sched_loop import (  # noqa: E402
+    BLOCK_SIZE,
     EventMirror,
     RecordingPublisher,
     SchedulerLoop,
@@ -301,6 +302,54 @@ def test_the_simulator_steps_as_vllms_scheduler(policy, capacity, batched, seqs,
     assert max(r.prompt_tokens for r in requests) > 2 * batched  # prefilled in chunks
     assert sim.first_hit_tokens == _first_hits(result, len(requests))
     assert sim.hit_rate == pytest.approx(result.hit_rate, abs=1e-12)
+
+
+def _partly_keyed_trace(seed: int, capacity: int) -> list:
+    """40 overlapping requests on three documents, every third or so keyed only in part (as
+    AIPerf's prefix-only rows: the rest of the prompt is text no other request has), some with no
+    output, prompts up to a third of the pool, many a whole number of blocks."""
+    rng, reqs, t = random.Random(seed), [], 0.0
+    bs, most = BLOCK_SIZE, max(2, capacity // 3)
+    for i in range(40):
+        t += rng.expovariate(8.0)
+        prompt = bs * rng.randint(1, most) if rng.random() < 0.5 else rng.randint(1, bs * most)
+        shared = rng.randint(0, prompt // bs)
+        doc = rng.randrange(3)
+        keys = [doc * 1000 + j + 1 for j in range(shared)]
+        keys += [10**9 + i * 1000 + j for j in range(shared, -(-prompt // bs))]
+        if rng.random() < 0.3:
+            keys = keys[: rng.randint(0, len(keys))]
+        out = 0 if rng.random() < 0.3 else rng.randint(1, 3 * bs)
+        reqs.append(
+            TraceRequest(
+                arrival_s=round(t, 3),
+                block_keys=np.array(keys, dtype=np.uint64),
+                prompt_tokens=prompt,
+                output_tokens=out,
+                block_size=bs,
+            )
+        )
+    return reqs
+
+
+@pytest.mark.parametrize(
+    ("seed", "capacity", "batched", "seqs"), [(11, 30, 100, 8), (34, 40, 70, 64), (3, 12, 64, 4)]
+)
+def test_partly_keyed_prompts_step_as_in_vllms_scheduler(seed, capacity, batched, seqs):
+    """Requests whose keys cover part of their prompt, preempted (some in their chunked prefill):
+    the simulator's step loop preempts as often as vLLM's scheduler, rejects the same, and each
+    request hits at its first admission what it hits there. (A request preempted before its first
+    token was re-admitted with its lookup stopped at its keys, missing the blocks it had cached
+    itself: one preemption fewer than vLLM on the first two.)"""
+    requests = _partly_keyed_trace(seed, capacity)
+    assert any(r.short_keyed for r in requests)
+    result = SchedulerLoop(
+        build_scheduler(capacity, None, max_num_seqs=seqs, max_num_batched_tokens=batched)
+    ).run(requests)
+    sim = simulate(requests, "lru", capacity, server=VllmServer(batched, seqs, 1 / 40))
+    assert result.preemptions > 0
+    assert (sim.preemptions, sim.rejected) == (result.preemptions, result.rejected)
+    assert sim.first_hit_tokens == _first_hits(result, len(requests))
 
 
 @pytest.mark.parametrize("policy", ["lru", "s3fifo"])

@@ -1,24 +1,25 @@
 """Serve mode: a discrete-event simulation of one vLLM-like server over a trace.
 
-Per request: arrival -> FCFS admission (lookup, pin hits, allocate and cache the prompt's blocks:
-``BlockPool``'s admission, misses before evictions) -> prefill on the single lane -> decode, one
-block event each time the computed tokens fill a block (cache it with its key, allocate the next;
-a block past the trace's output keys gets a key no other request shares, as vLLM hashes the
-tokens the model generated: it takes cache room and is never hit; ``ServerModel.cache_outputs``;
-when none is free, preempt the most recently admitted request, as vLLM does, and re-queue it first;
-unlike vLLM, which keeps its sampled outputs, it restarts from its prompt, but, as vLLM's victim must
-fit the tokens it sampled, it is re-admitted only once as many blocks are free as it held, plus the
-one it was waiting for if it preempted itself; preempted before its first admission's prefill
-ended it gives the lane back what is undone and gets its first token after its next admission's
-prefill) -> finish: release blocks deepest first. A request whose prompt + output
-tokens exceed the pool's is rejected at its arrival (vLLM's max_model_len; the step loop's rule): it
-never waits, and neither the controller nor the policy hears of it. Times come from
-the ``ServerModel``'s formulas. Hit figures count first admissions of requests arriving after the
-warm-up; re-admissions after preemption are counted apart (as vLLM's PrefixCacheStats does), and
-the per-interval series counts first admissions only. Each event integrates the free
-blocks over time (per interval of ``interval_s`` seconds and overall) and then calls the
-controller's ``on_time(now, pool)``; each arrival calls ``on_arrival(now, request)`` first.
-The run also reports whether the modelled server kept up (``server.saturation``).
+Per request: arrival -> FCFS admission (lookup, pin hits, allocate and cache the prompt's full
+blocks: ``BlockPool``'s admission, misses before evictions; a short-keyed prompt's full blocks past
+its keys are cached under keys no other request has, as vLLM hashes every full block; a re-admission
+may hit those) -> prefill on the single lane -> decode, one block event each time the computed
+tokens fill a block (cache it with its key, allocate the next; a block past the trace's output keys
+gets a key no other request shares, as vLLM hashes the tokens the model generated: it takes cache
+room and is never hit; ``ServerModel.cache_outputs``; when none is free, preempt the most recently
+admitted request, as vLLM does, and re-queue it first; unlike vLLM, which keeps its sampled outputs,
+it restarts from its prompt, but, as vLLM's victim must fit the tokens it sampled, it is re-admitted
+only once as many blocks are free as it held, plus the one it was waiting for if it preempted
+itself; preempted before its first admission's prefill ended it gives the lane back what is undone
+and gets its first token after its next admission's prefill) -> finish: release blocks deepest
+first. A request whose prompt + output tokens exceed the pool's is rejected at its arrival (vLLM's
+max_model_len; the step loop's rule): it never waits, and neither the controller nor the policy
+hears of it. Times come from the ``ServerModel``'s formulas. Hit figures count first admissions of
+requests arriving after the warm-up; re-admissions after preemption are counted apart (as vLLM's
+PrefixCacheStats does), and the per-interval series counts first admissions only. Each event
+integrates the free blocks over time (per interval of ``interval_s`` seconds and overall) and then
+calls the controller's ``on_time(now, pool)``; each arrival calls ``on_arrival(now, request)``
+first. The run also reports whether the modelled server kept up (``server.saturation``).
 
 The loop itself is the core's (``core/serve.hpp``, ``wakman._core.serve``): one pass over the
 requests' keys (lists of ints or numpy uint64 arrays), the pool's per-request calls inlined, the

@@ -22,7 +22,8 @@ A step schedules at most ``max_num_batched_tokens`` tokens:
    and fewer than ``max_num_seqs`` run. The head's tokens are its prompt and the outputs it sampled
    before a preemption. Its lookup finds the longest cached prefix of its full blocks (the
    first-miss rule; at most its tokens - 1, over prompt blocks with trace keys only for a fresh
-   request, outputs included after a preemption). It is admitted only if all its tokens fit: its
+   request; after a preemption, also the blocks past them it cached itself, whose keys only it has,
+   and its outputs). It is admitted only if all its tokens fit: its
    blocks not hit plus its hit blocks that are free (touching takes them out of the free queue) at
    most the free blocks; otherwise the step admits no one else. Admission, in libCacheSim's order:
    each full block after the hit that no cached block holds is a policy miss, then the hits are
