@@ -93,6 +93,9 @@ def test_each_bad_parameter_is_named():
         make_policy("chain-lru", 50, window_s=float("inf"))
     with pytest.raises(TypeError, match=r"s3fifo: bad parameters \(bogus=1\); it takes capacity: int, "):
         make_policy("s3fifo", 50, bogus=1)
+    # s3fifo-v0 is s3fifo without the warm-up rule: turning it on would give s3fifo under its name
+    with pytest.raises(TypeError, match="s3fifo-v0 has no warm-up rule"):
+        make_policy("s3fifo-v0", 50, warmup_to_main=True)
 
 
 def test_evict_many_past_the_unpinned_keys_raises_at_once():

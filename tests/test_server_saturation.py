@@ -325,6 +325,16 @@ def test_a_vllm_server_that_cannot_run_is_refused(server, field):
         VllmServer(**server)
 
 
+def test_a_step_budget_below_the_running_requests_is_refused_as_vllm_does():
+    """vLLM's SchedulerConfig refuses max_num_batched_tokens < max_num_seqs; so does VllmServer,
+    naming both flags; equal is allowed."""
+    from wakman.simulation import VllmServer
+
+    with pytest.raises(ValueError, match=r"max_num_batched_tokens \(32\) is below max_num_seqs \(64\)"):
+        VllmServer(max_num_batched_tokens=32, max_num_seqs=64)
+    assert VllmServer(max_num_batched_tokens=64, max_num_seqs=64).max_num_seqs == 64
+
+
 def test_a_run_whose_clock_outruns_its_interval_series_stops_with_an_error():
     """Two 1,000,000-token prompts a second apart at 1 token/s of prefill: the arrivals make 1,000
     intervals of 1 ms, the run's clock (to 2,000,000 s) two billion; the series stops at 2,000,000

@@ -1,6 +1,7 @@
 """Infinite: the ceiling. Never evicts; every key once seen stays resident.
 
-``capacity`` is accepted for a uniform interface and ignored: the plain-cache driver never evicts.
+``capacity`` (1 to 2**30, as for every policy) is checked for a uniform interface and otherwise
+ignored: the plain-cache driver never evicts.
 ``evict`` raises ``NoEvictableKey``: a pool using this policy must itself be unbounded.
 """
 

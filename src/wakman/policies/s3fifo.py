@@ -49,6 +49,7 @@ class S3FIFOv0(_core.S3FIFO):
 
     name = "s3fifo-v0"
 
-    def __init__(self, capacity: int, **params: Any) -> None:
-        params.setdefault("warmup_to_main", False)
-        super().__init__(capacity, **params)
+    def __init__(self, capacity: int, *args: Any, **params: Any) -> None:
+        if "warmup_to_main" in params:  # the warm-up rule is what tells the two apart
+            raise TypeError("s3fifo-v0 has no warm-up rule: warmup_to_main is s3fifo's parameter")
+        super().__init__(capacity, *args, warmup_to_main=False, **params)

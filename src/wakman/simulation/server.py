@@ -27,9 +27,10 @@ in ``--json``), which ``wakman simulate --server-model`` reads back.
 Saturation (``saturation``): a modelled server that cannot keep up reports hit rates of a queue,
 not of a server, so every serve-mode run says whether it kept up. Two measures over the measured
 admissions, and the rule:
-- ``prefill_utilization``: the prefill lane's busy seconds (every admission, re-admissions after
-  preemption included) over the arrival span (first to last arrival, seconds). Above 1 the offered
-  prefill work exceeds what the lane can do in the time the traffic takes.
+- ``prefill_utilization``: the prefill lane's busy seconds (every admission of a measured request,
+  re-admissions after preemption included) over the arrival span (first to last arrival,
+  seconds). Above 1 the offered prefill work exceeds what the lane can do in the time the traffic
+  takes.
 - ``queue_growth``: the least-squares slope of each measured request's time to first token
   (seconds: admission queue, prefill lane wait and its own prefill) against its arrival time
   (seconds): 0 for a server that keeps up, ``load - 1`` for one whose queue grows without end
@@ -99,6 +100,12 @@ class VllmServer:
     def __post_init__(self) -> None:
         _check_count("vLLM server", "max_num_batched_tokens", self.max_num_batched_tokens)
         _check_count("vLLM server", "max_num_seqs", self.max_num_seqs)
+        if self.max_num_batched_tokens < self.max_num_seqs:  # vLLM's SchedulerConfig refuses it too
+            raise ValueError(
+                f"vLLM server: max_num_batched_tokens ({self.max_num_batched_tokens}) is below "
+                f"max_num_seqs ({self.max_num_seqs}), which vLLM refuses (--max-num-batched-tokens, "
+                "--max-num-seqs)"
+            )
         _check_seconds("vLLM server", "step_s", self.step_s, 0.0, strict=True)
         if self.tokens_per_s is not None:
             _check_rate("vLLM server", "tokens_per_s", self.tokens_per_s)

@@ -42,7 +42,7 @@ Requests finish in scheduling order.
 Counted as in ``serve`` (vLLM's ``PrefixCacheStats``): each request's first admission after the
 warm-up (prompt tokens, hit tokens); admissions after a preemption are not. ``prefill_busy_s`` (the
 saturation rule's busy time) is each step's duration times the share of its token budget scheduled
-to requests that are not decoding (decoding: past its first token, computing one token, its last).
+to measured requests that are not decoding (decoding: past its first token, computing one token, its last).
 
 The loop is the core's (``core/steps.hpp``, ``wakman._core.serve_steps``), over the same pool and
 controller hooks as ``serve``'s: a controller hears every accepted arrival and the start of every
