@@ -507,3 +507,25 @@ def test_an_interrupt_as_the_part_file_appears_leaves_nothing(tmp_path):
     finally:
         trace_io.os.close = real_close
     assert list(tmp_path.iterdir()) == []
+
+
+def test_aiperf_session_turns_out_of_arrival_order_name_the_reader_that_takes_them(tmp_path):
+    """AIPerf orders each session's turns only, so its rows may interleave sessions out of arrival
+    order: the Mooncake reader (which streams in file order) refuses such a turn and names the
+    aiperf-sessions reader, which reads the file; a plain row out of order gets no such hint."""
+    turn = {"input_length": 600, "output_length": 10, "hash_ids": [1, 2]}
+    path = tmp_path / "t.jsonl"
+    path.write_text(
+        rows(
+            {"timestamp": 5000, "session_id": "a", **turn},
+            {"timestamp": 4000, "session_id": "b", **{**turn, "hash_ids": [3, 4]}},
+        )
+    )
+    with pytest.raises(TraceFormatError, match="read it with --format aiperf-sessions") as info:
+        list(read_trace(path, "mooncake"))
+    assert (info.value.line, info.value.field) == (2, "timestamp")
+    assert [r.arrival_s for r in read_trace(path, "aiperf-sessions")] == [4.0, 5.0]
+    plain = tmp_path / "p.jsonl"
+    plain.write_text(rows({"timestamp": 5000, **turn}, {"timestamp": 4000, **turn}))
+    with pytest.raises(TraceFormatError, match=r"arrival order$"):
+        list(read_trace(plain, "mooncake"))

@@ -21,7 +21,7 @@ import msgspec
 
 from wakman.traces.aiperf_sessions import Conversations, one_request
 from wakman.traces.io import JSON_ENCODER, atomic_output, read_rows, seconds_to_ms
-from wakman.traces.model import KeyRangeError, Request, key_array, key_list
+from wakman.traces.model import KeyRangeError, Request, TraceFormatError, key_array, key_list
 
 DEFAULT_BLOCK_SIZE = 512
 
@@ -42,8 +42,10 @@ def read(
     path: str | Path, block_size: int = DEFAULT_BLOCK_SIZE, label: str | None = None
 ) -> Iterator[Request]:
     chats = Conversations(block_size)
+    last_was_turn = [False]  # the row just read is a session's turn (for the order error's hint)
 
     def to_request(row: MooncakeRow) -> Request:
+        last_was_turn[0] = row.session_id is not None
         if row.delay is not None:
             message = (
                 "an AIPerf session's turn timed after its previous one: read with --format aiperf-sessions"
@@ -60,7 +62,24 @@ def read(
         req = one_request(row.timestamp / 1000.0, row.input_length, row.output_length, keys, block_size)
         return msgspec.structs.replace(req, label=label) if label is not None else req
 
-    return read_rows(Path(path), _row, to_request)
+    return _hinted_order(read_rows(Path(path), _row, to_request), last_was_turn)
+
+
+def _hinted_order(requests: Iterator[Request], last_was_turn: list[bool]) -> Iterator[Request]:
+    """``requests``; a session's turn out of arrival order is refused with the reader that takes
+    it (AIPerf orders turns within a session only, so its files may interleave sessions)."""
+    try:
+        yield from requests
+    except TraceFormatError as exc:
+        if not (last_was_turn[0] and exc.field == "timestamp" and "arrival order" in exc.message):
+            raise
+        raise TraceFormatError(
+            exc.path,
+            exc.line,
+            exc.field,
+            f"{exc.message}; this row is an AIPerf session's turn, whose file orders each session's "
+            "turns only: read it with --format aiperf-sessions",
+        ) from None
 
 
 def to_row(req: Request) -> MooncakeRow:
