@@ -71,7 +71,7 @@ What each vLLM call does to the core policy ``P`` (outside ``lru``):
 
 ``lru`` is vLLM's ``lru.py``, decision for decision, on the core's LRU: ``offload_lru.py`` keeps
 vLLM's ranks for the chunks above the core's order (``VllmLruOrder``), and every event under ``lru``
-goes to it.
+(the policy's, or an adaptive class's while its live policy is lru) goes to it.
 
 ``WakmanAdaptive`` / ``WakmanPlus`` log, at each ``on_request_finished``, the request's keys (as the
 tier saw them: the chunks it loaded or offered, in prefix order) and the time; every
@@ -83,8 +83,10 @@ background thread (``WAKMAN_REPLAY=thread``, the default: the manager's calls do
 the core's replay loops run without the GIL) or inline in that call (``inline``: reproducible), and
 its outcome is applied (the switch, on the manager's thread, the only one that touches the live
 policy) by the first ``on_request_finished`` after it ends. One replay at a time: a decision due
-while one runs waits for it. ``clear`` drops a running replay's outcome. Their live LRU is the
-core's (a released chunk becomes newest), not vLLM's ranks.
+while one runs waits for it. ``clear`` drops a running replay's outcome. While their live policy
+is ``lru`` it is ``lru``'s, vLLM's ranks (``VllmLruOrder``): a switch to it ranks the chunks being
+stored at the switch and leaves the chunks being loaded in place (``VllmLruOrder.taking_over``); a
+switch from it hands the chunks over in vLLM's LRU order.
 """
 
 from __future__ import annotations
@@ -133,7 +135,8 @@ class WakmanCachePolicy(CachePolicy):
     Invariants: a key is resident iff it is in ``chunks``, iff its core key is in ``key_of`` (and
     in the core); ``evict`` returns only chunks with ``ref_cnt == 0`` outside ``protected``, exactly
     ``n`` of them, or None with no change. Outside ``lru`` the core pins exactly the chunks with
-    ``ref_cnt != 0``; under ``lru`` the order is ``lru``'s (``VllmLruOrder``: vLLM's ranks)."""
+    ``ref_cnt != 0``; under ``lru`` (also an adaptive class's live lru) the order is ``lru``'s
+    (``VllmLruOrder``: vLLM's ranks)."""
 
     policy_name: str = "lru"
 
@@ -188,8 +191,9 @@ class WakmanCachePolicy(CachePolicy):
             self.policy = make_policy(self.policy_name, capacity)
         self.policy.reserve()  # no table grows while the tier serves
         self._hit_moves = self.policy.name in _HIT_MOVES
-        # lru: vLLM's ranks for the chunks above the core's order (offload_lru.py)
-        self.lru = VllmLruOrder(self.policy, self.chunks, self.key_of) if self.policy_name == "lru" else None
+        # lru (also an adaptive class's live lru): vLLM's ranks for the chunks above the core's
+        # order (offload_lru.py)
+        self.lru = VllmLruOrder(self.policy, self.chunks, self.key_of) if self.policy.name == "lru" else None
 
     @property
     def live_policy(self) -> str:
@@ -437,7 +441,17 @@ class WakmanCachePolicy(CachePolicy):
             log.info("wakman: offload tier's live policy is now %s (shadow hit rates %s)", switch_to, rates)
             new = manager.make_policy(switch_to, self.policy.capacity)
             new.reserve()
-            self.policy = handover(self.policy, new)
+            if self.lru is not None:  # from lru: its chunks in vLLM's LRU order, the in-use ones pinned
+                evictable, in_use = self.lru.release()
+                new.adopt(evictable)
+                for k in in_use:
+                    new.insert(k, True)
+                self.policy = new
+            else:
+                self.policy = handover(self.policy, new)
+            self.lru = None
+            if switch_to == "lru":
+                self.lru = VllmLruOrder.taking_over(self.policy, self.chunks, self.key_of)
             self._hit_moves = self.policy.name in _HIT_MOVES
             self._stamps.clear()
             for k in self.policy.eviction_order():  # O(chunks), once per switch

@@ -164,6 +164,38 @@ class VllmLruOrder:
         self._next_rank = 0
         self._generation = 0
 
+    @classmethod
+    def taking_over(
+        cls, policy: EvictionPolicy, chunks: dict[OffloadKey, ChunkStatus], key_of: dict[int, OffloadKey]
+    ) -> VllmLruOrder:
+        """vLLM's LRU order from now on over a core LRU that already holds the tier's chunks (an
+        adaptive class's switch to lru: ``handover`` left the in-use chunks pinned, the others in
+        the old policy's order). A chunk being loaded keeps its place (``in_place``, unpinned: it
+        becomes newest); one being stored is ranked now, in key order, as vLLM ranks a chunk at its
+        insert. From here every event is vLLM's LRU's."""
+        order = cls(policy, chunks, key_of)
+        for k in sorted(policy.pinned_keys()):
+            key = key_of[k]
+            if chunks[key].ref_cnt > 0:
+                policy.unpin(k)
+                order.in_place.add(k)
+                order._in_place_in_core += 1
+            else:
+                order._next_rank += 1
+                order.ranks[k] = _rank(order._next_rank)
+                order._push_busy(k, key)
+        return order
+
+    def release(self) -> tuple[list[int], list[int]]:
+        """For a switch away from lru: the evictable chunks in vLLM's LRU order, first victim
+        first (the front's, the core's, then the held ones by rank), and the chunks in use."""
+        chunks, key_of = self.chunks, self.key_of
+        evictable = [k for k in self.front if chunks[key_of[k]].ref_cnt == 0]
+        evictable += [k for k in self.policy.eviction_order() if k not in self.in_place]
+        evictable += [k for _, _, k in sorted((self.ranks[k], key_of[k], k) for k in self.held)]
+        in_use = [k for k, key in key_of.items() if chunks[key].ref_cnt != 0]
+        return evictable, in_use
+
     def clear(self) -> None:
         """Forget every rank (the tier and its core were cleared); requests ranked before get new
         ranks."""
