@@ -51,9 +51,8 @@ What each vLLM call does to the core policy ``P`` (outside ``lru``):
 - ``on_request_access`` (0.33, 0.34): no event; a request's accesses are committed once, when it finishes.
 - ``on_request_finished``: for the request's keys in prefix order, last key first: a resident
   chunk the request reused gets one ``P.hit``; a chunk it only stored gets none (a store is not a
-  reuse; vLLM's ARC does the same), except where the live policy is the core's LRU (the adaptive
-  classes': its hit is pure recency, so every key of the request is re-ranked, head newest, as
-  vLLM's LRU does) or FIFO (whose hit changes nothing).
+  reuse; vLLM's ARC does the same). (Under ``lru`` every key of the request is re-ranked, head
+  newest, as vLLM's LRU does: below.)
   Then the request hint ``P.on_request(keys, len(keys), [], clock())``: the tier knows a request's
   chunks only when it finishes, so chain-lru's statistics count an end from the finish of the
   request that made it (the GPU pool and the simulator: from its arrival).
@@ -116,9 +115,6 @@ log = logging.getLogger(__name__)
 STATIC = SERVABLE_POLICIES
 ADAPTIVE = tuple(ADAPTIVE_PRESETS)  # "wakman", "wakman-plus"
 ENV_VAR = OFFLOAD_VAR
-# Policies whose hit is recency only (fifo's hit does nothing): a chunk a request only stored is
-# still hit at its finish, as vLLM's LRU re-ranks it. Elsewhere a hit counts as a reuse.
-_HIT_STORED = frozenset({"lru", "fifo"})
 # Policies whose hit moves an unpinned key to its segment's newest position.
 _HIT_MOVES = frozenset({"lru", "arc", "chain-lru"})
 
@@ -342,9 +338,8 @@ class WakmanCachePolicy(CachePolicy):
         if self.lru is not None:  # every key of the request re-ranked, tail first: the head ends newest
             self.lru.finished(keys, req_context)
         else:
-            hit_stored = self.policy.name in _HIT_STORED
             for key in reversed(keys):
-                if not hit_stored and key not in reused_keys:
+                if key not in reused_keys:
                     continue
                 k = self._resident(key)
                 if k is not None:
