@@ -698,6 +698,10 @@ def test_serve_mode_flags_saturated_runs_and_takes_no_answer_from_them(tmp_path,
     cell = f"{100 * at['lru']['hit_rate']:.2f}"
     assert line.split()[2:] == [cell, "s", cell, "s"], line
     assert "s: the modelled server saturated" in text.stdout
+    # the best at your size is a saturated run's: its line says so, and the JSON flags it
+    assert out["at_capacity"]["best_saturated"] is at[out["at_capacity"]["best"]]["saturated"] is True
+    best = next(x for x in text.stdout.splitlines() if x.startswith("best at your size"))
+    assert "its modelled server saturated" in best, best
     assert "no answer: not reached by an unsaturated run" in text.stdout
 
 

@@ -106,7 +106,12 @@ def test_regret_summary_matches_the_table(quick_run):
         for flag in flags.values()
     ]
     assert (s["saturated_runs"], s["serve_runs"]) == (sum(runs), len(runs))
-    assert s["serve_runs"] == 20 * (7 + 5 * len(payload["plan"]["other_capacities"]))
+    # every serve-mode run at every capacity says whether it kept up, Belady's included (its gap
+    # figures use it): at the other capacities the online policies and Belady
+    for m in payload["mixes"]:
+        for capacity, flags in m["saturated_by_capacity"].items():
+            assert set(flags) == set(m["by_capacity"][capacity]) - {reproduce_module.HINT_MODE}
+    assert s["serve_runs"] == 20 * (7 + 6 * len(payload["plan"]["other_capacities"]))
 
 
 def test_new_policy_summary_by_hand():

@@ -442,10 +442,12 @@ def _print(result: dict[str, Any]) -> None:
             "not a candidate for the best policy",
             highlight=False,
         )
+    # a best run whose modelled server saturated is an overloaded queue's: say so on its line
+    overloaded = " (its modelled server saturated: see the warning)" if at.get("best_saturated") else ""
     if at.get("best") == "lru":
         tied = at.get("tied_with_lru") or []
         console.print(
-            f"best at your size: [bold]lru[/bold], vLLM's default ({at['best_hit_rate']:z.4f}): "
+            f"best at your size: [bold]lru[/bold], vLLM's default ({at['best_hit_rate']:z.4f}){overloaded}: "
             + (
                 f"{', '.join(tied)} {'ties' if len(tied) == 1 else 'tie'} with it (within "
                 f"{at['tie_points']:g} point of hit rate, either side) and no listed policy beats it by more"
@@ -455,7 +457,7 @@ def _print(result: dict[str, Any]) -> None:
             highlight=False,
         )
     elif "best" in at:
-        line = f"best at your size: [bold]{at['best']}[/bold] ({at['best_hit_rate']:z.4f})"
+        line = f"best at your size: [bold]{at['best']}[/bold] ({at['best_hit_rate']:z.4f}){overloaded}"
         if "gain_points_vs_lru" in at:
             line += (
                 f", {beside(at['gain_points_vs_lru'], 0.0)} points over vLLM's default LRU, "

@@ -287,6 +287,8 @@ def build_report(
         if best is not None:
             at["best"] = best["policy"]
             at["best_hit_rate"] = best["hit_rate"]
+            # its modelled server saturated: an overloaded queue's hit rate (the line says so)
+            at["best_saturated"] = bool(best.get("saturated"))
             if lru is not None:
                 at["gain_points_vs_lru"] = 100 * (best["hit_rate"] - lru["hit_rate"])
                 at["prefill_tokens_saved_vs_lru"] = best["hit_tokens"] - lru["hit_tokens"]

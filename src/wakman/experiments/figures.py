@@ -95,11 +95,11 @@ def figure3(payload: dict[str, Any], path: Path) -> None:
         ax.set_xscale("log", base=2)
         ax.set_title(group.replace("ablation-", ""), fontsize=9)
         ax.set_xlabel(
-            "turns per session"
+            "turns per session (median)"
             if "turns" in group
             else "multi-turn gap (median s)"
             if "gap" in group
-            else "input tokens per turn"
+            else "input tokens per turn (median)"
         )
         ax.grid(alpha=0.3)
     for line in axes:

@@ -396,17 +396,21 @@ def _agentic_share(mixes: list[dict[str, Any]]) -> str | None:
         return None
     req = [m["requests_by_type"].get("agentic", 0) / m["requests"] for m in rows]
     blocks = [m["blocks_by_type"].get("agentic", 0) / max(1, sum(m["blocks_by_type"].values())) for m in rows]
-    low = min(range(len(rows)), key=lambda i: rows[i]["fractions"][2])
+    fewest = min(m["fractions"][2] for m in rows)
+    low = [i for i, m in enumerate(rows) if m["fractions"][2] == fewest]  # every mix at the fewest
+    shares = [100 * req[i] for i in low]
+    at_fewest = (
+        f"{rows[low[0]]['name']}: {shares[0]:z.0f} %"
+        if len(low) == 1
+        else f"{len(low)} mixes: {min(shares):z.0f}-{max(shares):z.0f} %"
+    )
     return (
         f"- **Sessions are not requests.** A mix is a fraction of new sessions. In the {len(rows)} "
         "mixes that "
         f"combine agentic sessions with others, agentic sessions carry "
         f"{100 * min(req):z.0f}-{100 * max(req):z.0f} % "
         f"of the requests and {100 * min(blocks):z.0f}-{100 * max(blocks):z.0f} % of the prompt blocks "
-        "looked up "
-        f"(at {100 * rows[low]['fractions'][2]:g} % of sessions, {rows[low]['name']}: "
-        f"{100 * req[low]:z.0f} % of "
-        "the requests)."
+        f"looked up (at {100 * fewest:g} % of sessions, {at_fewest} of the requests)."
     )
 
 

@@ -128,8 +128,7 @@ def _mix_task(args: tuple[str, Plan]) -> dict[str, Any]:
         for policy in (*ONLINE, "belady"):
             res = simulate(reqs, policy, capacity, **(future if policy == "belady" else {}))
             rates[policy] = res.hit_rate
-            if policy != "belady":
-                saturated[policy] = res.saturation.saturated
+            saturated[policy] = res.saturation.saturated  # Belady's too: its gap figures use it
         rates[HINT_MODE] = _hint_run(row, reqs, capacity)
         row["by_capacity"][str(capacity)] = rates
         row.setdefault("saturated_by_capacity", {})[str(capacity)] = saturated
