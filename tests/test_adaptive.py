@@ -238,6 +238,13 @@ def test_shadow_hits_are_refused_where_they_cannot_stand_in():
         simulate(reqs, "wakman-plus", 500, shadow_hits=hits, server=VllmServer())
     with pytest.raises(ValueError, match="-1"):  # serve mode's first_hit_tokens: never admitted
         simulate(reqs, "wakman-plus", 500, shadow_hits={n: [-1, *h[1:]] for n, h in hits.items()})
+    # serve mode refuses a request larger than the pool before the manager hears of it: the hits,
+    # one per trace request, would be read off by one from there (cache mode hears every request)
+    big = max(range(len(reqs)), key=lambda i: reqs[i].prompt_tokens + reqs[i].output_tokens)
+    pool = (reqs[big].prompt_tokens + reqs[big].output_tokens) // reqs[big].block_size - 1
+    with pytest.raises(ValueError, match=f"request {big} is larger than the {pool:,}-block pool"):
+        simulate(reqs, "wakman-plus", pool, shadow_hits=hits)
+    assert simulate(reqs, "wakman-plus", pool, mode="cache", shadow_hits=hits).requests == len(reqs)
     # the manager built directly: too few hit counts is an error, not a logged failed replay
     manager = AdaptiveManager(PLUS, 500, shadow_hits={n: h[:1] for n, h in hits.items()})
     with pytest.raises(ValueError, match="fewer hit counts"):
@@ -612,6 +619,8 @@ def test_skipped_decisions_leave_their_requests_to_the_persistent_shadows():
         ({"interval_s": True}, "interval_s"),
         ({"interval_s": "900"}, "interval_s"),
         ({"max_logged_blocks": float("nan")}, "max_logged_blocks must be an integer"),
+        # the block metric replays prompt keys only: the outputs were logged and never seen
+        ({"shadow_metric": "block", "log_outputs": True}, "log_outputs"),
     ],
 )
 def test_configs_that_cannot_run_are_refused(changes, message):
@@ -644,3 +653,35 @@ def test_simulate_refuses_arrival_times_it_cannot_run(mode, arrivals):
     ]
     with pytest.raises(ValueError, match="arrival"):
         simulate_static(reqs, "lru", 10, mode=mode)
+
+
+def test_a_persistent_replay_that_fails_part_way_restarts_every_shadow(monkeypatch):
+    """wakman-plus's second candidate raises on one request of a batch (a transient error): the
+    decision logs the error, and every shadow starts again cold, so from there all are fed the same
+    requests (the first had been fed the whole batch, the second part of it, for good)."""
+    import wakman.adaptive.manager as manager_module
+
+    reqs = [
+        Request(
+            arrival_s=float(t),
+            block_keys=[t % 5, 10 + t % 5],
+            prompt_tokens=33,
+            output_tokens=1,
+            block_size=16,
+        )
+        for t in range(120)
+    ]
+    real = manager_module._first_miss_hits
+    fed: dict = {}  # shadow -> requests fed (the key keeps it alive: no id is reused)
+
+    def flaky(r, shadow):
+        if shadow.name == PLUS.candidates[1] and r.index == 45:
+            raise MemoryError("transient")
+        fed[shadow] = fed.get(shadow, 0) + 1
+        return real(r, shadow)
+
+    monkeypatch.setattr(manager_module, "_first_miss_hits", flaky)
+    m = AdaptiveManager(PLUS, 20)
+    simulate(reqs, m.initial_policy(), 20, mode="cache", controller=m)
+    assert [d.error is not None for d in m.decisions].count(True) == 1 and m.decisions[-1].error is None
+    assert len({fed[shadow] for shadow in m._shadows.values()}) == 1

@@ -86,6 +86,8 @@ class AdaptiveConfig:
             raise ValueError(f"shadows must be 'fresh' or 'persistent', got {self.shadows!r}")
         if self.shadows == "persistent" and self.shadow_metric != "vllm":
             raise ValueError("persistent shadows score with shadow_metric='vllm'")
+        if self.log_outputs and self.shadow_metric != "vllm":  # the block replay reads prompt keys only
+            raise ValueError("log_outputs: the shadows see logged outputs with shadow_metric='vllm' only")
         if self.shadow_size not in ("free", "pool"):
             raise ValueError(f"shadow_size must be 'free' or 'pool', got {self.shadow_size!r}")
         if self.shadows == "persistent" and self.shadow_size != "pool":

@@ -14,8 +14,10 @@ oldest first; leaving S3-FIFO discards its ghost queue); pinned blocks stay pinn
 lost. A replay that raises is logged once; the live policy stays and serving goes on.
 
 With ``shadows="persistent"`` (wakman-plus) each candidate keeps one long-lived shadow instead: a
-decision feeds it only the requests logged since the previous one and scores the last ``window_s``
-seconds, so every request is replayed once per candidate and no shadow restarts cold. Such a
+decision feeds it only the requests logged since the previous one and scores the ``window_s``
+seconds up to the newest request fed (both ends included; with sparse traffic that reaches before
+the decision's own ``window_start_s``), so every request is replayed once per candidate and no
+shadow restarts cold, unless a replay fails part-way: then every shadow restarts. Such a
 shadow, the pool's size and fed the trace's own outputs, is a plain cache-mode run of its candidate:
 where that run was made anyway, its per-request hit tokens (``shadow_hits``) stand in for the
 shadow (one replay serves both).
@@ -365,7 +367,16 @@ class AdaptiveManager:
             # one shadow at a time over the whole batch (the shadows are independent): its tables stay
             # in the CPU's cache, where interleaving the shadows request by request made each evict
             # the others' (about 1.5x the time on the Claude Code archive)
-            per_shadow = [[_first_miss_hits(r, self._shadows[name]) for r in new_requests] for name in names]
+            try:
+                per_shadow = [
+                    [_first_miss_hits(r, self._shadows[name]) for r in new_requests] for name in names
+                ]
+            except BaseException:
+                # a shadow fed part of the batch would differ from the others in history for good:
+                # every shadow starts again cold, and the scores with them
+                self._shadows.clear()
+                self._scores = _core.DecayedScores(len(names))
+                raise
         scores = self._scores
         for r, hits in zip(new_requests, zip(*per_shadow, strict=True), strict=True):
             scores.add(r.arrival_s, r.prompt_tokens, list(hits))

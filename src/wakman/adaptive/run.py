@@ -50,6 +50,22 @@ def simulate(
         if isinstance(options.get("server"), VllmServer):
             raise ValueError("shadow_hits: the step loop's shadows see decoded blocks, not a plain run's")
     manager = AdaptiveManager(policy, capacity_blocks, shadow_hits=shadow_hits)
+    if shadow_hits is not None and options.get("mode", "serve") == "serve":
+        # serve mode refuses a request larger than the pool (vLLM's max_model_len) before the
+        # manager hears of it, so the hits, one per trace request, would be read off by one
+        too_large = next(
+            (
+                i
+                for i, r in enumerate(requests)
+                if r.prompt_tokens + max(r.output_tokens, 1) > capacity_blocks * r.block_size
+            ),
+            None,
+        )
+        if too_large is not None:
+            raise ValueError(
+                f"shadow_hits: request {too_large} is larger than the {capacity_blocks:,}-block pool "
+                "and serve mode refuses it unheard: the hits would be read off by one"
+            )
     result = simulate_static(
         requests, manager.initial_policy(), capacity_blocks, controller=manager, **options
     )
