@@ -345,6 +345,25 @@ def test_the_report_states_each_traces_block_size(quick_run):
     assert f"{cap:,} blocks of 48 tokens" in text and f"{cap:,} blocks ({cap * 48:,} tokens)" in text
 
 
+def test_the_checked_in_report_is_what_its_results_json_renders():
+    """docs/results.md is the report rendered from docs/results.json beside it by the current code
+    (a report change without a rerun of `wakman reproduce --docs docs/results.md` left statements
+    the data beside them no longer gives)."""
+    from pathlib import Path
+
+    docs = Path(__file__).resolve().parents[1] / "docs"
+    payload = json.loads((docs / "results.json").read_text())
+    written = (docs / "results.md").read_text()
+    first = written.splitlines()[2]
+    command = first.split("`")[1]  # the command line the report quotes
+    assert command.startswith("wakman reproduce") and "--docs docs/results.md" in command
+    figures = {
+        name for name in ("figure1.png", "figure3.png", "map.png", "decisions.png") if f"({name})" in written
+    }
+    assert figures and all((docs / name).is_file() for name in figures)
+    assert render_markdown(payload, command, figures) == written
+
+
 def _ready_results(payload: dict) -> Results:
     """The quick run's results again, for a `run` that returns them at once."""
     return Results(
