@@ -130,7 +130,7 @@ class ServeLoop : LoopState {
     const ServeRequest& r = reqs_[index];
     if (pool_.free() < run.resume_blocks) return false;
     seek_belady(index);
-    if (r.n_keys > 0) pool_.policy().inserting_for(keys_[r.key_at]);
+    hint_root(index, run.full > 0);
     // every full prompt block is cached, as vLLM hashes each; where the trace keys fewer (a
     // short-keyed prompt), the rest get keys only this request has (block_key)
     const Key* keys = keys_.data() + r.key_at;
@@ -169,6 +169,15 @@ class ServeLoop : LoopState {
     return true;
   }
 
+  // chain-lru's hint before blocks are cached: the request's chain, named by its first block: its
+  // first trace key, or, for a request with none, once a block is full (`block_full`), the key only
+  // it has (block_key), as vLLM's plugin names it by its first block hash.
+  void hint_root(uint32_t index, bool block_full) {
+    const ServeRequest& r = reqs_[index];
+    if (r.n_keys > 0) pool_.policy().inserting_for(keys_[r.key_at]);
+    else if (block_full) pool_.policy().inserting_for(block_key(index, 0));
+  }
+
   void schedule_next(uint32_t index) {
     const Run& run = runs_[index];
     const ServeRequest& r = reqs_[index];
@@ -187,7 +196,7 @@ class ServeLoop : LoopState {
     if (out >= 0 && (out < static_cast<int64_t>(r.n_out) || server_.cache_outputs)) {
       bool has_parent = j > 0;
       Key parent = j > 0 ? block_key(index, j - 1) : 0;
-      if (r.n_keys > 0) pool_.policy().inserting_for(keys_[r.key_at]);
+      hint_root(index, true);
       pool_.fill_last(index, block_key(index, j), parent, has_parent);
     }
     if ((j + 1) * r.block_size >= run.last) {  // no token left needs a new block

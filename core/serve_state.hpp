@@ -146,15 +146,23 @@ class LoopState {
   }
 
   // The policy hears of request i's arrival: first the session ends now due, then its session
-  // (in_session) where it has one, then its full prompt keys, and its output keys when the host
-  // knows them (vLLM does not: its plugin passes none).
+  // (in_session) where it has one, then its full prompt blocks' keys (a short-keyed prompt's past its
+  // trace keys are the keys only it has, block_key, as vLLM's plugin passes every full block's hash),
+  // and its output keys when the host knows them (vLLM does not: its plugin passes none).
   void announce(size_t i, double now, bool with_outputs) {
     const ServeRequest& r = reqs_[i];
     tell_due_ends(now);
     Policy& policy = pool_.policy();
     if (!sessions_.empty() && sessions_[i] != 0) policy.in_session(sessions_[i]);
-    policy.on_request(keys_.data() + r.key_at, static_cast<size_t>(full_[i]), outputs_.data() + r.out_at,
-                      with_outputs ? r.n_out : 0, now);
+    const Key* prompt = keys_.data() + r.key_at;
+    int64_t n = full_[i];
+    if (const int64_t cacheable = r.prompt_tokens / r.block_size; n < cacheable) {
+      announced_.clear();
+      for (int64_t j = 0; j < cacheable; ++j) announced_.push_back(block_key(static_cast<uint32_t>(i), j));
+      prompt = announced_.data();
+      n = cacheable;
+    }
+    policy.on_request(prompt, static_cast<size_t>(n), outputs_.data() + r.out_at, with_outputs ? r.n_out : 0, now);
   }
 
   // vLLM's max_model_len: request i's prompt and outputs (at least one token) exceed the pool's
@@ -293,6 +301,7 @@ class LoopState {
     bool operator>(const SessionEnd& o) const { return due_s != o.due_s ? due_s > o.due_s : seq > o.seq; }
   };
   std::vector<int64_t> full_;
+  std::vector<Key> announced_;           // a short-keyed request's full prompt blocks' keys (announce)
   std::vector<Key> sessions_;            // set_sessions
   std::vector<uint8_t> last_of_session_;  // set_sessions: request i is its session's last
   double end_after_s_ = -1.0;

@@ -210,12 +210,13 @@ class StepLoop : LoopState {
   }
 
   // Blocks cached..upto-1 of the run are full of known tokens: each becomes a cached copy under its
-  // key (a block past the trace's output keys only with cache_outputs).
+  // key (a block past the prompt's full blocks and the trace's output keys only with cache_outputs;
+  // a short-keyed prompt's blocks past its keys are prompt blocks, always cached).
   void cache_through(uint32_t index, int64_t upto) {
     Run& r = runs_[index];
     const ServeRequest& q = reqs_[index];
     for (int64_t j = r.cached; j < upto; ++j) {
-      const int64_t out = j - full(index);
+      const int64_t out = j - q.prompt_tokens / q.block_size;
       if (out >= static_cast<int64_t>(q.n_out) && !params_.cache_outputs) continue;
       pool_.fill_at(index, static_cast<size_t>(j), block_key(index, j), j > 0 ? block_key(index, j - 1) : 0, j > 0);
     }

@@ -180,7 +180,7 @@ def _prefix_only_and_filled(seed: int, n: int, block_size: int) -> tuple[list[Re
     rng, reqs, t = random.Random(seed), [], 0.0
     for _ in range(n):
         t += rng.expovariate(4.0)
-        shared = rng.randint(1, 12)
+        shared = rng.randint(0, 12)  # some rows keyed not at all
         prompt = block_size * (shared + rng.randint(2, 20)) + rng.randrange(block_size)
         keys = np.array([rng.randrange(6) * 1000 + j for j in range(shared)], dtype=np.uint64)
         reqs.append(
@@ -198,6 +198,7 @@ def _prefix_only_and_filled(seed: int, n: int, block_size: int) -> tuple[list[Re
         own = np.arange(10**12 + i * 1000, 10**12 + i * 1000 + rest, dtype=np.uint64)
         filled.append(msgspec.structs.replace(r, block_keys=np.concatenate([r.block_keys, own])))
     assert all(r.short_keyed for r in reqs) and not any(r.short_keyed for r in filled)
+    assert any(len(r.block_keys) == 0 for r in reqs)
     return reqs, filled
 
 
@@ -212,16 +213,30 @@ def _figures(result) -> tuple:
 
 
 @pytest.mark.parametrize(
-    "server", [ServerModel(max_running=16), VllmServer(2048, 16)], ids=["model", "steps"]
+    "server",
+    [
+        ServerModel(max_running=16),
+        VllmServer(2048, 16),
+        ServerModel(max_running=16, cache_outputs=False),
+        VllmServer(2048, 16, cache_outputs=False),
+    ],
+    ids=["model", "steps", "model-no-outputs", "steps-no-outputs"],
 )
-@pytest.mark.parametrize("policy", ["lru", "s3fifo"])
-def test_a_prompt_keyed_only_in_part_is_served_as_one_keyed_in_full(server, policy):
-    """Every full prompt block is cached at admission, keyed or not, and a re-admission after a
-    preemption hits the request's own blocks past its keys: a short-keyed trace and the same trace
-    with its rest blocks keyed give the same hits, evictions, preemptions and first-token times
-    (both serve loops; under pressure: requests are preempted)."""
+@pytest.mark.parametrize(
+    ("policy", "params"),
+    [("lru", {}), ("s3fifo", {}), ("chain-lru", {"mode": "recency"})],
+    ids=["lru", "s3fifo", "chain-lru"],
+)
+def test_a_prompt_keyed_only_in_part_is_served_as_one_keyed_in_full(server, policy, params):
+    """Every full prompt block is cached at admission, keyed or not (also where the blocks decoding
+    fills are not), a re-admission after a preemption hits the request's own blocks past its keys,
+    and chain-lru hears the same chains (in its recency mode: its duel samples blocks by key value,
+    which differ between the two): a short-keyed trace (some rows keyed not at all) and the same
+    trace with its rest blocks keyed give the same hits, evictions, preemptions and first-token
+    times (both serve loops; under pressure: requests are preempted)."""
     short, filled = _prefix_only_and_filled(7, 200, 16)
-    a, b = simulate(short, policy, 150, server=server), simulate(filled, policy, 150, server=server)
+    a = simulate(short, policy, 150, server=server, policy_params=params)
+    b = simulate(filled, policy, 150, server=server, policy_params=params)
     assert a.preemptions > 0
     assert _figures(a) == _figures(b)
 

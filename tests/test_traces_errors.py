@@ -509,6 +509,33 @@ def test_an_interrupt_as_the_part_file_appears_leaves_nothing(tmp_path):
     assert list(tmp_path.iterdir()) == []
 
 
+def test_a_ctrl_c_while_several_outputs_are_moved_in_waits_until_all_are(tmp_path, monkeypatch):
+    """``atomic_paths``: a real SIGINT that arrives as the first finished file is moved in is held
+    back until every file is in place: the outputs are all new (the interrupt then raises), never
+    some new and some old."""
+    import signal
+
+    from wakman.traces import io as trace_io
+
+    names = [tmp_path / f"{n}.txt" for n in ("a", "b", "c")]
+    for path in names:
+        path.write_text("earlier")
+    real_replace, moved = os.replace, []
+
+    def replace_then_signal(src, dst):
+        real_replace(src, dst)
+        moved.append(dst)
+        if len(moved) == 1:
+            os.kill(os.getpid(), signal.SIGINT)
+
+    monkeypatch.setattr(trace_io.os, "replace", replace_then_signal)
+    with pytest.raises(KeyboardInterrupt), trace_io.atomic_paths(*names) as targets:
+        for target in targets:
+            target.write_text("new")
+    assert [path.read_text() for path in names] == ["new"] * 3 and len(moved) == 3
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a.txt", "b.txt", "c.txt"]
+
+
 def test_aiperf_session_turns_out_of_arrival_order_name_the_reader_that_takes_them(tmp_path):
     """AIPerf orders each session's turns only, so its rows may interleave sessions out of arrival
     order: the Mooncake reader (which streams in file order) refuses such a turn and names the
@@ -521,7 +548,9 @@ def test_aiperf_session_turns_out_of_arrival_order_name_the_reader_that_takes_th
             {"timestamp": 4000, "session_id": "b", **{**turn, "hash_ids": [3, 4]}},
         )
     )
-    with pytest.raises(TraceFormatError, match="read it with --format aiperf-sessions") as info:
+    with pytest.raises(
+        TraceFormatError, match=r"read it as aiperf-sessions \(--format; --from in convert\)"
+    ) as info:
         list(read_trace(path, "mooncake"))
     assert (info.value.line, info.value.field) == (2, "timestamp")
     assert [r.arrival_s for r in read_trace(path, "aiperf-sessions")] == [4.0, 5.0]

@@ -566,7 +566,7 @@ def test_a_first_turn_keyed_on_a_prefix_keys_the_rest_for_the_next_turn(tmp_path
             ],
             "mooncake",
             "delay",
-            "--format aiperf-sessions",
+            r"read it as aiperf-sessions \(--format; --from in convert\)",
         ),
     ],
     ids=["timestamp-and-delay", "untimed-session", "delay-as-mooncake"],

@@ -175,12 +175,14 @@ def _write_set(
     table1.csv, the figures, results.md, and with ``docs`` the report and copies of the figures and
     results.json beside it), then moved into place together (``atomic_paths``). A failure while
     writing (a figure that cannot be drawn, a full disk) or Ctrl-C replaces none of them: an earlier
-    run's outputs stay together. Returns results.json's payload and the figures' file names."""
+    run's outputs stay together (an OS error in the middle of the final moves excepted:
+    ``atomic_paths``). Returns results.json's payload and the figures' file names."""
     from wakman.experiments.figures import write_figures
     from wakman.experiments.report import render_markdown, write_table1
     from wakman.experiments.reproduce import write_outputs
 
-    with tempfile.TemporaryDirectory(prefix="wakman-reproduce-") as folder:
+    out.mkdir(parents=True, exist_ok=True)  # the staging folder sits in it: the outputs' file system
+    with tempfile.TemporaryDirectory(prefix=".wakman-reproduce-", dir=out) as folder:
         staging = Path(folder)
         payload = write_outputs(results, staging)
         write_table1(payload, staging / "table1.csv")

@@ -246,9 +246,37 @@ def atomic_path(path: str | Path) -> Iterator[Path]:
 @contextmanager
 def atomic_paths(*paths: str | Path) -> Iterator[list[Path]]:
     """``atomic_path`` for several outputs at once: they appear together once the block succeeds, or
-    none of them does."""
+    none of them does. The finished files are moved in one after another with Ctrl-C and SIGTERM
+    held back (in the main thread: they arrive once every file is in place), so an interrupt never
+    leaves some outputs new and others old; an OS error in the middle of the moves (a folder made
+    read-only meanwhile) still can."""
     with ExitStack() as stack:
         yield [stack.enter_context(atomic_path(path)) for path in paths]
+        with _interrupts_held():
+            stack.close()
+
+
+@contextmanager
+def _interrupts_held() -> Iterator[None]:
+    """SIGINT and SIGTERM held back for the block, then delivered (``raise_signal``), in the main
+    thread (the only one whose Python handlers run); a signal whose handler Python does not know is
+    left alone."""
+    import signal
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    caught: list[int] = []
+    held = [sig for sig in (signal.SIGINT, signal.SIGTERM) if signal.getsignal(sig) is not None]
+    previous = {sig: signal.signal(sig, lambda signum, _frame: caught.append(signum)) for sig in held}
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+        for sig in dict.fromkeys(caught):
+            signal.raise_signal(sig)
 
 
 @contextmanager

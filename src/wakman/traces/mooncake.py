@@ -48,7 +48,8 @@ def read(
         last_was_turn[0] = row.session_id is not None
         if row.delay is not None:
             message = (
-                "an AIPerf session's turn timed after its previous one: read with --format aiperf-sessions"
+                "an AIPerf session's turn timed after its previous one: read it as aiperf-sessions "
+                "(--format; --from in convert)"
             )
             raise KeyRangeError("delay", message)
         if row.timestamp is None:
@@ -78,7 +79,7 @@ def _hinted_order(requests: Iterator[Request], last_was_turn: list[bool]) -> Ite
             exc.line,
             exc.field,
             f"{exc.message}; this row is an AIPerf session's turn, whose file orders each session's "
-            "turns only: read it with --format aiperf-sessions",
+            "turns only: read it as aiperf-sessions (--format; --from in convert)",
         ) from None
 
 

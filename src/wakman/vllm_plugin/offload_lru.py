@@ -65,8 +65,8 @@ class _RequestRank:
 
 
 class _RequestRanks(dict):
-    """Kept on a request's context: its rank in each wakman order that ranked it (a context may
-    reach several tiers)."""
+    """Kept on a request's context: its rank in each wakman order that ranked it, by the order's
+    token (a context may reach several tiers)."""
 
 
 Entry = tuple[Rank, "OffloadKey", int]  # (rank, chunk key, core key): the tie-break is the chunk key's
@@ -163,6 +163,9 @@ class VllmLruOrder:
         self._open: OrderedDict[_RequestRank, None] = OrderedDict()  # ranked, unfinished requests
         self._next_rank = 0
         self._generation = 0
+        # names this order on a request's context (_RequestRanks): a token, not the order itself,
+        # so a context that outlives a switch away from lru does not keep the order and its core
+        self._token = object()
 
     @classmethod
     def taking_over(
@@ -220,10 +223,10 @@ class VllmLruOrder:
         if ranks is None:
             ranks = _RequestRanks()
             req_context.set_state(ranks)
-        state = ranks.get(self)
+        state = ranks.get(self._token)
         if state is None or state.generation != self._generation:
             self._next_rank += 1
-            state = ranks[self] = _RequestRank(self._generation, self._next_rank)
+            state = ranks[self._token] = _RequestRank(self._generation, self._next_rank)
             self._open[state] = None
         return state.rank
 
@@ -376,7 +379,7 @@ class VllmLruOrder:
     def finished(self, keys: list[OffloadKey], req_context: ReqContext) -> None:
         """Every key of the request re-ranked, tail first: the head ends newest."""
         ranks = req_context.get_state(_RequestRanks)
-        if ranks is not None and (state := ranks.pop(self, None)) is not None:
+        if ranks is not None and (state := ranks.pop(self._token, None)) is not None:
             self._open.pop(state, None)
         self.rank_fresh(reversed(keys))
 
