@@ -797,7 +797,7 @@ def test_adaptive_replays_in_the_background_and_applies_at_the_next_finish(prese
     serve_requests(m, [[keys[11]]])
     assert len(threads) == 1 and pol.manager.decisions == [] and pol.live_policy == start
     release.set()
-    pol._pending[1].result(timeout=30)
+    pol._replays._running[1].result(timeout=30)
     before = set(pol.chunks)
     serve_requests(m, [[keys[12]]])  # applies it (and opens the decision due meanwhile)
     assert pol.manager.decisions[0].switched and pol.manager.decisions[0].choice == winner
@@ -821,12 +821,12 @@ def test_adaptive_clear_drops_a_running_replay(monkeypatch):
     now[0] = 5000.0
     serve_requests(m, [list(pol.chunks)[:1]])
     assert started.wait(timeout=30)
-    stale = pol._pending[1]
+    stale = pol._replays._running[1]
     m.reset_cache()
     release.set()
     stale.result(timeout=30)
     serve_requests(m, trace(8, n=5))
-    assert pol.manager.decisions == [] and pol.live_policy == start and pol._pending is None
+    assert pol.manager.decisions == [] and pol.live_policy == start and not pol._replays.running
     check(m)
 
 

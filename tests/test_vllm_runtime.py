@@ -252,13 +252,13 @@ def test_a_publish_that_fails_is_logged_once_and_its_recovery_too(tmp_path, monk
 def test_a_replay_longer_than_the_interval_is_logged_once(monkeypatch, caplog):
     """Decisions then open ever later after their due times (each waits for the one before): the
     log says so and what to change, once."""
-    import wakman.vllm_plugin.runtime as runtime_module
+    import wakman.adaptive.replays as replays_module
 
     now = [0.0]
     runtime = _runtime("wakman", now, interval_s=10)
     candidates = runtime.manager.config.candidates
     monkeypatch.setattr(
-        runtime_module, "timed_replay", lambda replay, pending: (dict.fromkeys(candidates, 0.5), None, 12.5)
+        replays_module, "timed_replay", lambda replay, pending: (dict.fromkeys(candidates, 0.5), None, 12.5)
     )
     with caplog.at_level(logging.WARNING, logger="wakman"):
         for t in (5.0, 10.0, 15.0, 20.0, 25.0, 30.0):

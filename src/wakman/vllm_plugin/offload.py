@@ -94,10 +94,10 @@ import functools
 import logging
 import time
 from collections.abc import Callable, Iterable, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
 
 from wakman.adaptive.config import ADAPTIVE_PRESETS
-from wakman.adaptive.manager import KEPT_DECISIONS, AdaptiveManager, PendingDecision, timed_replay
+from wakman.adaptive.manager import KEPT_DECISIONS, AdaptiveManager, PendingDecision
+from wakman.adaptive.replays import DecisionReplays
 from wakman.policies import SERVABLE_POLICIES, EvictionPolicy, handover, make_policy
 from wakman.vllm_plugin.compat import check_offload_vllm_version, offload_import_failed
 from wakman.vllm_plugin.free_queue import policy_key
@@ -158,11 +158,9 @@ class WakmanCachePolicy(CachePolicy):
         # when each key in the core's order last took its segment's newest position
         self._stamps: dict[int, int] = {}
         self._tick = 0
-        # the adaptive classes' background replays (WAKMAN_REPLAY=thread): one worker, one in flight
-        self._executor = (
-            ThreadPoolExecutor(1, thread_name_prefix="wakman-offload-replay")
-            if self.policy_name in ADAPTIVE and replay_mode_from_env() == "thread"
-            else None
+        # the adaptive classes' replays: one at a time, in a background thread (WAKMAN_REPLAY=thread)
+        self._replays = DecisionReplays(
+            self.policy_name in ADAPTIVE and replay_mode_from_env() == "thread", "wakman-offload-replay"
         )
         self._start()
         log.info(
@@ -175,9 +173,7 @@ class WakmanCachePolicy(CachePolicy):
     def _start(self) -> None:
         capacity = max(1, self.cache_capacity)  # vLLM may size an unused tier at 0 chunks
         self.manager: AdaptiveManager | None = None
-        # the decision whose replay runs in the background, and its outcome; a replay still
-        # running for a manager ``clear`` replaced ends unread
-        self._pending: tuple[PendingDecision, Future] | None = None
+        self._replays.drop()  # a replay still running for a manager ``clear`` replaced ends unread
         if self.policy_name in ADAPTIVE:
             self.manager = AdaptiveManager(
                 ADAPTIVE_PRESETS[self.policy_name], capacity, kept_decisions=KEPT_DECISIONS
@@ -406,29 +402,25 @@ class WakmanCachePolicy(CachePolicy):
             self._t0 = t
         now = t - self._t0
         manager.estimator.record(now, keys, 1, len(keys) + 1)
-        if self._pending is not None and self._pending[1].done():
-            self.drain()
-        if self._pending is not None or now < manager.next_decision:
+        if (outcome := self._replays.ended()) is not None:
+            self._apply(*outcome)
+        if self._replays.running or now < manager.next_decision:
             return
         pending = manager.open_decision(now, shadow_capacity=self.policy.capacity)
         if pending is None:
             return
-        replay = manager.replay_hook or manager.replay
-        if self._executor is None:
-            self._apply(pending, *timed_replay(replay, pending))
-        else:
-            self._pending = (pending, self._executor.submit(timed_replay, replay, pending))
+        outcome = self._replays.start(pending, manager.replay_hook or manager.replay)
+        if outcome is not None:  # inline
+            self._apply(*outcome)
 
     def drain(self) -> None:
         """Apply the running replay's outcome, waiting for it if needed (tests; an engine applies
         it at the first request finished after it ends)."""
-        if self._pending is not None:
-            pending, future = self._pending
-            self._apply(pending, *future.result())
+        if (outcome := self._replays.ended(wait=True)) is not None:
+            self._apply(*outcome)
 
     def _apply(self, pending: PendingDecision, rates: dict | None, error: str | None, wall_s: float) -> None:
         """Log the decision; a switch hands the live policy's chunks to the new one."""
-        self._pending = None
         manager = self.manager
         assert manager is not None
         switch_to = manager.close_decision(pending, rates, error, wall_s)

@@ -16,12 +16,12 @@ import logging
 import threading
 import time
 from collections.abc import Callable
-from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
 import numpy as np
 
-from wakman.adaptive.manager import KEPT_DECISIONS, AdaptiveManager, PendingDecision, timed_replay
+from wakman.adaptive.manager import KEPT_DECISIONS, AdaptiveManager, PendingDecision
+from wakman.adaptive.replays import DecisionReplays
 from wakman.policies import make_policy
 from wakman.vllm_plugin.block_pool import install, request_group
 from wakman.vllm_plugin.free_queue import policy_key
@@ -83,12 +83,7 @@ class PolicyRuntime:
         self._ends_timer: threading.Timer | None = None
         # None: the pool's groups do not cache the request's hash blocks, so no request hints
         self._group = request_group(manager, pool) if manager is not None else 0
-        self._executor = (
-            ThreadPoolExecutor(1, thread_name_prefix="wakman-replay")
-            if self.manager and settings.replay == "thread"
-            else None
-        )
-        self._pending: tuple[PendingDecision, Future] | None = None
+        self._replays = DecisionReplays(bool(self.manager) and settings.replay == "thread", "wakman-replay")
         # the logged outputs of requests not yet finished (log_outputs), by vLLM's request id
         self._decoding: dict[str, OutputBlocks] = {}
         self._overrun_logged = False  # a replay longer than the interval was logged
@@ -204,9 +199,9 @@ class PolicyRuntime:
         if manager is None:
             return
         now = self.clock()
-        if self._pending is not None and self._pending[1].done():
-            self.drain()
-        if self._pending is None and now >= manager.next_decision:
+        if (outcome := self._replays.ended()) is not None:
+            self._apply(*outcome)
+        if not self._replays.running and now >= manager.next_decision:
             self._start(now)
 
     # ------------------------------------------------------------------ decisions
@@ -215,14 +210,11 @@ class PolicyRuntime:
         if pending is None:
             self._publish()
             return
-        replay = self.manager.replay_hook or self.manager.replay
-        if self._executor is None:
-            self._apply(pending, *timed_replay(replay, pending))
-        else:
-            self._pending = (pending, self._executor.submit(timed_replay, replay, pending))
+        outcome = self._replays.start(pending, self.manager.replay_hook or self.manager.replay)
+        if outcome is not None:  # inline
+            self._apply(*outcome)
 
     def _apply(self, pending: PendingDecision, rates: dict | None, error: str | None, wall_s: float) -> None:
-        self._pending = None
         interval_s = self.manager.config.interval_s
         if wall_s > interval_s and not self._overrun_logged:
             log.warning(
@@ -241,17 +233,15 @@ class PolicyRuntime:
 
     def drain(self) -> None:
         """Apply the running replay's outcome, waiting for it if needed (end of a replay, tests)."""
-        if self._pending is not None:
-            pending, future = self._pending
-            self._apply(pending, *future.result())
+        if (outcome := self._replays.ended(wait=True)) is not None:
+            self._apply(*outcome)
 
     def close(self) -> None:
         with self._publish_lock:
             if self._ends_timer is not None:
                 self._ends_timer.cancel()
                 self._ends_timer = None
-        if self._executor is not None:
-            self._executor.shutdown(wait=False, cancel_futures=True)
+        self._replays.close()
 
     # ------------------------------------------------------------------ reporting
     def state(self) -> EngineState:
