@@ -23,6 +23,8 @@ from wakman.traces.stats import compute_stats
 from wakman.workload import MIXES, build_config, generate_requests
 
 ONLINE = ("lru", "s3fifo", "wakman", "wakman-plus", "chain-lru")
+FIGURES = ("figure1.png", "figure3.png", "map.png", "decisions.png")
+OUTPUTS = ("results.json", "table1.csv", "results.md", *FIGURES)  # what a run writes in --out
 
 
 @pytest.fixture(scope="module")
@@ -35,18 +37,10 @@ def quick_run(tmp_path_factory):
 
 def test_every_output_is_written(quick_run):
     out, _ = quick_run
-    for name in (
-        "results.json",
-        "table1.csv",
-        "results.md",
-        "figure1.png",
-        "figure3.png",
-        "map.png",
-        "decisions.png",
-    ):
+    for name in OUTPUTS:
         assert (out / name).stat().st_size > 100, name
     report = (out / "results.md").read_text()
-    for figure in ("figure1.png", "figure3.png", "map.png", "decisions.png"):
+    for figure in FIGURES:
         assert f"({figure})" in report
 
 
@@ -357,9 +351,7 @@ def test_the_checked_in_report_is_what_its_results_json_renders():
     first = written.splitlines()[2]
     command = first.split("`")[1]  # the command line the report quotes
     assert command.startswith("wakman reproduce") and "--docs docs/results.md" in command
-    figures = {
-        name for name in ("figure1.png", "figure3.png", "map.png", "decisions.png") if f"({name})" in written
-    }
+    figures = {name for name in FIGURES if f"({name})" in written}
     assert figures and all((docs / name).is_file() for name in figures)
     assert render_markdown(payload, command, figures) == written
 
@@ -388,17 +380,6 @@ def test_reproduce_without_matplotlib_writes_everything_else(quick_run, tmp_path
     assert {"results.json", "table1.csv", "results.md"} <= written
     assert not any(name.endswith(".png") for name in written)
     assert "![" not in (tmp_path / "out" / "results.md").read_text()
-
-
-OUTPUTS = (
-    "results.json",
-    "table1.csv",
-    "results.md",
-    "figure1.png",
-    "figure3.png",
-    "map.png",
-    "decisions.png",
-)
 
 
 def _earlier_run(folder, report: str | None = None) -> None:
