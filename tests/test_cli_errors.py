@@ -1667,3 +1667,27 @@ def test_a_block_size_too_small_for_the_ids_is_noticed_by_every_command(tmp_path
         assert result.stderr.count("the rest of such a prompt can never hit") == 1, args
     right = invoke("stats", path, "--json")
     assert "can never hit" not in right.stderr and right.exit_code == 0
+
+
+def test_sweep_json_records_how_the_trace_was_read(trace16, tmp_path):
+    """sweep.json says which requests the sweep ran and how they were read (it said only the path):
+    the format, the trace's block size, the view (--limit, --fresh-outputs, --max-output-tokens)
+    and the number of requests, which the results' own request counts confirm."""
+    out = tmp_path / "s"
+    result = invoke(
+        "sweep", trace16, "--policies", "lru", "--capacities", "40", "--out", out,
+        "--limit", "7", "--fresh-outputs", "--max-output-tokens", "48", "--mode", "serve",
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output
+    document = json.loads((out / "sweep.json").read_text())
+    assert document["trace_view"] == {
+        "format": "native",
+        "block_size": 16,
+        "rate": None,
+        "seed": None,
+        "limit": 7,
+        "fresh_outputs": True,
+        "max_output_tokens": 48,
+        "requests": 7,
+    }
+    assert document["results"][0]["requests"] == 7

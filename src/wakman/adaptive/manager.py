@@ -235,7 +235,8 @@ class AdaptiveManager:
         due = self._first_due(now)
         start = max(0.0, due - cfg.window_s)
         persistent = cfg.shadows == "persistent"
-        window = self.estimator.window(self._fed_until if persistent else start, due)
+        window_start = self._fed_until if persistent else start
+        window = self.estimator.window(window_start, due)
         capacity = shadow_capacity
         if capacity is None:
             if cfg.shadow_size == "pool":
@@ -247,8 +248,8 @@ class AdaptiveManager:
         decision = Decision(
             due, start, capacity, {}, self.live, self.live, False, 0.0, len(window), taken_s=now
         )
-        signature = (
-            len(window) / max(due - start, 1e-9),
+        signature = (  # requests a second over the span the window covers, mean keys a request
+            len(window) / max(due - window_start, 1e-9),
             sum(len(r.block_keys) for r in window) / max(len(window), 1),
         )
         if window and cfg.skip_unchanged and self._unchanged(signature):
@@ -326,6 +327,9 @@ class AdaptiveManager:
             totals.last_replayed = decision
 
     def _unchanged(self, signature: tuple[float, float]) -> bool:
+        """Whether a decision may be skipped: the last two decisions were replayed (not skipped)
+        and chose the same policy, and ``signature`` (requests a second, mean keys a request) is
+        within 10 % of the last replayed window's, each over the span its window covers."""
         if self._last_signature is None or len(self.decisions) < 2:
             return False
         recent = [d for d in self.decisions[-2:] if not d.skipped]

@@ -39,6 +39,7 @@ from wakman.simulation import MODES, ServerModel, VllmServer
 from wakman.simulation import server as server_limits
 from wakman.simulation.run import check_intervals
 from wakman.simulation.server import saturated_runs_warning
+from wakman.traces import detect_format
 from wakman.traces.io import atomic_paths
 from wakman.traces.model import Request, as_engine_serves
 
@@ -451,6 +452,30 @@ def _server_settings(server: ServerModel | VllmServer, mode: str) -> dict | None
     return {"model": type(server).__name__, **asdict(server)}
 
 
+def _trace_view(
+    trace: Path,
+    fmt: str | None,
+    requests: list[Request],
+    view: TraceView,
+    rate: float | None,
+    seed: int | None,
+) -> dict:
+    """How the sweep read its trace, as sweep.json records it: the format (detected where
+    ``--format`` was not given), the block size its requests have (tokens), the kv-cache-tester
+    arrival process (``--rate``, ``--seed``), the view (``--limit``, ``--fresh-outputs``,
+    ``--max-output-tokens``, from ``--server-model``'s replay or the flags) and the requests read."""
+    return {
+        "format": fmt or detect_format(trace),
+        "block_size": requests[0].block_size if requests else None,
+        "rate": rate,
+        "seed": seed,
+        "limit": view.limit,
+        "fresh_outputs": view.fresh_outputs,
+        "max_output_tokens": view.max_output_tokens,
+        "requests": len(requests),
+    }
+
+
 def _write_sweep(
     rows: list[dict],
     out: Path,
@@ -463,7 +488,7 @@ def _write_sweep(
     """sweep.csv, sweep.json and (``plot``) sweep.png of ``rows`` in ``out``: all of them or none;
     without a plot, a sweep.png an earlier sweep left there goes (it would not match). sweep.json
     says whether the sweep ran all ``planned`` runs (``complete``) and records ``settings`` (the
-    run's --warmup-s and server model) beside the trace and mode."""
+    run's --warmup-s, server model and trace view) beside the trace and mode."""
     paths = [out / name for name in ("sweep.csv", "sweep.json", "sweep.png")[: 3 if plot else 2]]
     columns = list(dict.fromkeys(k for row in rows for k in row))
     with atomic_paths(*paths) as targets:
@@ -564,6 +589,7 @@ def sweep(
             )
             if sessions:
                 require_session_ids(trace, requests)
+            settings["trace_view"] = _trace_view(trace, fmt, requests, view, rate, seed)
             task = progress.add_task(f"sweeping {trace.name}", total=len(labels) * len(sizes))
             try:
                 rows = run_grid(
