@@ -250,8 +250,8 @@ def test_a_publish_that_fails_is_logged_once_and_its_recovery_too(tmp_path, monk
 
 
 def test_a_replay_longer_than_the_interval_is_logged_once(monkeypatch, caplog):
-    """Decisions then open ever later after their due times (each waits for the one before): the
-    log says so and what to change, once."""
+    """Decisions then cannot keep up with their due times: the log says so and what to change,
+    once."""
     import wakman.adaptive.replays as replays_module
 
     now = [0.0]
@@ -268,3 +268,37 @@ def test_a_replay_longer_than_the_interval_is_logged_once(monkeypatch, caplog):
     overruns = [r for r in caplog.records if "longer than the 10 s" in r.getMessage()]
     assert runtime.state().decisions >= 2 and len(overruns) == 1
     assert "12.5 s" in overruns[0].getMessage()
+
+
+@pytest.mark.parametrize("policy", ["wakman", "wakman-plus"])
+def test_behind_a_slow_replay_the_next_decision_is_the_latest_due(policy):
+    """A replay that takes 2.5 intervals (a request a second goes on arriving, stamped as it
+    arrives): the next decision is the latest one due by then, its window the latest traffic, and
+    the ones due meanwhile are passed over (counted). Before, each decision opened the one due an
+    interval after the last, ever further behind (the 10th, taken at t=244 s, was due at 100 s)."""
+    now = [0.0]
+    runtime = _runtime(policy, now, interval_s=10)
+    manager = runtime.manager
+    candidates = manager.config.candidates
+    last_replayed: list[float] = []
+
+    def slow_replay(window, capacity):
+        last_replayed.append(window[-1].arrival_s)
+        now[0] += 25.0  # the replay's wall time (inline: the step waits for it)
+        return dict.fromkeys(candidates, 0.5)
+
+    manager.replay_hook = slow_replay
+    logged = -1
+    while now[0] < 300.0:
+        for second in range(logged + 1, int(now[0]) + 1):  # the requests that arrived meanwhile
+            runtime.on_request(float(second), vllm_keys([1, second]), 16, 32)
+            logged = second
+        runtime.on_step()
+        now[0] += 1.0  # the next step
+    taken = [d for d in manager.decisions if d.rates]
+    assert len(taken) >= 8
+    for d, last in zip(taken, last_replayed, strict=True):
+        assert d.taken_s - d.time_s < 10.0, d  # opened within an interval of its due time
+        assert d.time_s - 1.0 <= last < d.time_s, d  # replaying traffic up to it
+    due_times = round((manager.decisions[-1].time_s - 10.0) / 10.0) + 1  # at 10 s, 20 s, ...
+    assert manager.totals.passed_over == due_times - len(manager.decisions) > len(taken)

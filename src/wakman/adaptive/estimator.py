@@ -71,6 +71,10 @@ class Estimator:
         """The earliest logged arrival at or after ``start_s`` (seconds), or None (O(older entries))."""
         return next((r.arrival_s for r in self.log if r.arrival_s >= start_s), None)
 
+    def last_arrival_before(self, end_s: float) -> float | None:
+        """The latest logged arrival before ``end_s`` (seconds), or None (O(newer entries))."""
+        return next((r.arrival_s for r in reversed(self.log) if r.arrival_s < end_s), None)
+
     def window(self, start_s: float, end_s: float) -> list[LoggedRequest]:
         return [r for r in self.log if start_s <= r.arrival_s < end_s]
 

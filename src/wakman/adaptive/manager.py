@@ -75,6 +75,7 @@ class DecisionTotals:
     switches: int = 0
     replay_errors: int = 0
     replay_wall_s: float = 0.0  # seconds of replay, all decisions
+    passed_over: int = 0  # due times a live host passed over, behind a slow replay (open_decision)
     last_replayed: Decision | None = None  # the latest decision that replayed (rates or an error)
 
 
@@ -219,11 +220,17 @@ class AdaptiveManager:
             pool.replace_policy(handover(pool.policy, self.make_policy(switch_to, pool.capacity)))
         return self.live
 
-    def open_decision(self, now: float, shadow_capacity: int | None = None) -> PendingDecision | None:
+    def open_decision(
+        self, now: float, shadow_capacity: int | None = None, latest: bool = False
+    ) -> PendingDecision | None:
         """Start the earliest decision due by ``now`` (``next_decision <= now``): snapshot its window
         to replay (safe to hand to another thread) and move ``next_decision`` on by one interval.
         None when there is nothing to replay; that decision is already logged. Due times before it
-        whose windows hold no request are skipped (``_first_due``)."""
+        whose windows hold no request are skipped (``_first_due``). ``latest`` (a live host, whose
+        replays take wall time): the latest due time by ``now`` whose window holds the newest
+        request logged before it instead, the ones before it passed over (``totals.passed_over``;
+        persistent shadows are fed their requests in this one), so a replay slower than the interval
+        does not leave every later decision further behind."""
         cfg = self.config
         if self.shadow_hits is not None:  # raised here: the replay's errors are logged, not raised
             if self._decoded is not None or self.estimator.dropped_requests:
@@ -233,6 +240,10 @@ class AdaptiveManager:
             if any(len(hits) < self.estimator.recorded for hits in self.shadow_hits.values()):
                 raise ValueError("shadow_hits: fewer hit counts than requests arrived")
         due = self._first_due(now)
+        if latest and now - due >= cfg.interval_s:
+            passed = self._passed_over(due, now)
+            due += passed * cfg.interval_s
+            self.totals.passed_over += passed
         start = max(0.0, due - cfg.window_s)
         persistent = cfg.shadows == "persistent"
         window_start = self._fed_until if persistent else start
@@ -264,6 +275,17 @@ class AdaptiveManager:
             self._log(decision)
             return None
         return PendingDecision(decision, window, capacity)
+
+    def _passed_over(self, due: float, now: float) -> int:
+        """How many due times from ``due`` on a live host passes over at ``now``: up to the latest
+        one by ``now`` whose window holds the newest request logged before that latest one (the
+        first due time after that request), none where it arrived before ``due``."""
+        interval = self.config.interval_s
+        latest = math.floor((now - due) / interval)
+        newest = self.estimator.last_arrival_before(due + latest * interval)
+        if newest is None or newest < due:
+            return 0
+        return min(latest, math.floor((newest - due) / interval) + 1)
 
     def _first_due(self, now: float) -> float:
         """The due time of the next decision to take at ``now``: ``next_decision``, or, when later

@@ -406,7 +406,7 @@ class WakmanCachePolicy(CachePolicy):
             self._apply(*outcome)
         if self._replays.running or now < manager.next_decision:
             return
-        pending = manager.open_decision(now, shadow_capacity=self.policy.capacity)
+        pending = manager.open_decision(now, shadow_capacity=self.policy.capacity, latest=True)
         if pending is None:
             return
         outcome = self._replays.start(pending, manager.replay_hook or manager.replay)

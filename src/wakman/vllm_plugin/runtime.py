@@ -206,7 +206,7 @@ class PolicyRuntime:
 
     # ------------------------------------------------------------------ decisions
     def _start(self, now: float) -> None:
-        pending = self.manager.open_decision(now)
+        pending = self.manager.open_decision(now, latest=True)
         if pending is None:
             self._publish()
             return
@@ -219,8 +219,8 @@ class PolicyRuntime:
         if wall_s > interval_s and not self._overrun_logged:
             log.warning(
                 "wakman: a shadow replay took %.1f s, longer than the %g s between decisions: "
-                "decisions fall behind their due times (WAKMAN_REPLAY=inline: steps wait for "
-                "them); raise WAKMAN_INTERVAL_S",
+                "the decisions due meanwhile are passed over, each decision replays the latest "
+                "window (WAKMAN_REPLAY=inline: steps wait for them); raise WAKMAN_INTERVAL_S",
                 wall_s,
                 interval_s,
             )
