@@ -58,6 +58,14 @@ Policy& unhosted(Policy& p) {
   return p;
 }
 
+// A call that changes no decision but may move the policy's tables (reserve): open to a host,
+// refused while a replay owns the policy.
+Policy& not_replaying(Policy& p) {
+  if (p.replaying())
+    throw std::runtime_error(std::string(p.name()) + ": a replay of this policy is running on another thread");
+  return p;
+}
+
 // Holds a policy for one replay without the GIL: taken (or refused) with the GIL held, given back
 // as the call returns, exception or not.
 class ReplayHold {
@@ -191,7 +199,7 @@ NB_MODULE(_core, m) {
           "segment, counters, pin). True where the policy does this (LRU, FIFO: one queue); else False,\n"
           "nothing changed.")
       .def("reset", [](Policy& p) { unhosted(p).reset(); }, "Forget everything: resident keys, pins, ghosts, adaptive state.")
-      .def("reserve", &Policy::reserve,
+      .def("reserve", [](Policy& p) { not_replaying(p).reserve(); },
            "Allocate now the tables for every key the policy can hold at once (resident and ghosts), so "
            "no later call waits on a table's growth; reset() keeps the room. Changes no decision.")
       .def(
@@ -365,7 +373,7 @@ NB_MODULE(_core, m) {
             new (self) Belady(capacity, std::move(f));
           },
           "capacity"_a, "future"_a = nb::none())
-      .def("seek", &Belady::seek, "position"_a, "Accesses before position (an index into future) are past.")
+      .def("seek", [](Belady& b, int64_t position) { static_cast<Belady&>(unhosted(b)).seek(position); }, "position"_a, "Accesses before position (an index into future) are past.")
       .def_prop_ro("clock", &Belady::clock);
 
   m.def(

@@ -93,8 +93,9 @@ inline std::string num(double v) {
 
 class Policy {
  public:
-  // Node slots are 32-bit: a policy's keys (resident and ghosts) stay below 2**31; the capacity
-  // leaves room for ARC's 2C and a ghost of up to C.
+  // Node slots are 32-bit: a policy's keys (resident, ghosts and ghost hits waiting for their
+  // inserts: pending_bound) stay below 2**31; the capacity leaves room for ARC's 2C and a ghost of
+  // up to C.
   static constexpr int64_t kMaxCapacity = int64_t{1} << 30;
   static constexpr int64_t kMaxKeys = int64_t{1} << 31;  // node indices 0 .. 2**31 - 1
 
@@ -114,6 +115,10 @@ class Policy {
                                   num(ratio));
     return static_cast<int64_t>(ghost);
   }
+  // The most ghost hits a policy holds while they wait for their inserts (a miss() whose insert
+  // never comes, as after a dropped admission, leaves one waiting): the capacity, or fewer where the
+  // node slots cannot hold them beside `held` resident and ghost keys (the oldest is dropped).
+  int64_t pending_bound(int64_t held) const { return std::max<int64_t>(0, std::min(capacity_, kMaxKeys - held)); }
   virtual ~Policy() = default;
 
   virtual const char* name() const = 0;
@@ -152,8 +157,9 @@ class Policy {
   virtual void prefetch(Key /*key*/) const {}
   // Allocates now the tables for every key the policy can hold at once (its capacity's resident
   // keys and its ghosts), so that no later call stalls on a table's growth (a serving host calls it
-  // once: vLLM's free queue and offload tier; a simulation grows its tables as keys come). reset()
-  // keeps the room. Changes nothing a call can observe but memory_bytes.
+  // once: vLLM's free queue and offload tier; a simulation grows its tables as keys come). Ghost
+  // hits left waiting for an insert that never came (pending_bound) are not reserved: they may
+  // grow the tables. reset() keeps the room. Changes nothing a call can observe but memory_bytes.
   virtual void reserve() {}
 
   virtual void miss(Key key) = 0;
@@ -190,7 +196,8 @@ class Policy {
   // Unpinned keys in the order evict() would take them if nothing else happened (no access, pin or
   // miss: S3-FIFO's promotions and second chances, SIEVE's visited bits, ARC's p and ghosts counted),
   // appended to `out` until it holds `limit` keys: a dry run that changes nothing; the first k victims
-  // cost O(k) plus the keys evict() would pass over (at most 3 second chances each; SIEVE's visited).
+  // cost O(k) plus the keys evict() would pass over (S3-FIFO: up to freq_cap - 1 second chances each,
+  // 2 by default; SIEVE's visited); Belady's copies and sorts its whole heap whatever the limit.
   virtual void eviction_order(std::vector<Key>& out, size_t limit) const = 0;
   void eviction_order(std::vector<Key>& out) const { eviction_order(out, SIZE_MAX); }
   // The keys after `after` (an unpinned resident key) in eviction_order, appended to `out` until it

@@ -720,3 +720,38 @@ def test_session_ends_below_zero_are_refused():
     for mode in ("serve", "cache"):
         with pytest.raises(ValueError, match=">= 0 seconds"):
             simulate(reqs, "chain-lru", 100, mode=mode, session_ends_after_s=-1.0)
+
+
+def test_a_root_past_the_followed_ones_reads_the_shared_entry_everywhere():
+    """After 4,096 roots, new roots share one entry (the docstring). ``on_request`` read it, but
+    ``inserting_for`` and ``extension_rate`` took such a root for an unknown one (the prior, not
+    rarely extended): its blocks went to P in cache mode and to M in the serve loops and vLLM."""
+    policy = make_policy("chain-lru", 1000, mode="recency")
+    t = 0.0
+    for root in range(1, 5001):  # single-block requests, never extended: their ends expire
+        policy.on_request([root], 1, [], t)
+        t += 1.0
+    assert policy.roots == 4096
+    late, other = 10**9, 10**9 + 1  # roots heard after the table filled
+    policy.on_request([late], 1, [], t + 1000.0)  # every end expires, unextended
+    shared = policy.extension_rate(late)
+    assert shared < 0.2  # rarely extended: the 904 roots past the 4,096th, all unextended
+    assert policy.extension_rate(other) == shared  # the one shared entry (it read the prior, 0.5)
+    policy.insert(123)  # in on_request's context
+    policy.inserting_for(other)
+    policy.insert(456)  # in inserting_for's
+    assert policy.in_probation(123) and policy.in_probation(456)
+
+
+def test_reset_forgets_the_session_counters():
+    """``reset`` forgets everything: ``demoted`` (blocks an ended session sent to P's oldest end)
+    survived it, beside ``sessions_ended``, which did not."""
+    policy = make_policy("chain-lru", 16, sessions=True, mode="recency")
+    policy.in_session(1)
+    policy.on_request([1, 2, 3], 3, [], 0.0)
+    for key in (3, 2, 1):
+        policy.access(key)
+    policy.end_session(1)
+    assert (policy.demoted, policy.sessions_ended) == (3, 1)
+    policy.reset()
+    assert (policy.demoted, policy.sessions_ended, len(policy)) == (0, 0, 0)

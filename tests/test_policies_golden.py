@@ -111,3 +111,34 @@ def test_belady_refuses_a_stream_that_is_not_its_future():
     assert not cache.access(1)
     with pytest.raises(ValueError, match="future"):
         cache.access(3)
+
+
+def _core_defaults(cls: type) -> dict[str, object]:
+    """The keyword defaults of the compiled constructor behind ``cls`` (its signature line)."""
+    import ast
+
+    base = next(b for b in cls.__mro__ if b.__module__ == "wakman._core")
+    signature = base.__init__.__doc__.splitlines()[0]
+    tree = ast.parse(f"def f{signature[len('__init__') :].split(' ->')[0]}: pass").body[0].args
+    names = [a.arg for a in tree.args]
+    return {
+        n: ast.literal_eval(d)
+        for n, d in zip(names[len(names) - len(tree.defaults) :], tree.defaults, strict=True)
+        if n != "capacity"
+    }
+
+
+@pytest.mark.parametrize("name", ["s3fifo", "chain-lru"])
+def test_the_documented_parameters_are_the_cores_defaults(name):
+    """Each policy module's ``Parameters:`` paragraph names every parameter with the default the
+    compiled constructor has (the Python modules also kept copies of some as constants, used by
+    nothing, that nothing tied to the core)."""
+    import ast
+    import re
+    import sys
+
+    cls = POLICIES[name]
+    doc = sys.modules[cls.__module__].__doc__
+    paragraph = re.search(r"Parameters: (.*?)(?:\n\n|\Z)", doc, re.S).group(1)
+    documented = {k: ast.literal_eval(v) for k, v in re.findall(r"``(\w+)=([^`]+)``", paragraph)}
+    assert documented == _core_defaults(cls)

@@ -61,7 +61,7 @@ class ARC final : public Policy {
     incoming_ = adapt(i) ? 2 : 1;
     n.where = kPending;
     pending_.push_head(s_.nodes, i);
-    if (static_cast<int64_t>(pending_.size()) > capacity_) s_.drop(s_.pop_tail(pending_));
+    if (static_cast<int64_t>(pending_.size()) > pending_bound(2 * capacity_)) s_.drop(s_.pop_tail(pending_));
   }
 
   Key evict() override {

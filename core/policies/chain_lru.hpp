@@ -66,8 +66,12 @@ class ExtensionStats {
     root_index_.insert(root, r);
     return r;
   }
-  // The slot of a known root, or -1.
-  int32_t find_root(Key root) const { return root_index_.find(root); }
+  // The slot root_slot(root) would read, without adding the root: its own, the shared entry (slot
+  // 0) once the table is full, or -1 for a root not heard while there is room (unknown).
+  int32_t find_root(Key root) const {
+    const int32_t r = root_index_.find(root);
+    return (r >= 0 || roots_.size() < kMaxRoots + 1) ? r : 0;
+  }
 
   size_t open_ends() const { return end_index_.size(); }
   size_t roots() const { return root_index_.size(); }
@@ -317,7 +321,7 @@ class ChainLRU final : public Policy {
     ghost_.unlink(s_.nodes, i);
     s_.nodes[i].where = kPending;
     pending_.push_head(s_.nodes, i);
-    if (static_cast<int64_t>(pending_.size()) > capacity_) s_.drop(s_.pop_tail(pending_));
+    if (static_cast<int64_t>(pending_.size()) > pending_bound(capacity_ + ghost_capacity_)) s_.drop(s_.pop_tail(pending_));
   }
 
   Key evict() override {
@@ -434,7 +438,7 @@ class ChainLRU final : public Policy {
     owner_.clear();
     owner_epoch_ = 0;
     next_serial_ = kShared + 1;
-    sessions_ended_ = 0;
+    sessions_ended_ = demoted_ = 0;
     heard_ = 0;
     has_session_ = false;
     if (adaptive_) {

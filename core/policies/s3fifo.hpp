@@ -73,7 +73,7 @@ class S3FIFO final : public Policy {
     ghost_.unlink(s_.nodes, i);
     s_.nodes[i].where = kPending;
     pending_.push_head(s_.nodes, i);
-    if (static_cast<int64_t>(pending_.size()) > std::max<int64_t>(capacity_, 1)) s_.drop(s_.pop_tail(pending_));
+    if (static_cast<int64_t>(pending_.size()) > pending_bound(capacity_ + ghost_capacity_)) s_.drop(s_.pop_tail(pending_));
   }
 
   Key evict() override {

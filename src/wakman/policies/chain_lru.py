@@ -23,13 +23,15 @@ Semantics (C = capacity in blocks; times in seconds, from the request stream):
   halve when ``resolved`` reaches 1024; after 4,096 roots, new roots share one entry. The request is
   the *insert context*: its root is *rarely extended* when ``rate < threshold``.
   ``inserting_for(root)`` sets the context for the inserts that follow (the serve loop, when a
-  request is admitted and when one of its output blocks is cached); an unknown root is not rarely
-  extended.
+  request is admitted and when one of its output blocks is cached), read as ``on_request`` reads
+  it (a root heard after the 4,096th reads the shared entry); a root not heard while there was
+  room is not rarely extended.
 - Two LRU queues: probation P and main M, and a ghost G (FIFO of ``int(ghost_ratio * C)`` keys).
 - insert: into P when the context's root is rarely extended, else into M; a key that is in G (or
   left G by a ``miss``) goes to M instead and leaves G.
 - miss of a key in G: it leaves G at once, before the evictions that make room for it (as S3-FIFO),
-  and waits (at most C such keys) for its insert.
+  and waits (at most C such keys, fewer only where C + the ghost + C would pass the core's 2**31
+  keys) for its insert.
 - Each block remembers whether it was inserted for a rarely extended root (*rare*) and whether it
   has been *hit* since its insert (a key inserted back from G, or from the keys waiting after
   leaving G, counts as hit; an adopted one does not), and has a counter, 0 at insert.
@@ -122,8 +124,8 @@ keys, so an end there moves prompt blocks only); so does vLLM's scheduler with `
 
 Without the hints (``replay``, ``access``, a driver that sees no requests) no block is rare, the
 duel never runs, every insert goes to M and chain-lru (in its default adaptive mode) is exactly LRU;
-in filter mode every insert still goes to P (a 200,000-key Zipf replay at 1,000 blocks: 102,207
-hits against LRU's 87,886); in the recency mode the same
+in filter mode every insert still goes to P (a segmented LRU with a ghost, no longer LRU); in the
+recency mode the same
 holds for traffic whose every root is extended (agentic and chat sessions). Within a request the
 blocks are inserted deepest first (as vLLM frees them), so P and M evict a chain's tail before its
 prefix, and no block outlives its parent in P longer than in LRU.
@@ -151,10 +153,6 @@ root (at most 4,097). The adaptive mode's two miniatures hold ``C // S`` blocks 
 from __future__ import annotations
 
 from wakman import _core
-
-WINDOW_S = 120.0
-THRESHOLD = 0.2
-GHOST_RATIO = 1.0
 
 
 class ChainLRU(_core.ChainLRU):

@@ -20,9 +20,11 @@ puts inherited blocks in M, oldest first, freq 0; S and G start empty. ``remove`
 of its queue without a ghost entry; ``evict_key`` (the host's eviction of a given block) puts a
 key from S into G as S's victims go (G's oldest leaves when G is full) and drops one from M; it
 does not count as an eviction for the warm-up rule. A ghost hit whose key is never inserted waits
-at most C such keys before it is forgotten.
+among at most C such keys before it is forgotten (fewer only where C + the ghost + C would pass the
+core's 2**31 keys).
 
-Parameters: ``small_ratio=0.1``, ``ghost_ratio=0.9``, ``promote_threshold=2``, ``freq_cap=3``.
+Parameters: ``small_ratio=0.1``, ``ghost_ratio=0.9``, ``promote_threshold=2``, ``freq_cap=3``,
+``warmup_to_main=True``.
 
 Edge case: libCacheSim refuses to insert anything when ``int(small_ratio * C) <= 1``; here S may be
 that small and blocks are still inserted, so exact agreement needs ``C >= 2 / small_ratio``.
@@ -33,11 +35,6 @@ from __future__ import annotations
 from typing import Any
 
 from wakman import _core
-
-SMALL_RATIO = 0.10
-GHOST_RATIO = 0.90
-PROMOTE_THRESHOLD = 2
-FREQ_CAP = 3
 
 
 class S3FIFO(_core.S3FIFO):
