@@ -73,6 +73,26 @@ def test_an_empty_variable_means_unset():
     assert PluginSettings.from_env({"WAKMAN_POLICY": "chain-lru", "WAKMAN_SESSIONS": ""}).sessions is False
 
 
+@pytest.mark.parametrize(
+    "var", ["WAKMAN_INTERVAL_S", "WAKMAN_WINDOW_S", "WAKMAN_HYSTERESIS", "WAKMAN_CANDIDATES"]
+)
+def test_a_blank_manager_variable_means_unset(var):
+    """A manager variable set to blanks is unset too: with lru it was "only apply to wakman",
+    with wakman "' ' is not a number of seconds"."""
+    assert PluginSettings.from_env({"WAKMAN_POLICY": "lru", var: " "}).policy == "lru"
+    assert PluginSettings.from_env({"WAKMAN_POLICY": "wakman", var: " \t"}).adaptive == PAPER
+
+
+def test_a_replay_runs_inline_where_the_variable_is_set_but_blank():
+    """``wakman replay --engine vllm`` runs its decisions inline unless ``WAKMAN_REPLAY`` says
+    otherwise; set but blank (unset to the settings) it ran them in a thread."""
+    from wakman.vllm_plugin.replay import with_replay_defaults
+
+    for env in ({}, {"WAKMAN_REPLAY": ""}, {"WAKMAN_REPLAY": "  "}):
+        assert PluginSettings.from_env(with_replay_defaults(env)).replay == "inline"
+    assert PluginSettings.from_env(with_replay_defaults({"WAKMAN_REPLAY": "thread"})).replay == "thread"
+
+
 @pytest.fixture
 def loggers():
     """The ``wakman``, ``vllm`` and root loggers' state, restored after the test."""

@@ -142,6 +142,34 @@ def test_a_state_left_by_an_exited_engine_is_not_reported(tmp_path, monkeypatch)
     assert not stale.exists()
 
 
+def test_one_process_collector_gives_one_series_per_rank(tmp_path, monkeypatch):
+    """Two live processes publishing rank 0 (two servers sharing a folder, a predecessor not yet
+    reaped): the collector gave every series twice with one label set (Prometheus refuses such a
+    scrape); now counters add up (as the mirror's) and the gauges are the latest state's."""
+    from wakman.vllm_plugin import metrics
+
+    monkeypatch.setenv(metrics.ENV_DIR, str(tmp_path))
+    engines = [subprocess.Popen(["sleep", "60"]) for _ in range(2)]
+    try:
+        for engine, (decisions, live, at) in zip(
+            engines, ((7, "lru", 1000.0), (3, "s3fifo", 2000.0)), strict=True
+        ):
+            path = tmp_path / f"engine-{engine.pid}-0.json"
+            path.write_text(json.dumps({**_state(0, live), "decisions": decisions}))
+            os.utime(path, (at, at))
+        registry = CollectorRegistry()
+        registry.register(metrics.WakmanCollector())
+        text = generate_latest(registry).decode()
+    finally:
+        for engine in engines:
+            engine.kill()
+            engine.wait()
+    samples = [line.rsplit(" ", 1)[0] for line in text.splitlines() if line.startswith("wakman:")]
+    assert len(samples) == len(set(samples)), text
+    assert _value(text, 'wakman:decisions_total{engine="0"}') == 10.0
+    assert _value(text, 'wakman:live_policy{engine="0",policy="s3fifo"}') == 1.0  # the latest's
+
+
 def test_the_mirror_copies_on_its_own_with_no_traffic(tmp_path):
     """The first API server's mirror copies the engines' states once a second from its own thread:
     a state the engine publishes after the last of vLLM's calls (an idle server; vLLM calls no

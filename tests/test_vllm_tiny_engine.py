@@ -5,6 +5,7 @@ can use, and the model folder a build leaves behind."""
 from __future__ import annotations
 
 import glob
+import itertools
 import os
 import tempfile
 from pathlib import Path
@@ -58,3 +59,45 @@ def test_build_llm_caps_the_step_budget_and_leaves_no_model_folder(monkeypatch):
     assert seen["config_there"] and seen["max_model_len"] == 2_000
     assert seen["max_num_batched_tokens"] == 4 * 2_000
     assert set(glob.glob(pattern)) == before
+
+
+def test_build_llm_runs_the_engine_in_process_whatever_the_environment_says(monkeypatch):
+    """A user's ``VLLM_ENABLE_V1_MULTIPROCESSING=1`` won: the replay started a whole engine in
+    another process, then died on ``'SyncMPClient' object has no attribute 'engine_core'``."""
+    import vllm
+
+    seen: dict = {}
+
+    class RecordingLLM:
+        def __init__(self, **kwargs) -> None:
+            seen["multiprocessing"] = os.environ.get("VLLM_ENABLE_V1_MULTIPROCESSING")
+
+    monkeypatch.setattr(vllm, "LLM", RecordingLLM)
+    monkeypatch.setattr(os, "environ", {**os.environ, "VLLM_ENABLE_V1_MULTIPROCESSING": "1"})
+    engine.build_llm(100, 32, policy=None)
+    assert seen["multiprocessing"] == "0"
+
+
+def test_the_served_engine_runs_build_llms_settings(tmp_path, monkeypatch):
+    """``VllmHttpServer`` serves the engine ``build_llm`` builds: it left out the GPU memory
+    fraction (vLLM's 0.9 refuses to start beside another process on the GPU) and the step budget's
+    cap (2e9 tokens: 22 GB)."""
+    import vllm
+
+    from wakman.vllm_plugin.server import VllmHttpServer
+
+    seen: dict = {}
+
+    class RecordingLLM:
+        def __init__(self, **kwargs) -> None:
+            seen.update(kwargs)
+
+    monkeypatch.setattr(vllm, "LLM", RecordingLLM)
+    monkeypatch.setattr(os, "environ", os.environ.copy())
+    settings = dict(max_model_len=2_000, max_num_seqs=4, max_num_batched_tokens=2_000_000_000)
+    engine.build_llm(100, 32, policy=None, **settings)
+    argv = VllmHttpServer(tmp_path, 100, 32, policy=None, **settings).argv
+    served = dict(itertools.pairwise(argv))
+    assert float(served["--gpu-memory-utilization"]) == seen["gpu_memory_utilization"]
+    assert int(served["--max-num-batched-tokens"]) == seen["max_num_batched_tokens"] == 4 * 2_000
+    assert int(served["--max-model-len"]) == seen["max_model_len"]

@@ -32,7 +32,7 @@ from wakman.vllm_plugin.engine import (
     plugin_environment,
     step_budget,
 )
-from wakman.vllm_plugin.replay import REPLAY_DEFAULTS
+from wakman.vllm_plugin.replay import with_replay_defaults
 from wakman.vllm_plugin.settings import STATIC_POLICIES, PluginSettings, SettingsError
 
 ENGINES = ("vllm",)
@@ -174,8 +174,12 @@ def replay(
                 f"--capacity-blocks {capacity:,} of {trace_bs}-token blocks: the engine's KV cache would "
                 f"take {kv_bytes / 1e9:,.1f} GB, more than the {available / 1e9:,.1f} GB free {where}"
             )
+        # the engine publishes its state for /metrics, which no one serves here: in a folder of its
+        # own (in a WAKMAN_METRICS_DIR from the environment it would show on that folder's server's
+        # /metrics, beside that server's engine of the same rank, for as long as the replay runs)
+        os.environ.pop("WAKMAN_METRICS_DIR", None)
         if policy != "stock":  # the WAKMAN_* settings the engine's plugin will read, checked now
-            engine_env = {**REPLAY_DEFAULTS, **os.environ, **plugin_environment(policy, sessions)}
+            engine_env = {**with_replay_defaults(os.environ), **plugin_environment(policy, sessions)}
             try:
                 PluginSettings.from_env(engine_env)
             except SettingsError as exc:

@@ -35,6 +35,10 @@ TINY_LLAMA = {
     "eos_token_id": 2,
 }
 TINY_DTYPE = "float32"  # the engine's --dtype: the tiny model runs, and caches its KV, in 32 bits
+# the tiny model and its fixed blocks need a few hundred MB: on a GPU, vLLM checks at start-up that
+# this fraction of the device is free, and its default (0.9) would refuse to start beside any other
+# process on it; on a CPU, VLLM_CPU_KVCACHE_SPACE sizes the cache and this is unread
+TINY_GPU_MEMORY_UTILIZATION = 0.2
 SCHEDULER_CLS = "wakman.vllm_plugin.WakmanScheduler"
 ENGINE_ENV = {"HF_HUB_OFFLINE": "1", "VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_ENABLE_V1_MULTIPROCESSING": "0"}
 
@@ -91,6 +95,15 @@ def step_budget(max_num_batched_tokens: int, block_size: int) -> int:
     return max(max_num_batched_tokens, block_size)
 
 
+def engine_step_tokens(
+    max_num_batched_tokens: int, block_size: int, max_num_seqs: int, max_model_len: int
+) -> int:
+    """``--max-num-batched-tokens`` as the harness's engines run it: ``step_budget``, at most every
+    sequence's whole length (a step never schedules more: a larger budget is never used, but vLLM
+    sizes its step buffers by it; 2e9 tokens took 22 GB, then the OOM killer)."""
+    return min(step_budget(max_num_batched_tokens, block_size), max(1, max_num_seqs) * max_model_len)
+
+
 def available_memory_bytes(on_gpu: bool = False) -> int | None:
     """The memory the KV cache can have, in bytes: on the host (``on_gpu`` False: a CPU build's cache)
     what the kernel says a new allocation can have (``MemAvailable``, Linux); on the GPU what CUDA
@@ -137,6 +150,8 @@ def build_llm(
     check_environment()  # before vLLM is imported: a broken torchvision would kill the import
     for key, value in ENGINE_ENV.items():
         os.environ.setdefault(key, value)
+    # in-process, whatever the environment says: the replay and the tests read its scheduler
+    os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
     if policy is not None:
         os.environ.update(plugin_environment(policy, sessions))
     else:
@@ -157,16 +172,11 @@ def build_llm(
         num_gpu_blocks_override=capacity_blocks + 1,  # block 0 is vLLM's null block
         max_model_len=max_model_len,
         max_num_seqs=max_num_seqs,
-        # a step never schedules more than every sequence's whole length: a larger budget is never
-        # used, but vLLM sizes its step buffers by it (2e9 tokens took 22 GB, then the OOM killer)
-        max_num_batched_tokens=min(
-            step_budget(max_num_batched_tokens, block_size), max(1, max_num_seqs) * max_model_len
+        max_num_batched_tokens=engine_step_tokens(
+            max_num_batched_tokens, block_size, max_num_seqs, max_model_len
         ),
         enforce_eager=True,
-        # the tiny model and its fixed blocks need a few hundred MB: on a GPU, vLLM checks at start-up
-        # that this fraction of the device is free, and its default (0.9) would refuse to start beside
-        # any other process on it; on a CPU, VLLM_CPU_KVCACHE_SPACE sizes the cache and this is unread
-        gpu_memory_utilization=0.2,
+        gpu_memory_utilization=TINY_GPU_MEMORY_UTILIZATION,
         disable_log_stats=False,
         seed=0,
     )

@@ -131,7 +131,14 @@ def read_states() -> list[EngineState]:
 
 
 def read_states_by_pid() -> list[tuple[int, EngineState]]:
-    """The states of the engines alive now, each with its engine process's pid. A file left by an
+    """The states of the engines alive now, each with its engine process's pid
+    (``read_published``'s, without the publish times)."""
+    return [(pid, state) for pid, _, state in read_published()]
+
+
+def read_published() -> list[tuple[int, float, EngineState]]:
+    """The states of the engines alive now, each with its engine process's pid and the time it was
+    published (the file's modification time, s since the epoch). A file left by an
     engine process that has exited (a restarted engine, an earlier run sharing the directory) is
     removed, never reported: its counters would be read as the live engine's (one the reader may
     not remove is skipped all the same). Reading creates nothing: with ``WAKMAN_METRICS_DIR`` unset
@@ -157,14 +164,19 @@ def read_states_by_pid() -> list[tuple[int, EngineState]]:
                 path.unlink(missing_ok=True)
             continue
         try:
-            states.append((pid, msgspec.json.decode(path.read_bytes(), type=EngineState)))
+            published = path.stat().st_mtime
+            states.append((pid, published, msgspec.json.decode(path.read_bytes(), type=EngineState)))
         except (OSError, msgspec.DecodeError):  # ValidationError is a DecodeError
             continue
     return states
 
 
 class WakmanCollector:
-    """A prometheus_client custom collector over the published engine states."""
+    """A prometheus_client custom collector over the published engine states: one series per engine
+    rank. Where two live processes publish one rank (a predecessor not yet reaped, two servers
+    sharing a folder) their counters add up, as the multiprocess mirror's do, and the gauges are
+    the one that published last's (two series with one label set would make Prometheus refuse the
+    scrape)."""
 
     def collect(self) -> Iterator[Any]:
         from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
@@ -185,18 +197,22 @@ class WakmanCollector:
         ends = CounterMetricFamily(
             "wakman:session_ends", "Session ends told to the live policy", labels=["engine"]
         )
-        for state in read_states():
-            engine = str(state.engine)
-            for name in state.candidates:
-                live.add_metric([engine, name], 1.0 if name == state.live_policy else 0.0)
-            for name, rate in state.shadow_hit_rate.items():
+        ranks: dict[int, list[tuple[float, EngineState]]] = {}
+        for _, published, state in read_published():
+            ranks.setdefault(state.engine, []).append((published, state))
+        for rank, states in sorted(ranks.items()):
+            engine = str(rank)
+            latest = max(states, key=lambda published_state: published_state[0])[1]
+            for name in latest.candidates:
+                live.add_metric([engine, name], 1.0 if name == latest.live_policy else 0.0)
+            for name, rate in latest.shadow_hit_rate.items():
                 shadow.add_metric([engine, name], rate)
-            decisions.add_metric([engine], state.decisions)
-            switches.add_metric([engine], state.switches)
-            errors.add_metric([engine], state.replay_errors)
-            last.add_metric([engine], state.last_replay_seconds)
-            total.add_metric([engine], state.replay_seconds_total)
-            ends.add_metric([engine], state.session_ends)
+            last.add_metric([engine], latest.last_replay_seconds)
+            decisions.add_metric([engine], sum(s.decisions for _, s in states))
+            switches.add_metric([engine], sum(s.switches for _, s in states))
+            errors.add_metric([engine], sum(s.replay_errors for _, s in states))
+            total.add_metric([engine], sum(s.replay_seconds_total for _, s in states))
+            ends.add_metric([engine], sum(s.session_ends for _, s in states))
         yield from (live, shadow, decisions, switches, errors, last, total, ends)
 
 

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
@@ -40,6 +40,12 @@ from wakman.vllm_plugin.sessions import END_MARK
 # WAKMAN_* defaults of a replay, where the environment does not set them: decisions in the step loop
 REPLAY_DEFAULTS = {"WAKMAN_REPLAY": "inline"}
 FIRST_TOKEN = 3  # ids 0-2 are left to special tokens
+
+
+def with_replay_defaults(env: Mapping[str, str]) -> dict[str, str]:
+    """``env`` with ``REPLAY_DEFAULTS`` where it leaves them unset (or set but blank, which the
+    settings read as unset)."""
+    return {**env, **{k: v for k, v in REPLAY_DEFAULTS.items() if not env.get(k, "").strip()}}
 
 
 class TokenBuilder:
@@ -171,8 +177,7 @@ def replay(
     last = {r.session_id: i for i, r in enumerate(requests) if r.session_id is not None}
     marked = set(last.values()) if session_ends else set()  # as a client that closes its sessions
     requests = as_engine_serves(requests, max_output_tokens=max_output_tokens)
-    for name, value in REPLAY_DEFAULTS.items():
-        os.environ.setdefault(name, value)
+    os.environ.update(with_replay_defaults(os.environ))
     from vllm import SamplingParams
     from vllm.inputs import TokensPrompt
 

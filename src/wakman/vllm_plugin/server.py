@@ -10,6 +10,7 @@ stops before serving. ``prefix_cache_counters()`` reads vLLM's own Prometheus co
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import signal
@@ -23,7 +24,14 @@ from pathlib import Path
 from types import TracebackType
 from typing import Self
 
-from wakman.vllm_plugin.engine import ENGINE_ENV, SCHEDULER_CLS, TINY_DTYPE, tiny_model_dir
+from wakman.vllm_plugin.engine import (
+    ENGINE_ENV,
+    SCHEDULER_CLS,
+    TINY_DTYPE,
+    TINY_GPU_MEMORY_UTILIZATION,
+    engine_step_tokens,
+    tiny_model_dir,
+)
 
 SERVED_MODEL = "tiny"
 _LIVE = re.compile(r'^wakman:live_policy\{[^}]*policy="([^"]+)"[^}]*\} 1\.0$', re.M)
@@ -42,6 +50,16 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
+def _signal_group(group: int, sig: int) -> bool:
+    """Send ``sig`` to process group ``group`` (0: only check it); False where no process is left
+    in it."""
+    try:
+        os.killpg(group, sig)
+    except ProcessLookupError:
+        return False
+    return True
+
+
 class ServerFailed(RuntimeError):
     """The server exited or did not answer ``/health`` in time; the message ends with its log."""
 
@@ -51,7 +69,10 @@ class ServerProcess:
 
     A context manager: entering starts ``argv`` with ``env`` (stdout and stderr to ``log_path``)
     and waits up to ``start_timeout_s`` seconds, raising ``ServerFailed`` if the process exits or
-    never answers; leaving stops it (SIGINT to its process group, SIGKILL after 30 s)."""
+    never answers; leaving stops it (SIGINT to its process group, SIGKILL after 30 s). Whatever ends
+    the start-up (a failure, Ctrl-C: the child's own session does not get the terminal's SIGINT)
+    stops it too, and so does a stop after the first process exited: the rest of its group (an API
+    server's engine core) is signalled all the same."""
 
     def __init__(
         self, argv: list[str], env: dict[str, str], port: int, log_path: Path, start_timeout_s: float = 600.0
@@ -68,6 +89,15 @@ class ServerProcess:
             self.argv, env=self.env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
         )
         log.close()
+        try:
+            self._wait_healthy()
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def _wait_healthy(self) -> None:
+        assert self._proc is not None
         deadline = time.monotonic() + self.start_timeout_s
         while time.monotonic() < deadline:
             if self._proc.poll() is not None:
@@ -75,11 +105,10 @@ class ServerProcess:
             try:
                 with urllib.request.urlopen(self.url + "/health", timeout=5) as resp:
                     if resp.status == 200:
-                        return self
+                        return
             except (urllib.error.URLError, OSError):
                 pass
             time.sleep(1.0)
-        self.stop()
         waited = f"{self.start_timeout_s:g} s"
         raise ServerFailed(f"the server did not answer /health in {waited}:\n{self.log_tail()}")
 
@@ -87,15 +116,21 @@ class ServerProcess:
         self.stop()
 
     def stop(self) -> None:
+        """SIGINT to the server's process group (its session), SIGKILL after 30 s to what is left;
+        the group is signalled even where its first process has exited."""
         proc, self._proc = self._proc, None
-        if proc is None or proc.poll() is not None:
+        if proc is None:
             return
-        os.killpg(proc.pid, signal.SIGINT)
-        try:
-            proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
+        if not _signal_group(proc.pid, signal.SIGINT):
             proc.wait()
+            return
+        deadline = time.monotonic() + 30.0
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            proc.wait(timeout=30)
+        while _signal_group(proc.pid, 0) and time.monotonic() < deadline:  # the rest of the group
+            time.sleep(0.1)
+        _signal_group(proc.pid, signal.SIGKILL)
+        proc.wait()
 
     def log_tail(self, chars: int = 4000) -> str:
         try:
@@ -130,7 +165,8 @@ class VllmHttpServer(ServerProcess):
     """``vllm serve`` with ``capacity_blocks`` usable KV blocks of ``block_size`` tokens.
 
     ``policy=None`` is stock vLLM; otherwise wakman's scheduler runs ``WAKMAN_POLICY=policy``. The
-    engine settings match ``build_llm``'s (dummy weights, float32, eager, seed 0), so the same trace
+    engine settings match ``build_llm``'s (dummy weights, float32, eager, seed 0, its GPU memory
+    fraction and its step budget, ``engine_step_tokens``), so the same trace
     meets the same pool in ``wakman replay --engine vllm``; the model folder (``model_dir``) holds
     the tiny model and its tokenizer."""
 
@@ -147,20 +183,21 @@ class VllmHttpServer(ServerProcess):
     ) -> None:
         workdir = Path(workdir)
         limit = capacity_blocks * block_size
-        self.model_dir = tiny_model_dir(
-            workdir / "model", tokenizer=True, max_model_len=min(max_model_len or limit, limit)
-        )
+        model_len = min(max_model_len or limit, limit)
+        self.model_dir = tiny_model_dir(workdir / "model", tokenizer=True, max_model_len=model_len)
+        step_tokens = engine_step_tokens(max_num_batched_tokens, block_size, max_num_seqs, model_len)
         port = free_port()
         argv = [
             sys.executable, "-m", "vllm.entrypoints.openai.api_server",
             "--model", str(self.model_dir), "--served-model-name", SERVED_MODEL,
             "--host", "127.0.0.1", "--port", str(port),
             "--load-format", "dummy", "--dtype", TINY_DTYPE, "--enforce-eager", "--seed", "0",
+            "--gpu-memory-utilization", str(TINY_GPU_MEMORY_UTILIZATION),
             "--enable-prefix-caching", "--block-size", str(block_size),
             "--num-gpu-blocks-override", str(capacity_blocks + 1),  # block 0 is vLLM's null block
-            "--max-model-len", str(min(max_model_len or limit, limit)),
+            "--max-model-len", str(model_len),
             "--max-num-seqs", str(max_num_seqs),
-            "--max-num-batched-tokens", str(max(max_num_batched_tokens, block_size)),
+            "--max-num-batched-tokens", str(step_tokens),
         ]  # fmt: skip
         served_env = {k: v for k, v in ENGINE_ENV.items() if k != "VLLM_ENABLE_V1_MULTIPROCESSING"}
         # the caller's WAKMAN_* settings are this harness's, not the served engine's: an inherited

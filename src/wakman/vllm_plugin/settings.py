@@ -59,7 +59,7 @@ class PluginSettings:
         replay = replay_mode_from_env(env)
         sessions = _sessions(env)
         if policy in STATIC_POLICIES:
-            extra = [k for k in ADAPTIVE_VARS if env.get(k)]
+            extra = [k for k in ADAPTIVE_VARS if _value(env, k)]
             if extra:
                 raise SettingsError(f"{', '.join(extra)} only apply to wakman / wakman-plus, not {policy}")
             if sessions and policy != SESSION_POLICY:
@@ -73,14 +73,14 @@ class PluginSettings:
         config = ADAPTIVE_PRESETS[policy]
         changes: dict[str, object] = {}
         for var, field in (("WAKMAN_INTERVAL_S", "interval_s"), ("WAKMAN_WINDOW_S", "window_s")):
-            if env.get(var):
+            if _value(env, var):
                 try:
-                    changes[field] = float(env[var])  # its bounds are AdaptiveConfig's, checked below
+                    changes[field] = float(_value(env, var))  # its bounds are AdaptiveConfig's, checked below
                 except ValueError:
                     raise SettingsError(f"{var}={env[var]!r} is not a number of seconds") from None
-        if env.get("WAKMAN_HYSTERESIS"):
+        if _value(env, "WAKMAN_HYSTERESIS"):
             try:
-                points = float(env["WAKMAN_HYSTERESIS"])
+                points = float(_value(env, "WAKMAN_HYSTERESIS"))
             except ValueError:
                 raise SettingsError(
                     f"WAKMAN_HYSTERESIS={env['WAKMAN_HYSTERESIS']!r} is not a number of points"
@@ -91,7 +91,7 @@ class PluginSettings:
         if "interval_s" in changes:
             changes["first_decision_s"] = changes["interval_s"]
             changes.setdefault("window_s", changes["interval_s"] if policy == "wakman" else config.window_s)
-        if env.get("WAKMAN_CANDIDATES"):
+        if _value(env, "WAKMAN_CANDIDATES"):
             names = tuple(n.strip().lower() for n in env["WAKMAN_CANDIDATES"].split(",") if n.strip())
             bad = [n for n in names if n not in STATIC_POLICIES]
             if bad or len(names) < 2 or len(set(names)) != len(names):
@@ -114,6 +114,11 @@ class PluginSettings:
             except ValueError as exc:
                 raise SettingsError(f"WAKMAN_SESSIONS=1: {exc}") from None
         return cls(policy=policy, adaptive=config, replay=replay, sessions=sessions)
+
+
+def _value(env: Mapping[str, str], var: str) -> str:
+    """``var``'s value, stripped: set but empty (or blank) is unset, as for every ``WAKMAN_*``."""
+    return env.get(var, "").strip()
 
 
 def replay_mode_from_env(env: Mapping[str, str] | None = None) -> str:
