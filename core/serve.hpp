@@ -70,7 +70,7 @@ class ServeLoop : LoopState {
         arrive(static_cast<uint32_t>(i), next_arrival);
         ++i;
         try_admit();
-        if (i == n) out_.backlog_at_last_arrival = static_cast<int64_t>(waiting_.size());
+        if (i == n) out_.backlog_at_last_arrival = backlog();
         continue;
       }
       try_admit();
@@ -152,6 +152,7 @@ class ServeLoop : LoopState {
     const int64_t hit_tokens = hits * r.block_size;
     const bool counted = count_admission(index, hits, first);
     double start = std::max(out_.now, lane_free_);
+    if (counted) out_.queueing_delays_s.back() = start - r.arrival_s;  // until its prefill starts
     const double prefill = server_.prefill_s(r.prompt_tokens - hit_tokens);
     if (measured_[index]) out_.prefill_busy_s += prefill;  // the measured requests' work (saturation)
     run.prefill_start = start;
@@ -213,6 +214,13 @@ class ServeLoop : LoopState {
   }
 
   void drop_running(uint32_t index) { running_.erase(std::find(running_.begin(), running_.end(), index)); }
+
+  // Requests waiting now: for admission, or admitted and waiting for the prefill lane.
+  int64_t backlog() const {
+    int64_t lane = 0;
+    for (uint32_t index : running_) lane += runs_[index].prefill_start > out_.now;
+    return static_cast<int64_t>(waiting_.size()) + lane;
+  }
 
   // The victim frees its blocks and waits at the queue's head; it restarts from its prompt (this
   // model keeps no sampled output, where vLLM keeps them: the step loop models that), but, as vLLM's

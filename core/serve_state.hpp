@@ -63,7 +63,8 @@ struct ServeTotals {
   std::vector<double> measured_arrivals_s;  // arrival of each measured admission, in queueing_delays_s order
   std::vector<int64_t> first_hit_tokens;    // per request: hit tokens at its first admission, -1 if never admitted
   double prefill_busy_s = 0.0;              // seconds of the measured requests' prefill work, re-admissions included
-  int64_t backlog_at_last_arrival = -1;     // requests waiting once the last arrival was admitted or queued
+  int64_t backlog_at_last_arrival = -1;     // requests waiting (to be admitted, or for the prefill lane)
+                                            // once the last arrival was admitted or queued
   std::vector<IntervalCell> intervals;
   double now = 0.0, t0 = 0.0, free_area = 0.0;
   bool started = false;

@@ -462,3 +462,53 @@ def test_a_sweep_with_prefill_bound_and_slot_bound_runs_gives_both_remedies(tmp_
     assert swept.exit_code == 0, swept.output
     assert "saturated in 2 of 2 runs" in swept.stderr
     assert "raise --prefill-tps" in swept.stderr and "raise --max-running" in swept.stderr
+
+
+def test_the_prefill_lane_queue_is_queueing_delay_and_backlog():
+    """In the continuous model a request admitted to a busy lane waits for it: that wait is its
+    queueing delay (it read 0, the admission being immediate) and it counts in the backlog at the
+    last arrival (it read 0 while two dozen requests waited). Request i's prefill starts at
+    i * service, so it waits i * (service - gap)."""
+    n, gap, tokens = 30, 1.0, 16_000
+    server = ServerModel(prefill_tokens_per_s=4_000, max_running=n)
+    service = server.prefill_s(tokens)
+    out = run(steady_trace(n, gap, tokens), server)
+    mean_wait = (service - gap) * (n - 1) / 2
+    assert out["queueing_delay_s_mean"] == pytest.approx(mean_wait, rel=1e-9)
+    assert out["queueing_delay_s_p50"] == pytest.approx((service - gap) * (n - 1) / 2, rel=1e-9)
+    assert out["ttft_s_mean"] == pytest.approx(mean_wait + service, rel=1e-9)
+    # at the last arrival ((n - 1) * gap) every request whose prefill starts later waits
+    started = sum(i * service <= (n - 1) * gap for i in range(n))
+    assert out["backlog_at_last_arrival"] == n - started
+    assert out["saturated"] is True
+
+
+def test_a_short_burst_that_waits_a_fraction_of_a_second_is_not_saturated():
+    """Three requests 1 ms apart: their prefill work outruns the 2 ms span (utilization 22) and the
+    slope over it is steep, but each waits at most two short prefills: the run kept up. It was
+    flagged saturated, and ``advise`` then gave no answer at any size."""
+    reqs = steady_trace(3, 0.001, 160)
+    server = ServerModel(prefill_tokens_per_s=10_000)
+    out = run(reqs, server)
+    assert out["prefill_utilization"] > 1 and out["queueing_delay_s_mean"] < 0.05
+    assert out["saturated"] is False
+
+
+def test_longer_prompts_with_no_queue_are_not_saturated():
+    """Prompts that grow over the trace, each prefilled before the next arrives: no request waits,
+    but the time to first token grows with the prompt. ``queue_growth`` regressed the time to first
+    token (0.06 s per s here) and flagged the run; it regresses the queueing delay (0)."""
+    reqs = [
+        Request(
+            arrival_s=20.0 * i,
+            block_keys=[i * 10_000 + b + 1 for b in range((i + 1) * 750)],
+            prompt_tokens=(i + 1) * 750 * BLOCK,
+            output_tokens=1,
+            block_size=BLOCK,
+        )
+        for i in range(15)
+    ]
+    out = run(reqs, ServerModel(prefill_tokens_per_s=10_000), capacity=1_000_000)
+    assert out["ttft_s_p99"] > 15 and out["prefill_utilization"] < 1
+    assert out["queueing_delay_s_p99"] == 0.0 and out["queue_growth"] == 0.0
+    assert out["saturated"] is False

@@ -205,6 +205,7 @@ ROW_KEYS = (
     "rejected",
     "saturated",
     "prefill_utilization",
+    "queue_growth",
     "source",
 )
 

@@ -129,7 +129,7 @@ def fill_result(
     res.mean_free_blocks = out["free_area"] / span if span > 0 else float(pool.free)
     res.saturation = saturation(
         out["measured_arrivals_s"],
-        out["ttfts_s"],
+        out["queueing_delays_s"],
         out["prefill_busy_s"],
         out["backlog_at_last_arrival"],
         vllm_steps,

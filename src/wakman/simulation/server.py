@@ -31,12 +31,18 @@ admissions, and the rule:
   re-admissions after preemption included) over the arrival span (first to last arrival,
   seconds). Above 1 the offered prefill work exceeds what the lane can do in the time the traffic
   takes.
-- ``queue_growth``: the least-squares slope of each measured request's time to first token
-  (seconds: admission queue, prefill lane wait and its own prefill) against its arrival time
-  (seconds): 0 for a server that keeps up, ``load - 1`` for one whose queue grows without end
-  (the prefill lane, the decode slots or the KV pool can be the bottleneck).
-- saturated when ``prefill_utilization > 1`` or ``queue_growth > QUEUE_GROWTH_LIMIT`` (the time
-  to first token grows by more than 3 s per minute of traffic, sustained over the whole trace).
+- ``queue_growth``: the least-squares slope of each measured request's queueing delay (seconds
+  from its arrival to the start of its prefill: the admission queue and, in the continuous model,
+  the prefill lane; its own prefill left out, so longer prompts alone do not read as a queue)
+  against its arrival time (seconds): 0 for a server that keeps up, ``load - 1`` for one whose
+  queue grows without end (the prefill lane, the decode slots or the KV pool can be the
+  bottleneck).
+- ``mean_wait_s``: the measured requests' mean queueing delay (seconds).
+- saturated when ``prefill_utilization > 1`` or ``queue_growth > QUEUE_GROWTH_LIMIT`` (the
+  queueing delay grows by more than 3 s per minute of traffic, sustained over the whole trace),
+  and the requests wait for their prefill ``MIN_SATURATED_WAIT_S`` or more on average: a burst
+  whose prefill work outruns its short span, but whose requests wait a fraction of a second, is
+  served, not queued.
 """
 
 from __future__ import annotations
@@ -52,6 +58,7 @@ if TYPE_CHECKING:
     from wakman.traces.model import Request
 
 QUEUE_GROWTH_LIMIT = 0.05  # seconds of queueing delay per second of traffic
+MIN_SATURATED_WAIT_S = 1.0  # mean queueing delay (s) below which a run kept up, whatever the rates
 # Past these a modelled server's clock runs for ever (or its per-interval series fills the memory):
 # one token a second at the least, a minute an engine step (or a prefill's fixed cost) at the most.
 MIN_TOKENS_PER_S = 1.0
@@ -165,10 +172,12 @@ class Saturation:
     queue_growth: float
     backlog_at_last_arrival: int  # requests still waiting when the last one arrived
     vllm_steps: bool = False  # the run went step by step on a VllmServer (its flags are vLLM's)
+    mean_wait_s: float = 0.0  # the measured requests' mean queueing delay (s)
 
     @property
     def saturated(self) -> bool:
-        return self.prefill_utilization > 1.0 or self.queue_growth > QUEUE_GROWTH_LIMIT
+        overloaded = self.prefill_utilization > 1.0 or self.queue_growth > QUEUE_GROWTH_LIMIT
+        return overloaded and self.mean_wait_s >= MIN_SATURATED_WAIT_S
 
     def describe(self) -> str:
         """One line for a warning: the measures, and what to raise for the one that broke the rule
@@ -181,9 +190,9 @@ class Saturation:
         )
         return (
             f"the modelled server is saturated: prefill utilization {utilization}, "
-            f"time to first token growing {self.queue_growth:.3f} s per s of traffic, "
-            f"{self.backlog_at_last_arrival:,} requests waiting at the last arrival; hit rates are "
-            f"those of an overloaded queue ({remedy})"
+            f"queueing delay {self.mean_wait_s:.2f} s on average and growing {self.queue_growth:.3f} s "
+            f"per s of traffic, {self.backlog_at_last_arrival:,} requests waiting at the last arrival; "
+            f"hit rates are those of an overloaded queue ({remedy})"
         )
 
 
@@ -235,14 +244,14 @@ def saturated_runs_warning(rows: Iterable[dict[str, Any]], vllm_steps: bool, fie
 
 def saturation(
     arrivals_s: Sequence[float],
-    ttfts_s: Sequence[float],
+    waits_s: Sequence[float],
     prefill_busy_s: float,
     backlog: int,
     vllm_steps: bool = False,
 ) -> Saturation:
-    """The measures of ``Saturation`` from the measured admissions' arrivals and times to first
-    token (seconds, same order) and the prefill lane's busy seconds (``vllm_steps``: a step-by-step
-    run on a ``VllmServer``)."""
+    """The measures of ``Saturation`` from the measured admissions' arrivals and queueing delays
+    (seconds, same order) and the prefill lane's busy seconds (``vllm_steps``: a step-by-step run
+    on a ``VllmServer``)."""
     n = len(arrivals_s)
     span = max(arrivals_s) - min(arrivals_s) if n else 0.0
     burst = n >= 2 and prefill_busy_s > 0  # arrived at one instant: their prefill outruns a 0 s span
@@ -250,8 +259,9 @@ def saturation(
     growth = 0.0
     if n >= 2 and span > 0:
         mean_t = sum(arrivals_s) / n
-        mean_d = sum(ttfts_s) / n
+        mean_d = sum(waits_s) / n
         var = sum((t - mean_t) ** 2 for t in arrivals_s)
-        cov = sum((t - mean_t) * (d - mean_d) for t, d in zip(arrivals_s, ttfts_s, strict=True))
+        cov = sum((t - mean_t) * (d - mean_d) for t, d in zip(arrivals_s, waits_s, strict=True))
         growth = cov / var if var > 0 else 0.0
-    return Saturation(utilization, growth, max(backlog, 0), vllm_steps)
+    mean_wait = sum(waits_s) / n if n else 0.0
+    return Saturation(utilization, growth, max(backlog, 0), vllm_steps, mean_wait)
