@@ -37,7 +37,9 @@ def splitmix64(x: np.ndarray) -> np.ndarray:
 
 def sampled(reqs: list, every: int) -> list:
     """Each request's full prompt blocks and outputs with ``splitmix64(key) % every == 0``, the
-    prompt cut to those blocks (all of them can hit: one token past them)."""
+    prompt cut to those blocks (all of them can hit: one token past them), the output at least as
+    long as the sampled output keys (a request's output keys are at most the blocks its decoding
+    completes)."""
     mask = np.uint64(every - 1)
     out = []
     for r in reqs:
@@ -46,7 +48,12 @@ def sampled(reqs: list, every: int) -> list:
         outs = np.asarray(r.output_keys, dtype=np.uint64)
         outs = outs[(splitmix64(outs) & mask) == 0]
         tokens = len(keys) * r.block_size + 1
-        out.append(msgspec.structs.replace(r, block_keys=keys, output_keys=outs, prompt_tokens=tokens))
+        decoded = max(r.output_tokens, len(outs) * r.block_size)
+        out.append(
+            msgspec.structs.replace(
+                r, block_keys=keys, output_keys=outs, prompt_tokens=tokens, output_tokens=decoded
+            )
+        )
     return out
 
 

@@ -275,41 +275,89 @@ def recorded():
     return cfg, {name: dist for name, dist in names.values()}, samples, reqs
 
 
-def test_every_lognormal_matches_its_configuration(recorded):
-    """At five quantiles, the fraction of draws below the configured distribution's quantile
+def assert_follows(name: str, values: list[float], dist: LogNormal, integer: bool) -> None:
+    """At five quantiles, the fraction of ``values`` below the configured distribution's quantile
     matches the closed form (clipped log-normal; rounded values compared at half-integers) within
     4.5 binomial standard errors; plus median and log-space spread."""
+    n = len(values)
+    arr = np.asarray(values, dtype=float)
+
+    def cdf(x: float) -> float:
+        if x < dist.min:
+            return 0.0
+        if x >= dist.max:
+            return 1.0
+        return float(sps.norm.cdf((math.log(x) - math.log(dist.median)) / dist.sigma))
+
+    for q in (0.1, 0.25, 0.5, 0.75, 0.9):
+        x = math.exp(math.log(dist.median) + dist.sigma * sps.norm.ppf(q))
+        if integer:
+            k = max(1, round(x))
+            got, want = float(np.mean(arr <= k)), cdf(k + 0.5)
+        else:
+            got, want = float(np.mean(arr <= x)), cdf(x)
+        tolerance = 4.5 * math.sqrt(max(want * (1 - want), 1e-4) / n)
+        assert abs(got - want) <= tolerance, f"{name} at q{q}: {got:.3f} of {n:,} values, expected {want:.3f}"
+    logs = np.log(arr)
+    assert np.exp(np.median(logs)) == pytest.approx(dist.median, rel=0.15, abs=1), name
+    if dist.median >= 50:  # rounding is negligible: the log-space spread is sigma
+        assert np.std(logs) == pytest.approx(dist.sigma, rel=0.15), name
+
+
+def test_every_lognormal_matches_its_configuration(recorded):
+    """Every log-normal draw the generator makes follows its configured law (``assert_follows``)."""
     _cfg, dists, samples, _ = recorded
     checked = 0
     for name, values in samples.items():
         if len(values) < 200:
             continue  # catalog-level draws (100 or fewer): see the catalog test
-        dist, n = dists[name], len(values)
-        integer = isinstance(values[0], int)
-        arr = np.asarray(values, dtype=float)
-
-        def cdf(x: float, dist=dist) -> float:
-            if x < dist.min:
-                return 0.0
-            if x >= dist.max:
-                return 1.0
-            return float(sps.norm.cdf((math.log(x) - math.log(dist.median)) / dist.sigma))
-
-        for q in (0.1, 0.25, 0.5, 0.75, 0.9):
-            x = math.exp(math.log(dist.median) + dist.sigma * sps.norm.ppf(q))
-            if integer:
-                k = max(1, round(x))
-                got, want = float(np.mean(arr <= k)), cdf(k + 0.5)
-            else:
-                got, want = float(np.mean(arr <= x)), cdf(x)
-            tolerance = 4.5 * math.sqrt(max(want * (1 - want), 1e-4) / n)
-            assert abs(got - want) <= tolerance, f"{name} at q{q}: {got:.3f} of draws, expected {want:.3f}"
-        logs = np.log(arr)
-        assert np.exp(np.median(logs)) == pytest.approx(dist.median, rel=0.15, abs=1), name
-        if dist.median >= 50:  # rounding is negligible: the log-space spread is sigma
-            assert np.std(logs) == pytest.approx(dist.sigma, rel=0.15), name
+        assert_follows(name, values, dists[name], isinstance(values[0], int))
         checked += 1
     assert checked >= 10
+
+
+def _clipped_lognormal(rng: np.random.Generator, dist: LogNormal, n: int) -> np.ndarray:
+    """``n`` seconds from a configured time law, drawn here (numpy's log-normal, clipped)."""
+    return np.clip(rng.lognormal(math.log(dist.median), dist.sigma, n), dist.min, dist.max)
+
+
+def test_the_requests_lengths_and_gaps_follow_their_laws(recorded):
+    """What ends up in the requests, not what ``draw`` returned (the test above passed with the
+    agentic long calls never happening, each answer appended twice, or the messages drawn from the
+    output law): every output length, each turn's new tokens (a chat message, a tool result: the
+    prompt past the previous prompt and answer), each single-turn payload (the prompt past its
+    catalog prompt) and each chat gap follow their configured laws; the agentic gaps (a gap plus,
+    with probability ``long_call_probability``, a long call) match that mixture drawn here."""
+    cfg, _, _, reqs = recorded
+    sections = {"single-turn": cfg.single_turn, "multi-turn": cfg.multi_turn, "agentic": cfg.agentic}
+    for label, section in sections.items():
+        outputs = [r.output_tokens for r in reqs if r.label == label]
+        assert_follows(f"{label} output", outputs, section.output, integer=True)
+    by_session = defaultdict(list)
+    for r in reqs:
+        by_session[r.session_id].append(r)
+    steps, gaps = defaultdict(list), defaultdict(list)
+    for turns in by_session.values():
+        for prev, nxt in pairwise(turns):
+            steps[nxt.label].append(nxt.prompt_tokens - prev.prompt_tokens - prev.output_tokens)
+            gaps[nxt.label].append(nxt.arrival_s - prev.arrival_s)
+    assert_follows("multi-turn message", steps["multi-turn"], cfg.multi_turn.message, integer=True)
+    assert_follows("agentic tool result", steps["agentic"], cfg.agentic.tool_result, integer=True)
+    assert_follows("multi-turn gap", gaps["multi-turn"], cfg.multi_turn.gap_s, integer=False)
+    ag, rng = cfg.agentic, np.random.default_rng(0)
+    reference = _clipped_lognormal(rng, ag.gap_s, 400_000)
+    reference += np.where(
+        rng.random(len(reference)) < ag.long_call_probability,
+        _clipped_lognormal(rng, ag.long_call_s, len(reference)),
+        0.0,
+    )
+    assert sps.ks_2samp(gaps["agentic"], reference).pvalue > 0.001
+    gen = WorkloadGenerator(cfg, seed=2)
+    bs = cfg.block_size
+    catalog = [gen.catalog_prompt("single-turn", k) for k in range(cfg.single_turn.catalog_size)]
+    length_of = {BlockHasher(cfg.hash).keys(p[:bs], bs)[0]: len(p) for p in catalog}
+    payloads = [r.prompt_tokens - length_of[r.block_keys[0]] for r in reqs if r.label == "single-turn"]
+    assert_follows("single-turn payload", payloads, cfg.single_turn.payload, integer=True)
 
 
 def test_catalog_popularity_follows_zipf_mandelbrot():
@@ -325,7 +373,9 @@ def test_catalog_popularity_follows_zipf_mandelbrot():
     observed = np.array([counts.get(k, 0) for k in range(cfg.single_turn.catalog_size)], dtype=float)
 
     def p_value(s: float, q: float) -> float:
-        expected = n * zipf_mandelbrot(cfg.single_turn.catalog_size, s, q)
+        ranks = np.arange(1, cfg.single_turn.catalog_size + 1)  # the closed form, stated here
+        weights = 1.0 / (ranks + q) ** s
+        expected = n * weights / weights.sum()
         cut = int(np.sum(expected >= 5))  # ranks are in decreasing popularity: pool the tail below 5
         obs, exp = observed[:cut], expected[:cut]
         if cut < len(expected):
