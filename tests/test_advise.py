@@ -464,6 +464,18 @@ def test_a_lead_within_a_tenth_of_a_point_is_a_tie_and_lru_stays(capsys):
     report = adv.build_report(Path("t.jsonl"), curve, None, "cache", 0.95, ["lru", "arc"], [2], exact, 2, [])
     assert 100 * (exact[1]["hit_rate"] - exact[0]["hit_rate"]) > 0.1
     assert report["at_capacity"]["best"] == "lru" and report["at_capacity"]["tied_with_lru"] == ["arc"]
+    # two candidates ahead of LRU within 0.1 point of each other: the other one is said to tie with
+    # the best, in any order of --policies (it was not said, and with equal rates the order alone
+    # named the best)
+    pair = [row("lru", 5_000_000), row("sieve", 5_020_000), row("s3fifo", 5_032_000), row("arc", 5_040_000)]
+    for order in (["lru", "s3fifo", "sieve", "arc"], ["lru", "arc", "sieve", "s3fifo"]):
+        ranked = sorted(pair, key=lambda r: order.index(r["policy"]))
+        report = adv.build_report(Path("t.jsonl"), curve, None, "cache", 0.95, order, [2], ranked, 2, [])
+        at = report["at_capacity"]
+        assert at["best"] == "arc" and at["tied_with_best"] == ["s3fifo"]  # sieve is 0.2 point behind
+        report["wall_s"] = 0.0
+        _print(report)
+        assert "s3fifo ties with it, within 0.1 point" in " ".join(capsys.readouterr().out.split())
 
 
 def test_human_tokens_shows_signs_and_units():
@@ -803,3 +815,52 @@ def test_advise_takes_the_kv_cache_tester_arrival_process_simulate_takes(tmp_pat
         )
         assert simulated.exit_code == 0, simulated.output
         assert lru["hit_rate"] == json.loads(simulated.stdout.strip().splitlines()[-1])["hit_rate"]
+
+
+def _small_trace(path: Path, rows: list[tuple[float, list[int], int]]) -> Path:
+    write_trace(
+        [
+            Request(arrival_s=t, block_keys=k, prompt_tokens=p, output_tokens=4, block_size=32)
+            for t, k, p in rows
+        ],
+        path,
+        "native",
+    )
+    return path
+
+
+def test_a_trace_without_reuse_and_a_cache_that_rejects_everything_are_said_plainly(tmp_path):
+    """No prefix reuse: advise gave "LRU reaches it at 1 blocks" and a best policy for a ceiling of
+    0; every request too long for the cache (serve mode): a best policy at 0.0000 over no request."""
+    noreuse = _small_trace(
+        tmp_path / "noreuse.jsonl", [(float(i), [10 * i + 1, 10 * i + 2], 64) for i in range(20)]
+    )
+    result = CliRunner().invoke(app, ["advise", str(noreuse), "--jobs", "1"])
+    assert result.exit_code == 0, result.output
+    assert "no prefix reuse" in " ".join(result.stderr.split())
+    assert "1 block = 32 tokens" in result.stdout and "1 blocks" not in result.stdout
+    one = _small_trace(tmp_path / "one.jsonl", [(0.0, [1, 2, 3], 100)])
+    args = ["advise", str(one), "--mode", "serve", "--capacity-blocks", "2", "--policies", "lru,s3fifo"]
+    result = CliRunner().invoke(app, [*args, "--jobs", "1"])
+    assert result.exit_code == 0, result.output
+    assert "every request is too long for your cache (2 blocks)" in " ".join(result.stderr.split())
+
+
+def test_a_hybrid_models_state_layers_hold_no_per_token_kv():
+    """Mamba or linear-attention layers keep a fixed state per sequence: only the attention layers
+    of a hybrid count (every layer was counted: 8x Jamba's KV, 4x Qwen3-Next's). Closed forms:
+    2 * attention layers * KV heads * head_dim * 2 bytes."""
+    base = {"num_key_value_heads": 8, "head_dim": 128, "torch_dtype": "bfloat16"}
+    jamba = {**base, "num_hidden_layers": 32, "attn_layer_period": 8, "attn_layer_offset": 4}
+    assert kv_layout(jamba).bytes_per_token == 2 * 4 * 8 * 128 * 2
+    qwen_next = {**base, "num_hidden_layers": 48, "full_attention_interval": 4, "num_key_value_heads": 2}
+    assert kv_layout(qwen_next).bytes_per_token == 2 * 12 * 2 * 128 * 2
+    kinds = ["linear_attention", "linear_attention", "linear_attention", "full_attention"] * 6
+    typed = {**base, "num_hidden_layers": 24, "layer_types": kinds}
+    assert kv_layout(typed).bytes_per_token == 2 * 6 * 8 * 128 * 2
+    nemotron = {**base, "num_hidden_layers": 8, "hybrid_override_pattern": "M-M*-M*M"}
+    assert kv_layout(nemotron).bytes_per_token == 2 * 2 * 8 * 128 * 2
+    sliding = {**base, "num_hidden_layers": 4, "layer_types": ["sliding_attention", "full_attention"] * 2}
+    assert kv_layout(sliding).bytes_per_token == 2 * 4 * 8 * 128 * 2  # windows counted at full size
+    with pytest.raises(ValueError, match="no attention layer"):
+        kv_layout({**base, "num_hidden_layers": 4, "layer_types": ["mamba"] * 4})

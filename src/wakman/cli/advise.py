@@ -98,7 +98,8 @@ def _layout(
 def _size_text(size: dict[str, Any] | None) -> str:
     if size is None:
         return "-"
-    text = f"{size['capacity_blocks']:,} blocks = {adv.human_tokens(size['tokens'])} tokens"
+    blocks = size["capacity_blocks"]
+    text = f"{blocks:,} block{'' if blocks == 1 else 's'} = {adv.human_tokens(size['tokens'])} tokens"
     if size["gib"] is not None:
         text += f" = {_gib_text(size['gib'])} GiB"
     return text
@@ -124,7 +125,11 @@ def advise(
         "does), bfloat16, float16, float32, fp8 (1 byte), ...",
     ),
     gpu_memory: float | None = typer.Option(
-        None, "--gpu-memory", help="GiB of GPU memory left for the KV cache (needs the model's KV size)."
+        None,
+        "--gpu-memory",
+        help="GiB of GPU memory left for the KV cache of one model replica (all its GPUs together; "
+        "needs the model's KV size). Under tensor parallelism an MLA latent (DeepSeek) or a KV head "
+        "shared by several ranks is stored on each: give one GPU's memory there.",
     ),
     capacity: int | None = typer.Option(None, "--capacity-blocks", help="Your cache size in blocks."),
     mode: str = typer.Option(
@@ -207,6 +212,7 @@ def advise(
                 assert layout is not None
                 capacity = _memory_blocks(layout, gpu_memory, curve.block_size)
             warnings: list[str] = []
+            early = 0  # warnings already printed as they came
             mean_prompt = curve.prompt_tokens / curve.requests
             chosen = mode
             if mode == "serve" and (
@@ -218,7 +224,9 @@ def advise(
                     "simulates every prefill and decode step and takes long; cache mode answers the sizing "
                     "question (no TTFT)"
                 )
+                # now, as the sweep starts (its line is not printed again with the others at the end)
                 err_console.print(f"[yellow]warning:[/yellow] {warnings[-1]}", highlight=False)
+                early = len(warnings)
             sizes = adv.sweep_capacities(curve, points, [capacity] if capacity else [], band=target)
             # cache-mode LRU is the curve itself, exactly; serve mode simulates it like the others
             simulated = [n for n in names if not (chosen == "cache" and n == "lru")] + list(variants)
@@ -270,7 +278,7 @@ def advise(
             except OSError as exc:
                 plot_error = f"--plot {plot}: not written ({exc.strerror or exc})"
     with cli_errors():
-        for line in result["warnings"]:  # on stderr, as simulate's (the JSON keeps them too)
+        for line in result["warnings"][early:]:  # on stderr, as simulate's (the JSON keeps them too)
             err_console.print(f"[yellow]warning:[/yellow] {line}", highlight=False)
         if as_json:
             print(json_text(result))
@@ -458,6 +466,11 @@ def _print(result: dict[str, Any]) -> None:
         )
     elif "best" in at:
         line = f"best at your size: [bold]{at['best']}[/bold] ({at['best_hit_rate']:z.4f}){overloaded}"
+        if tied := at.get("tied_with_best"):
+            line += (
+                f" ({', '.join(tied)} {'ties' if len(tied) == 1 else 'tie'} with it, within "
+                f"{at['tie_points']:g} point: the order of --policies named this one)"
+            )
         if "gain_points_vs_lru" in at:
             line += (
                 f", {beside(at['gain_points_vs_lru'], 0.0)} points over vLLM's default LRU, "

@@ -206,6 +206,7 @@ ROW_KEYS = (
     "saturated",
     "prefill_utilization",
     "queue_growth",
+    "measured_requests",
     "source",
 )
 
@@ -288,13 +289,27 @@ def build_report(
         if best is not None:
             at["best"] = best["policy"]
             at["best_hit_rate"] = best["hit_rate"]
+            # the candidates within MAP_TIE_POINTS of the best (which of them is named best
+            # follows --policies' order): the measurement does not tell them apart
+            at["tie_points"] = MAP_TIE_POINTS
+            at["tied_with_best"] = [
+                r["policy"]
+                for r in here
+                if r["policy"] not in (*NOT_CANDIDATES, best["policy"])
+                and within_tie(100 * (r["hit_rate"] - best["hit_rate"]), MAP_TIE_POINTS)
+            ]
             # its modelled server saturated: an overloaded queue's hit rate (the line says so)
             at["best_saturated"] = bool(best.get("saturated"))
             if lru is not None:
                 at["gain_points_vs_lru"] = 100 * (best["hit_rate"] - lru["hit_rate"])
                 at["prefill_tokens_saved_vs_lru"] = best["hit_tokens"] - lru["hit_tokens"]
         rejected = [f"{r['policy']} ({r['rejected']:,})" for r in here if r.get("rejected")]
-        if rejected:
+        if here and all(r.get("measured_requests") == 0 and r.get("rejected") for r in here):
+            warnings.append(
+                f"serve mode: every request is too long for your cache ({capacity:,} blocks) and is "
+                "rejected: no hit rate is measured at your size, and the best policy there means nothing"
+            )
+        elif rejected:
             warnings.append(
                 "serve mode: requests too long for your cache are rejected and left out of the hit rate "
                 f"at your size ({', '.join(rejected)}): it is measured over the others only"
@@ -308,6 +323,11 @@ def build_report(
     if saturated is not None:
         warnings.append(
             f"serve mode: {saturated}. No smallest cache within the target is taken from a saturated run"
+        )
+    if curve.ceiling_tokens == 0:
+        warnings.append(
+            "the trace has no prefix reuse (an infinite cache hits nothing): no cache size or policy "
+            "raises its hit rate above 0"
         )
     if capacity is not None and capacity >= curve.distinct_blocks:
         warnings.append(

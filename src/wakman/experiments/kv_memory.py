@@ -10,8 +10,12 @@ vLLM reads them (``get_total_num_kv_heads`` of its model-architecture convertors
 Multi-head latent attention (DeepSeek-V2/V3, ``kv_lora_rank`` in the config) caches one compressed
 latent plus the rotary key per layer, as vLLM does:
 ``num_hidden_layers * (kv_lora_rank + qk_rope_head_dim) * dtype_bytes``. Sliding-window layers
-(Gemma 2) are counted at full size, as a pool without a hybrid allocator holds them. A vLLM block
-of ``block_size`` tokens takes ``block_size`` times the per-token bytes.
+(Gemma 2) are counted at full size, as a pool without a hybrid allocator holds them. Layers that
+cache no per-token KV (Mamba or linear attention, which keep a fixed state per sequence) are left
+out: of a hybrid's layers only its attention layers count (``attention_layers``: ``layer_types``,
+Jamba's ``attn_layer_period`` / ``attn_layer_offset``, Qwen3-Next's ``full_attention_interval``,
+Nemotron-H's ``hybrid_override_pattern``). A vLLM block of ``block_size`` tokens takes
+``block_size`` times the per-token bytes.
 """
 
 from __future__ import annotations
@@ -250,6 +254,32 @@ def _kv_heads_field(config: dict[str, Any]) -> str | None:
     return next((f for f in fields if config.get(f) is not None), None)
 
 
+def attention_layers(config: dict[str, Any], layers: int) -> tuple[int, str]:
+    """How many of ``layers`` cache per-token KV (attention, full or sliding-window), and a note
+    for the formula ("" where every layer does): a hybrid's Mamba or linear-attention layers keep a
+    fixed state per sequence instead."""
+    kinds = config.get("layer_types")
+    if isinstance(kinds, list) and kinds:
+        count = sum(1 for k in kinds if "attention" in str(k) and "linear" not in str(k))
+        source = "layer_types"
+    elif config.get("attn_layer_period") is not None:  # Jamba: attention every period, at offset
+        period, offset = int(config["attn_layer_period"]), int(config.get("attn_layer_offset") or 0)
+        count = sum(1 for i in range(layers) if period > 0 and i % period == offset)
+        source = f"attn_layer_period {period}, offset {offset}"
+    elif config.get("full_attention_interval") is not None:  # Qwen3-Next: every interval-th layer
+        interval = int(config["full_attention_interval"])
+        count = sum(1 for i in range(layers) if interval > 0 and (i + 1) % interval == 0)
+        source = f"full_attention_interval {interval}"
+    elif isinstance(config.get("hybrid_override_pattern"), str):  # Nemotron-H: "*" marks attention
+        count = config["hybrid_override_pattern"].count("*")
+        source = "hybrid_override_pattern"
+    else:
+        return layers, ""
+    if count == layers:
+        return layers, ""
+    return count, f" ({count} of {layers} layers are attention, {source}; the others keep no per-token KV)"
+
+
 def kv_layout(config: dict[str, Any], name: str = "model", kv_dtype: str | None = None) -> KVLayout:
     """The KV bytes per token of an architecture given as config.json's fields. ``kv_dtype``
     (not None or ``auto``) overrides ``torch_dtype`` (vLLM's ``--kv-cache-dtype fp8`` is 1 byte;
@@ -281,14 +311,17 @@ def kv_layout(config: dict[str, Any], name: str = "model", kv_dtype: str | None 
         )
     dtype, source = served_dtype(str(config.get("torch_dtype")), kv_dtype)
     width = dtype_bytes(dtype)
-    layers = _positive_int(config, "num_hidden_layers", name)
+    layers, hybrid = attention_layers(config, _positive_int(config, "num_hidden_layers", name))
+    if layers < 1:
+        raise ValueError(f"{name}: no attention layer{hybrid}: no per-token KV cache to size")
     if mla:
         rank = _positive_int(config, "kv_lora_rank", name)
         rope = _positive_int(config, "qk_rope_head_dim", name)
         return KVLayout(
             name,
             layers * (rank + rope) * width,
-            f"{layers} layers * ({rank} kv_lora_rank + {rope} qk_rope_head_dim) * {width} B (MLA latent)",
+            f"{layers} layers * ({rank} kv_lora_rank + {rope} qk_rope_head_dim) * {width} B (MLA latent)"
+            + hybrid,
             "mla",
             dtype,
             source,
@@ -316,7 +349,7 @@ def kv_layout(config: dict[str, Any], name: str = "model", kv_dtype: str | None 
     return KVLayout(
         name,
         2 * layers * heads * head_dim * width,
-        f"2 (K, V) * {layers} layers * {note} * {head_dim} head_dim * {width} B",
+        f"2 (K, V) * {layers} layers * {note} * {head_dim} head_dim * {width} B" + hybrid,
         "mha/gqa",
         dtype,
         source,

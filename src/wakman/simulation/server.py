@@ -206,7 +206,7 @@ def saturation_remedy(vllm_steps: bool, prefill_utilization: float) -> str:
             "or lower the load"
         )
     if not prefill_utilization <= 1.0:
-        return "raise --prefill-tps, or lower the load"
+        return "raise --prefill-tps or the cache's size (each miss is prefill work), or lower the load"
     return (  # the lane keeps up: requests wait for a running slot or for free cache blocks
         "the prefill lane keeps up, so requests wait for running slots or free cache blocks: "
         "raise --max-running / --max-num-seqs, --decode-tps or the cache's size, or lower the load"
