@@ -1,7 +1,9 @@
 """Whole-process time of ``wakman simulate`` on the Mooncake chat trace at 19,200 blocks, beside
 kvcache-simulator's C++ backend on the same trace and capacity (its trace parsing, binary export
-and C++ run; the C++ binary is compiled once before timing). Both in one run, as ratios; the goal
-is <= 1.0x while wakman does more (pinning and time in serve mode). Run:
+and C++ run; the C++ binary is compiled once before timing). Both in one run, as ratios to
+kvcache-simulator's LRU run in cache mode (which also computes a ceiling and a trie), so the
+s3fifo and serve-mode rows compare other work with it; the goal is <= 1.0x while wakman does more
+(pinning and time in serve mode); no verdict is printed. Run:
 ``python benchmarks/bench_simulate.py [TRACE]``."""
 
 from __future__ import annotations

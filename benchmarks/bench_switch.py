@@ -2,16 +2,17 @@
 mode walks its main queue, and the adaptive manager's ``handover`` of every cached block from one
 policy to the next, at large caches (a big GPU's pool or CPU offload tier).
 
-chain-lru: a cache of ``C`` blocks serves requests that each read one of ``C / 500`` hot 50-block
-chains, then 500 blocks never seen again (the scan), all at time 0, so no root is rarely extended
+chain-lru: a cache of ``C`` blocks serves requests that each read one of ``max(200, C / 500)`` hot
+50-block chains, then 500 blocks never seen again (the scan), all at time 0, so no root is rarely extended
 and the recency mode fills M with the scans; its duel switches to the filter mode once the hot
 chains' reuse distance passes ``C``. The same requests go through chain-lru with its default
 ``switch_walk`` (the walk spread over requests, 65,536 blocks a request) and with ``switch_walk =
 C`` (the whole walk inside the switching request), taking turns; each request is timed around
 ``replay_request`` (the policy's hint, first-miss lookup and accesses, as cache mode drives it).
 A third run reserves the policy's tables first (``reserve()``, as vLLM's free queue and offload
-tier do), so no index or node table grows while it serves. Printed per capacity (ms, best of
-``--repeats``): the switching request, the longest of the walk's requests (the switching one and
+tier do), so no index or node table grows while it serves. Printed per capacity (ms; each request's
+fastest of ``--repeats``, so a longest request can read shorter than in any one run): the switching
+request, the longest of the walk's requests (the switching one and
 the ``C / 65,536`` after it, plus one), the longest request of the run and where it was. The
 scans' blocks lie in memory about in M's order, so this walk is the cheapest kind; a walk over an M
 that hits have reordered waits on memory at every block (on the order of 100 ns a block at a

@@ -6,8 +6,9 @@ Reads the kv-cache-tester conversations (one JSON file each, sub-agents nested i
 file and left out here: the top-level requests only) and prints, per conversation, its request
 count, and per step between consecutive requests, the gap (s), the new tokens (this prompt less
 the previous prompt and its output), and the output tokens, each as median, sigma of the log and
-p90 (zero values left out of the log-normal fit); the system and tool prompt tokens (p5, p50,
-p95) and the median first prompt.
+p90 of the positive values (the log-normal fit; how many values are zero or negative is printed
+beside it: a step's new tokens are negative where the prompt shrank, a context compacted or a
+turn dropped); the system and tool prompt tokens (p5, p50, p95) and the median first prompt.
 """
 
 from __future__ import annotations
@@ -24,12 +25,13 @@ DEFAULT = Path(__file__).resolve().parents[1].parent / "shared" / "traces" / "we
 
 
 def lognormal(values: list[float]) -> str:
-    """Median, sigma of the log and p90 of the positive values."""
-    x = np.asarray(values, dtype=float)
-    x = x[x > 0]
+    """Median, sigma of the log and p90 of the positive values, and how many were left out."""
+    every = np.asarray(values, dtype=float)
+    x = every[every > 0]
+    zero, negative = int(np.sum(every == 0)), int(np.sum(every < 0))
     return (
         f"median {np.median(x):,.1f}, sigma {np.std(np.log(x)):.2f}, p90 {np.percentile(x, 90):,.0f} "
-        f"({len(x):,} values)"
+        f"({len(x):,} positive values; {zero:,} zero and {negative:,} negative left out)"
     )
 
 

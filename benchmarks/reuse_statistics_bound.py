@@ -9,7 +9,9 @@ more than one child (a shared prefix), and the chain's turn (1 + the turn of the
 request whose prompt or output ended on a block of this prompt; at most 8). The statistics are, per
 class, the histogram of the time to a block's next access (48 log buckets, 0.05 s to 2 h, and
 "never"), taken (``--stats``) from the whole trace (future included: a ceiling, and one fitted to the
-very accesses it ranks), from the requests of the trace's first half only, or learned online from the
+very accesses it ranks), from the requests of the trace's first half only (their next-access times
+still read from the whole trace, so a gap that reaches into the second half counts; and applied
+to the whole trace, the first half included), or learned online from the
 past (``OnlineHistogram``, rebuilt every 15 s). A miss evicts, among cached blocks the request does
 not touch, those ranked lowest for their class at their age (``--rank``): ``horizon``, the
 probability of a next access within ``T`` seconds; ``density``, LHD's hit density (expected hits per

@@ -28,7 +28,7 @@ from collections import Counter
 
 import msgspec
 
-from wakman.simulation import simulate
+from wakman.simulation import ServerModel, simulate
 from wakman.traces.model import Request
 from wakman.workload import build_config, generate_requests
 
@@ -91,16 +91,17 @@ def main() -> None:
     if not args.capacities:
         return
     traces = {way: pushed_back(requests, args.decode_tps, args.duration, way == "shift") for way in WAYS}
+    server = ServerModel(decode_tokens_per_s=args.decode_tps)  # the decode speed the turns were pushed by
     print(
-        "serve mode, default server model; pushed back: "
+        f"serve mode, default server model decoding {args.decode_tps:g} tokens/s; pushed back: "
         + ", ".join(f"{way} {len(reqs):,} requests" for way, reqs in traces.items())
     )
     for capacity in (int(c) for c in args.capacities.split(",")):
         for policy in args.policies.split(","):
-            before = simulate(requests, policy, capacity, mode="serve").hit_rate
+            before = simulate(requests, policy, capacity, mode="serve", server=server).hit_rate
             cells = []
             for way, reqs in traces.items():
-                after = simulate(reqs, policy, capacity, mode="serve").hit_rate
+                after = simulate(reqs, policy, capacity, mode="serve", server=server).hit_rate
                 cells.append(f"{way} {after:.4f} ({100 * (after - before):+.2f} points)")
             print(f"  {capacity:>6,} blocks {policy:<8} as generated {before:.4f}, " + ", ".join(cells))
 

@@ -170,7 +170,8 @@ class WorkloadConfig(msgspec.Struct, forbid_unknown_fields=True):
         if not (self.rate > 0 and self.duration_s > 0 and warmup_s >= 0):
             raise ValueError(
                 f'rate (--rate) and duration_s (--duration) must be > 0 and warmup_s >= 0 (or "auto"); got '
-                f"{self.rate:g}, {self.duration_s:g}, {warmup_s:g}"
+                f"{self.rate:g}, {self.duration_s:g}, "
+                + ('"auto"' if self.warmup_s == "auto" and warmup_s == 0 else f"{warmup_s:g}")
             )
         span = warmup_s + self.duration_s
         if not span <= MAX_ARRIVAL_S:
