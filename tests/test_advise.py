@@ -864,3 +864,14 @@ def test_a_hybrid_models_state_layers_hold_no_per_token_kv():
     assert kv_layout(sliding).bytes_per_token == 2 * 4 * 8 * 128 * 2  # windows counted at full size
     with pytest.raises(ValueError, match="no attention layer"):
         kv_layout({**base, "num_hidden_layers": 4, "layer_types": ["mamba"] * 4})
+
+
+def test_gpu_memory_gives_vllms_usable_blocks(tmp_path):
+    """vLLM divides the KV memory into num_gpu_blocks blocks, block 0 its null block: the cache
+    holds one fewer (the simulator's capacity). 1 GiB of 4,096-byte blocks (128 B a token, 32-token
+    blocks): 262,144 blocks, 262,143 usable (advise used all 262,144)."""
+    path = _small_trace(tmp_path / "t.jsonl", [(float(i), [i % 3 + 1, 10 + i], 64) for i in range(30)])
+    args = ["advise", str(path), "--gpu-memory", "1", "--kv-bytes-per-token", "128", "--jobs", "1"]
+    result = CliRunner().invoke(app, [*args, "--policies", "lru", "--json"])
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.stdout)["at_capacity"]["capacity_blocks"] == 1024**3 // (128 * 32) - 1

@@ -43,11 +43,13 @@ MAX_POINTS = 1000
 
 
 def _memory_blocks(layout: KVLayout, gib: float, block_size: int) -> int:
-    """The blocks of ``block_size`` tokens ``--gpu-memory`` holds; a ValueError outside 1..MAX_BLOCKS."""
-    blocks = layout.blocks_in(gib, block_size)
+    """The usable blocks of ``block_size`` tokens ``--gpu-memory`` holds: vLLM's ``num_gpu_blocks``
+    (the whole blocks in that memory) less its null block, as the simulator counts capacity; a
+    ValueError outside 1..MAX_BLOCKS."""
+    blocks = layout.blocks_in(gib, block_size) - 1
     if not 1 <= blocks <= MAX_BLOCKS:
         raise ValueError(
-            f"--gpu-memory {gib:g} GiB holds {blocks:,} blocks of {block_size} tokens "
+            f"--gpu-memory {gib:g} GiB holds {blocks:,} usable blocks of {block_size} tokens "
             f"({layout.block_bytes(block_size):,} B each); the cache needs 1 to {MAX_BLOCKS:,}"
         )
     return blocks

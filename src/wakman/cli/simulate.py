@@ -44,7 +44,10 @@ from wakman.traces.io import atomic_paths
 from wakman.traces.model import Request, as_engine_serves
 
 PREFILL = typer.Option(
-    None, "--prefill-tps", help=f"Prefill tokens per second (default {ServerModel.prefill_tokens_per_s:g})."
+    None,
+    "--prefill-tps",
+    help=f"Prefill tokens per second (default {ServerModel.prefill_tokens_per_s:g}, about an 8B model on "
+    "one H100-class GPU; advise's --model sizes the KV cache only, not these speeds).",
 )
 DECODE = typer.Option(
     None, "--decode-tps", help=f"Decode tokens/s per request (default {ServerModel.decode_tokens_per_s:g})."
