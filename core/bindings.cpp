@@ -378,6 +378,16 @@ NB_MODULE(_core, m) {
 
   m.def(
       "handover", [](const Policy& src, Policy& dst) { handover(src, unhosted(dst)); }, "src"_a, "dst"_a, "Reset dst, then give it src's cached blocks: unpinned in src's eviction order, pinned as pinned.");
+  m.def(
+      "take_over",
+      [](Policy& dst, nb::handle order, nb::handle pinned) {
+        KeyBatch unpinned(order), held(pinned);
+        take_over(unhosted(dst), unpinned.data(), unpinned.size(),
+                  std::vector<Key>(held.data(), held.data() + held.size()));
+      },
+      "dst"_a, "order"_a, "pinned"_a,
+      "Reset dst, then adopt the unpinned keys in `order` (first victim first) and insert `pinned` "
+      "pinned, in increasing key order.");
 
   m.def(
       "cached_prefix",

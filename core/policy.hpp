@@ -246,23 +246,29 @@ inline void evict_many(Policy& p, size_t n, std::vector<Key>& out) {
   for (size_t i = 0; i < n; ++i) out.push_back(p.evict());
 }
 
-// Hand-over (wakman.policies.handover): reset `dst`, then give it `src`'s cached blocks, the unpinned
-// ones through adopt() in src's eviction order (first victim first), the pinned ones inserted pinned
-// in increasing key order (pinned keys have no order in src; a fixed one keeps src's index layout out
-// of dst's state: S3-FIFO's warm-up rule places them by insertion order). src's ghosts and counters
-// stay behind; src is unchanged. O(resident keys + pinned keys * log pinned keys).
+// Take-over (wakman.policies.take_over): reset `dst`, then give it the `n_order` unpinned keys at
+// `order` through adopt(), first victim first, and the `n_pinned` keys at `pinned` inserted pinned in
+// increasing key order (sorted here: pinned keys have no order; a fixed one keeps the caller's layout
+// out of dst's state, S3-FIFO's warm-up rule placing them by insertion order). The keys must be
+// distinct. O(keys + pinned keys * log pinned keys).
+inline void take_over(Policy& dst, const Key* order, size_t n_order, std::vector<Key> pinned) {
+  std::sort(pinned.begin(), pinned.end());
+  dst.reset();
+  constexpr size_t kAhead = 8;  // dst's index entries start loading this many keys ahead
+  for (size_t i = 0; i < n_order; ++i) {
+    if (i + kAhead < n_order) dst.prefetch(order[i + kAhead]);
+    dst.adopt(order[i]);
+  }
+  for (Key k : pinned) dst.insert(k, true);
+}
+
+// Hand-over (wakman.policies.handover): take_over of `src`'s cached blocks, the unpinned ones in src's
+// eviction order, the pinned ones as pinned. src's ghosts and counters stay behind; src is unchanged.
 inline void handover(const Policy& src, Policy& dst) {
   std::vector<Key> order, pinned;
   src.eviction_order(order);
   src.pinned_keys(pinned);
-  std::sort(pinned.begin(), pinned.end());
-  dst.reset();
-  constexpr size_t kAhead = 8;  // dst's index entries start loading this many keys ahead
-  for (size_t i = 0; i < order.size(); ++i) {
-    if (i + kAhead < order.size()) dst.prefetch(order[i + kAhead]);
-    dst.adopt(order[i]);
-  }
-  for (Key k : pinned) dst.insert(k, true);
+  take_over(dst, order.data(), order.size(), std::move(pinned));
 }
 
 }  // namespace wakman

@@ -8,7 +8,7 @@ import pytest
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
-from wakman.policies import POLICIES, NoEvictableKey, handover, make_policy
+from wakman.policies import POLICIES, NoEvictableKey, handover, make_policy, take_over
 
 NAMES = sorted(POLICIES)
 BOUNDED = [n for n in NAMES if n != "infinite"]
@@ -653,3 +653,26 @@ def test_rekey_renames_a_key_in_place_where_the_policy_can(name, capacity, befor
         k = fresh if k == key else k
         assert renamed.access(k) == relabelled.access(k)
         assert renamed.eviction_order() == relabelled.eviction_order()
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_take_over_adopts_an_order_and_pins_in_key_order(name):
+    """``take_over(dst, order, pinned)`` (the offload tier's switch away from its vLLM-ordered lru):
+    the unpinned keys leave in the order given, first victim first, whatever ``dst`` held before
+    (reset first); the pinned ones enter in increasing key order, as ``handover`` puts them (the
+    offload tier inserted them in its map's order)."""
+    rng = random.Random(7)
+    keys = rng.sample(range(1, 1 << 62), 60)
+    order, pinned = keys[:40], keys[40:]
+    dst = build(name, 60)
+    dst.insert(123, False)  # forgotten at the reset
+    assert take_over(dst, order, pinned) is dst
+    if name != "belady":
+        assert dst.eviction_order() == order
+    assert len(dst) == 60 and 123 not in dst and dst.num_pinned == len(pinned)
+    if name == "s3fifo":  # the warm-up rule fills the small queue with the first inserts after the reset
+        after = build("s3fifo", 60)
+        take_over(after, [], pinned[::-1])
+        for key in pinned:
+            after.unpin(key)
+        assert set(after.eviction_order()[:6]) == set(sorted(pinned)[:6])

@@ -13,7 +13,7 @@ from typing import Any
 from wakman import _core
 from wakman.numbers_check import is_integer
 from wakman.policies.arc import ARC
-from wakman.policies.base import EvictionPolicy, Key, NoEvictableKey, handover
+from wakman.policies.base import EvictionPolicy, Key, NoEvictableKey, handover, take_over
 from wakman.policies.belady import Belady
 from wakman.policies.chain_lru import ChainLRU
 from wakman.policies.fifo import FIFO
@@ -83,4 +83,5 @@ __all__ = [
     "Sieve",
     "handover",
     "make_policy",
+    "take_over",
 ]

@@ -51,11 +51,22 @@ Invariants, checked by the property tests:
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 from wakman import _core
 
 EvictionPolicy = _core.Policy
 NoEvictableKey = _core.NoEvictableKey
 Key = int
+
+
+def take_over(dst: EvictionPolicy, order: Iterable[int], pinned: Iterable[int]) -> EvictionPolicy:
+    """Reset ``dst``, then give it cached blocks whose order another structure holds: ``order``'s
+    keys unpinned through ``dst.adopt``, first victim first, and ``pinned``'s inserted pinned, in
+    increasing key order (``handover``'s rules; the offload tier's switch away from its vLLM-ordered
+    lru uses it). The keys must be distinct. O(keys)."""
+    _core.take_over(dst, order, pinned)
+    return dst
 
 
 def handover(src: EvictionPolicy, dst: EvictionPolicy) -> EvictionPolicy:

@@ -98,7 +98,7 @@ from collections.abc import Callable, Iterable, Sequence
 from wakman.adaptive.config import ADAPTIVE_PRESETS
 from wakman.adaptive.manager import KEPT_DECISIONS, AdaptiveManager, PendingDecision
 from wakman.adaptive.replays import DecisionReplays
-from wakman.policies import SERVABLE_POLICIES, EvictionPolicy, handover, make_policy
+from wakman.policies import SERVABLE_POLICIES, EvictionPolicy, handover, make_policy, take_over
 from wakman.vllm_plugin.compat import check_offload_vllm_version, offload_import_failed
 from wakman.vllm_plugin.free_queue import policy_key
 from wakman.vllm_plugin.offload_lru import VllmLruOrder
@@ -429,11 +429,7 @@ class WakmanCachePolicy(CachePolicy):
             new = manager.make_policy(switch_to, self.policy.capacity)
             new.reserve()
             if self.lru is not None:  # from lru: its chunks in vLLM's LRU order, the in-use ones pinned
-                evictable, in_use = self.lru.release()
-                new.adopt(evictable)
-                for k in in_use:
-                    new.insert(k, True)
-                self.policy = new
+                self.policy = take_over(new, *self.lru.release())
             else:
                 self.policy = handover(self.policy, new)
             self.lru = None
