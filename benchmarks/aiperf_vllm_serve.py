@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
 import tempfile
 from pathlib import Path
@@ -34,8 +35,8 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 
 from vllm_fidelity import SUITE  # noqa: E402
 from vllm_support import engine_replay, write_trace_file  # noqa: E402
+from wakman.cli.inputs import open_trace  # noqa: E402
 from wakman.experiments.aiperf_serve import run_aiperf  # noqa: E402
-from wakman.traces import read_trace  # noqa: E402
 from wakman.traces.model import Request  # noqa: E402
 
 POLICIES = ("lru", "s3fifo", "sieve", "arc")
@@ -100,6 +101,9 @@ def main() -> None:
     parser.add_argument("--traces", default="multi-turn,agentic", help=f"some of {', '.join(SUITE)}")
     parser.add_argument("--trace", type=Path, help="a trace file instead (needs --capacity)")
     parser.add_argument("--capacity", type=int, help="usable KV blocks (default: the suite's first)")
+    parser.add_argument(
+        "--block-size", type=int, help="--trace's tokens per block, for formats without it (mooncake: 512)"
+    )
     parser.add_argument("--policies", default=",".join(POLICIES))
     parser.add_argument("--time-scale", type=float, default=1.0, help="multiply arrival times by this")
     parser.add_argument("--aiperf-python", default=str(ROOT / ".venv-aiperf" / "bin" / "python"))
@@ -108,12 +112,18 @@ def main() -> None:
     args = parser.parse_args()
     if args.trace is not None and args.capacity is None:
         parser.error("--trace needs --capacity")
-    if args.time_scale <= 0:
-        parser.error("--time-scale must be > 0")
+    if not (math.isfinite(args.time_scale) and args.time_scale > 0):
+        parser.error("--time-scale must be a finite number > 0")
+    if args.block_size is not None and (args.trace is None or args.block_size < 1):
+        parser.error("--block-size needs --trace and must be >= 1")
     if not Path(args.aiperf_python).exists():
         parser.error(f"--aiperf-python {args.aiperf_python} does not exist (make test builds .venv-aiperf)")
     if args.trace is not None:
-        jobs = [(args.trace.name, lambda: list(read_trace(args.trace)), args.capacity)]
+        try:  # the format detected, --block-size where it applies (as the wakman commands read it)
+            requests = list(open_trace(args.trace, None, args.block_size))
+        except (OSError, ValueError) as exc:  # a reader's error names the file and line
+            parser.error(f"--trace {args.trace}: {exc}")
+        jobs = [(args.trace.name, lambda: requests, args.capacity)]
     else:
         names = [n for n in args.traces.split(",") if n]
         unknown = [n for n in names if n not in SUITE]

@@ -95,13 +95,15 @@ def test_simulator_predicts_vllm_within_one_point(runs, policy):
 
 
 def test_simulator_names_vllms_winner(runs):
-    """The simulator's best policy is vLLM's best, or within a point of it in vLLM (where vLLM's two
-    best differ by more than a point, that is vLLM's winner itself)."""
+    """The simulator's best policy is vLLM's best, or within 0.1 point of it in vLLM (the policies
+    differ here: at 600 blocks vLLM's best leads the others by 0.5 to 1 point and more; a tolerance
+    of a point let three of the four policies pass)."""
     server = VllmServer()
     predicted = {p: simulate(phased_trace(), p, CAPACITY, server=server).hit_rate for p in SIMULATED}
-    best_vllm = max(runs[p]["hit_rate"] for p in SIMULATED)
+    vllm = {p: runs[p]["hit_rate"] for p in SIMULATED}
+    assert max(vllm.values()) - min(vllm.values()) > 0.005  # a run that can name a winner
     named = max(predicted, key=predicted.get)
-    assert best_vllm - runs[named]["hit_rate"] <= 0.01, (named, {p: runs[p]["hit_rate"] for p in SIMULATED})
+    assert max(vllm.values()) - vllm[named] <= 0.001, (named, vllm)
 
 
 def test_the_replays_simulate_command_gives_vllms_hits(tmp_path):
