@@ -238,8 +238,8 @@ class LoopState {
     if (number - first_interval_ >= kMaxIntervalCells)
       throw std::length_error("serve: the run's clock passed " + std::to_string(static_cast<int64_t>(kMaxIntervalCells)) +
                               " intervals of " + num(interval_s_) + " s (its server fell behind the arrivals, to " +
-                              num(t) + " s): speed the modelled server up (--prefill-tps, --decode-tps, its slots) "
-                              "or give a longer interval (simulate's --interval-s)");
+                              num(t) + " s): speed the modelled server up or give a longer interval "
+                              "(simulate's --interval-s)");
     size_t index = static_cast<size_t>(number - first_interval_);
     while (cells.size() <= index) {
       IntervalCell c;

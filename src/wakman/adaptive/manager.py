@@ -8,7 +8,11 @@ keys, or vLLM's first-miss token rate), and makes the best the live policy. It i
 first event at or after T (the loops wake on events); when several due times passed between two
 events (an idle stretch), those whose windows hold no request are skipped, unlogged (but for the last
 due time by the event, taken and logged with no requests where no window holds one), and the others
-are taken in order. A switch rebuilds the free blocks' order with ``handover`` in O(cached blocks):
+are taken in order. A live host (vLLM's GPU cache, its offload tier), whose replays take wall time,
+opens instead the latest due time by the event whose window holds the newest request logged before
+it: behind a replay slower than the interval it passes the others over (``totals.passed_over``,
+``decisions_passed_over`` in the report), and with fresh shadows their windows' requests are not
+replayed. A switch rebuilds the free blocks' order with ``handover`` in O(cached blocks):
 the new policy adopts the old one's eviction order (S3-FIFO puts inherited blocks in its main queue,
 oldest first; leaving S3-FIFO discards its ghost queue); pinned blocks stay pinned; no block is
 lost. A replay that raises is logged once; the live policy stays and serving goes on.
@@ -282,10 +286,15 @@ class AdaptiveManager:
         first due time after that request), none where it arrived before ``due``."""
         interval = self.config.interval_s
         latest = math.floor((now - due) / interval)
+        while latest > 0 and due + latest * interval > now:  # floats: never a due time after now
+            latest -= 1
         newest = self.estimator.last_arrival_before(due + latest * interval)
         if newest is None or newest < due:
             return 0
-        return min(latest, math.floor((newest - due) / interval) + 1)
+        first = math.floor((newest - due) / interval) + 1
+        while due + first * interval <= newest:  # floats: the window [.., due) holds the newest
+            first += 1
+        return min(latest, first)
 
     def _first_due(self, now: float) -> float:
         """The due time of the next decision to take at ``now``: ``next_decision``, or, when later
@@ -416,6 +425,7 @@ class AdaptiveManager:
             "adaptive": self.config.name,
             "decisions": [d.as_dict() for d in self.decisions],
             "switches": self.totals.switches,
+            "decisions_passed_over": self.totals.passed_over,
             "replay_wall_s_total": self.totals.replay_wall_s,
             "estimator_dropped_requests": self.estimator.dropped_requests,
         }

@@ -43,10 +43,9 @@ MAX_POINTS = 1000
 
 
 def _memory_blocks(layout: KVLayout, gib: float, block_size: int) -> int:
-    """The usable blocks of ``block_size`` tokens ``--gpu-memory`` holds: vLLM's ``num_gpu_blocks``
-    (the whole blocks in that memory) less its null block, as the simulator counts capacity; a
-    ValueError outside 1..MAX_BLOCKS."""
-    blocks = layout.blocks_in(gib, block_size) - 1
+    """The usable blocks of ``block_size`` tokens ``--gpu-memory`` holds (``KVLayout.blocks_in``:
+    vLLM's null block left out); a ValueError outside 1..MAX_BLOCKS."""
+    blocks = layout.blocks_in(gib, block_size)
     if not 1 <= blocks <= MAX_BLOCKS:
         raise ValueError(
             f"--gpu-memory {gib:g} GiB holds {blocks:,} usable blocks of {block_size} tokens "
@@ -471,7 +470,7 @@ def _print(result: dict[str, Any]) -> None:
         if tied := at.get("tied_with_best"):
             line += (
                 f" ({', '.join(tied)} {'ties' if len(tied) == 1 else 'tie'} with it, within "
-                f"{at['tie_points']:g} point: the order of --policies named this one)"
+                f"{at['tie_points']:g} point: the run does not tell them apart)"
             )
         if "gain_points_vs_lru" in at:
             line += (

@@ -39,7 +39,7 @@ from wakman.simulation import MODES, ServerModel, VllmServer
 from wakman.simulation import server as server_limits
 from wakman.simulation.run import check_intervals
 from wakman.simulation.server import saturated_runs_warning
-from wakman.traces import detect_format
+from wakman.traces import detect_format, kvcache_tester
 from wakman.traces.io import atomic_paths
 from wakman.traces.model import Request, as_engine_serves
 
@@ -467,11 +467,13 @@ def _trace_view(
     ``--format`` was not given), the block size its requests have (tokens), the kv-cache-tester
     arrival process (``--rate``, ``--seed``), the view (``--limit``, ``--fresh-outputs``,
     ``--max-output-tokens``, from ``--server-model``'s replay or the flags) and the requests read."""
+    name = fmt or detect_format(trace)
     return {
-        "format": fmt or detect_format(trace),
+        "format": name,
         "block_size": requests[0].block_size if requests else None,
-        "rate": rate,
-        "seed": seed,
+        # kv-cache-tester's arrival process, its defaults where the flags were left out
+        "rate": rate if rate is not None or name != "kv-cache-tester" else kvcache_tester.DEFAULT_RATE,
+        "seed": seed if seed is not None or name != "kv-cache-tester" else kvcache_tester.DEFAULT_SEED,
         "limit": view.limit,
         "fresh_outputs": view.fresh_outputs,
         "max_output_tokens": view.max_output_tokens,

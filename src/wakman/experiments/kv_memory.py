@@ -188,11 +188,15 @@ class KVLayout:
         return self.bytes_per_token * block_size
 
     def blocks_in(self, gib: float, block_size: int) -> int:
-        """Whole blocks of ``block_size`` tokens in ``gib`` GiB of KV cache."""
-        return int(gib * GIB // self.block_bytes(block_size))
+        """The usable blocks of ``block_size`` tokens in ``gib`` GiB of KV cache: vLLM's
+        ``num_gpu_blocks`` (the whole blocks in it) less its null block, as the simulator counts a
+        cache's capacity (may be 0 or -1 for less than two blocks)."""
+        return int(gib * GIB // self.block_bytes(block_size)) - 1
 
     def gib(self, blocks: int, block_size: int) -> float:
-        return blocks * self.block_bytes(block_size) / GIB
+        """The GiB of KV cache that ``blocks`` usable blocks take in vLLM (with its null block):
+        ``blocks_in``'s inverse."""
+        return (blocks + 1) * self.block_bytes(block_size) / GIB
 
     def as_dict(self) -> dict[str, Any]:
         return {

@@ -138,7 +138,8 @@ def read_states_by_pid() -> list[tuple[int, EngineState]]:
 
 def read_published() -> list[tuple[int, float, EngineState]]:
     """The states of the engines alive now, each with its engine process's pid and the time it was
-    published (the file's modification time, s since the epoch). A file left by an
+    published (the file's modification time, s since the epoch), the latest last (the mirror's
+    gauges of two live processes of one rank are the latest's, as the collector's). A file left by an
     engine process that has exited (a restarted engine, an earlier run sharing the directory) is
     removed, never reported: its counters would be read as the live engine's (one the reader may
     not remove is skipped all the same). Reading creates nothing: with ``WAKMAN_METRICS_DIR`` unset
@@ -168,6 +169,7 @@ def read_published() -> list[tuple[int, float, EngineState]]:
             states.append((pid, published, msgspec.json.decode(path.read_bytes(), type=EngineState)))
         except (OSError, msgspec.DecodeError):  # ValidationError is a DecodeError
             continue
+    states.sort(key=lambda state: state[1])  # the latest published last: its gauges are set last
     return states
 
 

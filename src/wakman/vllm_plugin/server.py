@@ -127,9 +127,10 @@ class ServerProcess:
         deadline = time.monotonic() + 30.0
         with contextlib.suppress(subprocess.TimeoutExpired):
             proc.wait(timeout=30)
-        while _signal_group(proc.pid, 0) and time.monotonic() < deadline:  # the rest of the group
+        while (alive := _signal_group(proc.pid, 0)) and time.monotonic() < deadline:  # the rest
             time.sleep(0.1)
-        _signal_group(proc.pid, signal.SIGKILL)
+        if alive:  # never a group found empty: its id may be another's by now
+            _signal_group(proc.pid, signal.SIGKILL)
         proc.wait()
 
     def log_tail(self, chars: int = 4000) -> str:
