@@ -132,12 +132,13 @@ def test_blocks_filled_by_generated_tokens_are_cached_with_keys_of_their_own(cac
 
 def test_a_second_request_queues_on_the_prefill_lane():
     """Two requests at t = 0 on a 1,000 tokens/s lane: the second is admitted at once (holding its
-    blocks) and queues on the lane; its first token comes after both prefills."""
+    blocks) and queues on the lane: its queueing delay is the first prefill (the wait until its own
+    prefill starts), and its first token comes after both prefills."""
     server = replace(FAST, prefill_tokens_per_s=1000.0)
     trace = [req(0.0, ["a", "b"], prompt=2 * BS), req(0.0, ["c", "d"], prompt=2 * BS)]
     result = simulate(trace, "lru", 100, server=server)
     first_prefill = 2 * BS / 1000.0
-    assert result.queueing_delays_s == [0.0, 0.0]
+    assert result.queueing_delays_s == pytest.approx([0.0, first_prefill])
     assert result.ttfts_s == pytest.approx([first_prefill, 2 * first_prefill])
 
 
