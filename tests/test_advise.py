@@ -65,6 +65,9 @@ def test_kv_bytes_known_values_and_overrides():
     assert model_layout("meta-llama/Llama-3.1-8B-Instruct").bytes_per_token == 128 * 1024
     assert model_layout("meta-llama/Llama-3.1-8B-Instruct", kv_dtype="fp8").bytes_per_token == 64 * 1024
     assert model_layout("Llama-3.1-8B").bytes_per_token == 128 * 1024  # base name, owner left out
+    # a base model whose instruct name has "Instruct" in the middle (it was not found)
+    assert model_layout("mistralai/Mistral-7B-v0.3").bytes_per_token == 2 * 32 * 8 * 128 * 2
+    assert model_layout("Mixtral-8x7B-v0.1").bytes_per_token == 2 * 32 * 8 * 128 * 2
     layout = model_layout("meta-llama/Llama-3.1-8B-Instruct")
     assert layout.block_bytes(16) == 2 * 1024**2
     assert layout.blocks_in(40, 16) == 40 * 1024 // 2 - 1  # 40 GiB of 2 MiB blocks, less the null block
@@ -878,3 +881,30 @@ def test_gpu_memory_gives_vllms_usable_blocks(tmp_path):
     result = CliRunner().invoke(app, [*args, "--policies", "lru", "--json"])
     assert result.exit_code == 0, result.output
     assert json.loads(result.stdout)["at_capacity"]["capacity_blocks"] == 1024**3 // (128 * 32) - 1
+
+
+def test_the_advice_plot_crosses_saturated_runs(monkeypatch, tmp_path):
+    """The table marks a saturated serve-mode run ``s``; the plot drew it as any other point."""
+    pytest.importorskip("matplotlib")
+    import numpy as np
+
+    from wakman.experiments import plots
+
+    curve = adv.LruCurve(hit_tokens=np.array([0, 40, 50]), prompt_tokens=100, requests=10, block_size=16)
+    rows = [
+        {"policy": "s3fifo", "mode": "serve", "capacity_blocks": c, "hit_rate": h, "saturated": s}
+        for c, h, s in ((1, 0.3, True), (2, 0.45, False))
+    ]
+    result = {"trace": "t.jsonl", "mode": "serve", "sweep": rows, "target_hit_rate": 0.475, "target": 0.95}
+    result["at_capacity"] = None
+    drawn = {}
+
+    def keep(fig, path):
+        ax = fig.axes[0]
+        drawn.update({line.get_label(): (list(line.get_xdata()), line.get_marker()) for line in ax.lines})
+        return path
+
+    monkeypatch.setattr(plots, "save_figure", keep)
+    plots.plot_advice(result, curve, None, tmp_path / "a.png")
+    crossed = [v for k, v in drawn.items() if k.startswith("x: modelled server saturated")]
+    assert crossed == [([1], "x")]

@@ -301,7 +301,10 @@ def _sweep_cell(row: dict[str, Any] | None) -> str:
 
 
 def _gib_text(gib: float) -> str:
-    return f"{gib:,.0f}" if gib >= 100 else f"{gib:z.2f}"
+    """GiB with the decimals that keep a small size visible (0.0049 GiB, not 0.00)."""
+    if gib >= 100:
+        return f"{gib:,.0f}"
+    return f"{gib:z.2f}" if gib >= 0.01 or gib == 0 else f"{gib:.2g}"
 
 
 def _print(result: dict[str, Any]) -> None:

@@ -365,9 +365,17 @@ def find_model(name: str) -> dict[str, Any]:
     also works). An unknown name lists the close ones."""
     lowered = {k.lower(): k for k in MODEL_CONFIGS}
     short = {k.split("/", 1)[1].lower(): k for k in MODEL_CONFIGS}
+    # a base model has its instruct model's architecture, wherever the name says "instruct"
+    # (Mistral-7B-v0.3 is Mistral-7B-Instruct-v0.3)
+    base = {
+        n.replace("-instruct", "") if "-instruct" in n else n.removesuffix("-it"): k
+        for n, k in (*lowered.items(), *short.items())
+        if "-instruct" in n or n.endswith("-it")
+    }
     key = None
-    for suffix in ("", "-instruct", "-it"):  # a base model has its instruct model's architecture
+    for suffix in ("", "-instruct", "-it"):
         key = key or lowered.get(name.lower() + suffix) or short.get(name.lower() + suffix)
+    key = key or base.get(name.lower())
     if key is not None:
         return MODEL_CONFIGS[key]
     close = difflib.get_close_matches(name.lower(), [*lowered, *short], n=4, cutoff=0.4)

@@ -203,7 +203,8 @@ def plot_decisions(decisions: list[dict], path: Path, title: str = "", end_s: fl
 
 def plot_advice(result: dict[str, Any], curve: LruCurve, layout: KVLayout | None, path: Path) -> Path:
     """`wakman advise`'s figure: hit rate against cache size (GiB when the model is known), the
-    exact LRU curve, each swept policy, the ceiling, the target and the user's size."""
+    exact LRU curve, each swept policy (a saturated serve-mode run crossed, as the table's ``s``),
+    the ceiling, the target and the user's size."""
     from wakman.experiments.advise import log_points
 
     plt = _pyplot()
@@ -229,6 +230,17 @@ def plot_advice(result: dict[str, Any], curve: LruCurve, layout: KVLayout | None
         rejected_any |= plot_policy_rows(ax, rows, scale, name, "-", size["lw"], size["ms"] * 0.6, 5)
     if rejected_any:
         legend_rejected(ax, "hollow: requests rejected (too long)")
+    saturated = [r for r in result["sweep"] if r.get("saturated")]  # serve mode: an overloaded queue's
+    if saturated:
+        ax.plot(
+            [scale(r["capacity_blocks"]) for r in saturated],
+            [r["hit_rate"] for r in saturated],
+            linestyle="none",
+            marker="x",
+            color="black",
+            ms=7,
+            label="x: modelled server saturated (no answer taken from it)",
+        )
     ax.axhline(curve.ceiling, color="grey", linestyle="--", label=f"infinite cache {curve.ceiling:.3f}")
     ax.axhline(
         result["target_hit_rate"], color="grey", linestyle=":", label=f"{result['target']:g} of ceiling"
