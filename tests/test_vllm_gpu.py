@@ -46,8 +46,10 @@ def runs(tmp_path_factory) -> dict:
 
 def test_engine_lru_is_stock_and_the_simulator_is_within_a_point(runs):
     """On the GPU engine: wakman's lru gives stock vLLM's prefix-cache counters exactly, and the
-    simulator, run with the server model the replay reports, is within one point of vLLM's hit rate
-    for lru and s3fifo (the issue's bound)."""
+    simulator, run with the server model the replay reports, gives vLLM's hit tokens for lru and
+    s3fifo, as on the CPU engine (the replay steps on the same virtual clock there; the issue's bound
+    is one point, which a simulator that left the generated blocks uncached also met here; the one
+    GPU run, vLLM 0.33 on an H200, gave +0.00 points for both)."""
     print(f"\nGPU engine replay, phased trace {PHASES}, {CAPACITY} blocks:")
     for policy, run in runs.items():
         print(f"  {policy:7s} hit rate {run['hit_rate']:.4f}  hit tokens {run['hit_tokens']}")
@@ -63,6 +65,7 @@ def test_engine_lru_is_stock_and_the_simulator_is_within_a_point(runs):
         print(f"  simulator {policy}: {predicted.hit_rate:.4f} ({gap * 100:+.2f} points)")
         assert predicted.prompt_tokens == runs[policy]["prompt_tokens"]
         assert abs(gap) <= 0.01
+        assert predicted.hit_tokens == runs[policy]["hit_tokens"]
 
 
 def test_serve_with_async_scheduling_runs_wakmans_async_scheduler(tmp_path):
