@@ -908,3 +908,24 @@ def test_the_advice_plot_crosses_saturated_runs(monkeypatch, tmp_path):
     plots.plot_advice(result, curve, None, tmp_path / "a.png")
     crossed = [v for k, v in drawn.items() if k.startswith("x: modelled server saturated")]
     assert crossed == [([1], "x")]
+
+
+def test_tensor_parallel_stores_the_kv_as_vllm_splits_it():
+    """--tensor-parallel N: the replica's KV bytes per token over its N GPUs (closed forms): GQA's
+    KV heads split, at least one a GPU (Qwen2.5-7B's 4 heads on 8 GPUs: each stored twice); an MLA
+    latent on every GPU (DeepSeek-V3: 8 times). --gpu-memory is the replica's, so its blocks follow."""
+    llama70 = model_layout("meta-llama/Llama-3.1-70B-Instruct", tensor_parallel=8)
+    assert llama70.bytes_per_token == 2 * 80 * 8 * 128 * 2  # 1 head on each of 8 GPUs: no copy
+    qwen = model_layout("Qwen/Qwen2.5-7B-Instruct")
+    assert (
+        model_layout("Qwen/Qwen2.5-7B-Instruct", tensor_parallel=8).bytes_per_token
+        == 2 * qwen.bytes_per_token
+    )
+    assert model_layout("Qwen/Qwen2.5-7B-Instruct", tensor_parallel=2).bytes_per_token == qwen.bytes_per_token
+    deepseek = model_layout("deepseek-ai/DeepSeek-V3")
+    assert model_layout("deepseek-ai/DeepSeek-V3", tensor_parallel=8).bytes_per_token == 8 * 61 * 576 * 2
+    assert deepseek.bytes_per_token == 61 * 576 * 2
+    with pytest.raises(ValueError, match="do not split"):
+        model_layout("meta-llama/Llama-3.1-8B-Instruct", tensor_parallel=3)  # 8 heads over 3 GPUs
+    at8 = model_layout("deepseek-ai/DeepSeek-V3", tensor_parallel=8)
+    assert at8.blocks_in(640, 64) == 640 * 2**30 // (8 * 61 * 576 * 2 * 64) - 1  # 80 GiB a GPU

@@ -64,7 +64,11 @@ def _memory_checked(requests: Iterator[Request], layout: KVLayout, gib: float) -
 
 
 def _layout(
-    model: str | None, kv_bytes: int | None, model_config: Path | None, kv_dtype: str | None
+    model: str | None,
+    kv_bytes: int | None,
+    model_config: Path | None,
+    kv_dtype: str | None,
+    tensor_parallel: int = 1,
 ) -> KVLayout | None:
     given = [
         flag
@@ -78,11 +82,13 @@ def _layout(
     if len(given) > 1:
         raise ValueError(f"{' and '.join(given)}: give one of them")
     kv_dtype = given_kv_dtype(kv_dtype)  # None for auto, the default; names the choices when unknown
+    if tensor_parallel != 1 and model is None and model_config is None:
+        raise ValueError("--tensor-parallel needs --model or --model-config (the KV heads to split)")
     if model is not None:
-        return model_layout(model, kv_dtype)
+        return model_layout(model, kv_dtype, tensor_parallel)
     if model_config is not None:
         try:
-            return config_layout(model_config, kv_dtype)
+            return config_layout(model_config, kv_dtype, tensor_parallel)
         except UnicodeDecodeError as exc:
             raise ValueError(f"--model-config {model_config}: not UTF-8 text ({exc})") from None
     if kv_bytes is not None:
@@ -128,9 +134,12 @@ def advise(
     gpu_memory: float | None = typer.Option(
         None,
         "--gpu-memory",
-        help="GiB of GPU memory left for the KV cache of one model replica (all its GPUs together; "
-        "needs the model's KV size). Under tensor parallelism an MLA latent (DeepSeek) or a KV head "
-        "shared by several ranks is stored on each: give one GPU's memory there.",
+        help="GiB of GPU memory left for the KV cache of one model replica, all its GPUs together "
+        "(needs the model's KV size; with --tensor-parallel the KV heads are split over the GPUs as "
+        "vLLM splits them, an MLA latent stored on each).",
+    ),
+    tensor_parallel: int = typer.Option(
+        1, "--tensor-parallel", help="GPUs a replica's tensor parallelism spreads the model over."
     ),
     capacity: int | None = typer.Option(None, "--capacity-blocks", help="Your cache size in blocks."),
     mode: str = typer.Option(
@@ -194,7 +203,8 @@ def advise(
             )
             variants[HINT_MODE] = ("chain-lru", {**HINT_OPTIONS, "session_ends_after_s": ends})
         check_plot(plot)
-        layout = _layout(model, kv_bytes, model_config, kv_dtype)
+        check_numbers(("--tensor-parallel", tensor_parallel, ">=1"))
+        layout = _layout(model, kv_bytes, model_config, kv_dtype, tensor_parallel)
         if gpu_memory is not None and layout is None:
             raise ValueError("--gpu-memory needs --model, --model-config or --kv-bytes-per-token")
         progress = progress_bars(to=err_console, transient=True, disable=not err_console.is_terminal)

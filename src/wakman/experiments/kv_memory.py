@@ -284,13 +284,17 @@ def attention_layers(config: dict[str, Any], layers: int) -> tuple[int, str]:
     return count, f" ({count} of {layers} layers are attention, {source}; the others keep no per-token KV)"
 
 
-def kv_layout(config: dict[str, Any], name: str = "model", kv_dtype: str | None = None) -> KVLayout:
+def kv_layout(
+    config: dict[str, Any], name: str = "model", kv_dtype: str | None = None, tensor_parallel: int = 1
+) -> KVLayout:
     """The KV bytes per token of an architecture given as config.json's fields. ``kv_dtype``
     (not None or ``auto``) overrides ``torch_dtype`` (vLLM's ``--kv-cache-dtype fp8`` is 1 byte;
     transformers 5 saves the field as ``dtype``, read where ``torch_dtype`` is absent), which is
     taken as vLLM serves it by default (``served_dtype``: float32 in 16 bits). A config that nests
     the text model (``text_config``) is read there. The KV heads come from ``_kv_heads_field``,
-    in vLLM's order."""
+    in vLLM's order. ``tensor_parallel`` (the GPUs of one replica): the bytes are the replica's, over
+    all its GPUs, as vLLM stores them: the KV heads split over the GPUs, at least one on each (a
+    head is stored on several where there are more GPUs than heads); an MLA latent on every GPU."""
     if "num_hidden_layers" not in config and isinstance(config.get("text_config"), dict):
         config = {**config, **config["text_config"]}
     if config.get("torch_dtype") is None and config.get("dtype") is not None:
@@ -318,13 +322,18 @@ def kv_layout(config: dict[str, Any], name: str = "model", kv_dtype: str | None 
     layers, hybrid = attention_layers(config, _positive_int(config, "num_hidden_layers", name))
     if layers < 1:
         raise ValueError(f"{name}: no attention layer{hybrid}: no per-token KV cache to size")
+    if not (isinstance(tensor_parallel, int) and tensor_parallel >= 1):
+        raise ValueError(f"--tensor-parallel must be an integer >= 1, got {tensor_parallel!r}")
+    tp = tensor_parallel
     if mla:
         rank = _positive_int(config, "kv_lora_rank", name)
         rope = _positive_int(config, "qk_rope_head_dim", name)
+        ranks = f" * {tp} GPUs (the latent is stored on each)" if tp > 1 else ""
         return KVLayout(
             name,
-            layers * (rank + rope) * width,
+            tp * layers * (rank + rope) * width,
             f"{layers} layers * ({rank} kv_lora_rank + {rope} qk_rope_head_dim) * {width} B (MLA latent)"
+            + ranks
             + hybrid,
             "mla",
             dtype,
@@ -350,6 +359,12 @@ def kv_layout(config: dict[str, Any], name: str = "model", kv_dtype: str | None 
                 f"{name}: hidden_size {hidden} is not a multiple of num_attention_heads {n_heads}"
             )
         head_dim = hidden // n_heads
+    if tp > 1:  # vLLM splits the KV heads over the ranks, each rank at least one (replicated)
+        if (heads >= tp and heads % tp) or (heads < tp and tp % heads):
+            raise ValueError(f"{name}: {heads} kv heads do not split over --tensor-parallel {tp} GPUs")
+        per_rank = max(1, heads // tp)
+        replicated = f", each of the {heads} stored on {tp // heads}" if heads < tp else ""
+        note, heads = f"{per_rank} kv heads on each of {tp} GPUs{replicated}", per_rank * tp
     return KVLayout(
         name,
         2 * layers * heads * head_dim * width,
@@ -387,12 +402,12 @@ def find_model(name: str) -> dict[str, Any]:
     )
 
 
-def model_layout(name: str, kv_dtype: str | None = None) -> KVLayout:
+def model_layout(name: str, kv_dtype: str | None = None, tensor_parallel: int = 1) -> KVLayout:
     key = next((k for k in MODEL_CONFIGS if MODEL_CONFIGS[k] is find_model(name)), name)
-    return kv_layout(find_model(name), key, kv_dtype)
+    return kv_layout(find_model(name), key, kv_dtype, tensor_parallel)
 
 
-def config_layout(path: Path, kv_dtype: str | None = None) -> KVLayout:
+def config_layout(path: Path, kv_dtype: str | None = None, tensor_parallel: int = 1) -> KVLayout:
     try:
         config = json.loads(Path(path).read_text())
     except json.JSONDecodeError as exc:
@@ -401,4 +416,4 @@ def config_layout(path: Path, kv_dtype: str | None = None) -> KVLayout:
         raise ValueError(f"--model-config {path}: cannot read it ({exc.strerror})") from None
     if not isinstance(config, dict):
         raise ValueError(f"--model-config {path}: expected a JSON object")
-    return kv_layout(config, f"--model-config {path}", kv_dtype)
+    return kv_layout(config, f"--model-config {path}", kv_dtype, tensor_parallel)
