@@ -68,9 +68,58 @@ def _changed():
     return f
 
 
+def _annotated():
+    def f(x: int) -> list[int]:
+        out: list[int] = [i for i in range(x) if i % 2]
+        return out
+
+    return f
+
+
+def _retyped():
+    def f(x: float) -> tuple[int, ...]:
+        out: tuple[int, ...] = [i for i in range(x) if i % 2]
+        return out
+
+    return f
+
+
 def test_fingerprints_ignore_docstrings_comments_and_layout():
     same, also, other = (compat.fingerprint(g()) for g in (_documented, _reformatted, _changed))
     assert same == also != other
+
+
+def test_fingerprints_ignore_type_annotations():
+    """An annotation changes nothing at run time: a release that only retyped a method passes
+    (``Sequence[...]`` to ``Iterable[...]`` in ``BlockPool.touch`` refused a working vLLM)."""
+    assert compat.fingerprint(_annotated()) == compat.fingerprint(_retyped())
+
+
+def test_a_method_without_readable_source_is_refused_in_one_line(monkeypatch):
+    """A relied-on method whose source cannot be read (a compiled or .pyc-only vLLM) is refused as
+    a changed one, by name; ``inspect.getsource``'s OSError escaped as a traceback."""
+    namespace: dict = {}
+    exec("def touch(self, blocks):\n    pass\n", namespace)  # no file to read its source from
+    monkeypatch.setattr(BlockPool, "touch", namespace["touch"])
+    assert compat.installed_fingerprints()["BlockPool.touch"] == compat.UNREADABLE
+    with pytest.raises(compat.UnsupportedVllmVersion, match=r"BlockPool\.touch"):
+        compat.check_vllm_version("0.33.1")
+
+
+def test_the_schedulers_relied_on_methods_are_checked(monkeypatch):
+    """WakmanScheduler relies on ``finish_requests`` returning the requests it finished: a release
+    that returned their ids passed the check and then killed the engine at the first abort."""
+    from vllm.v1.core.sched.scheduler import Scheduler
+
+    stock = Scheduler.finish_requests
+
+    def finish_requests(self, request_ids, finished_status):
+        stock(self, request_ids, finished_status)
+        return list(request_ids)
+
+    monkeypatch.setattr(Scheduler, "finish_requests", finish_requests)
+    with pytest.raises(compat.UnsupportedVllmVersion, match=r"Scheduler\.finish_requests"):
+        compat.check_vllm_version("0.33.1")
 
 
 def test_every_stock_queue_method_is_filled():
@@ -123,7 +172,10 @@ def test_the_installed_code_is_one_release_s_and_a_mixture_is_refused(monkeypatc
         assert vllm.__version__ in compat.common_releases(compat.installed_fingerprints(relied_on), known)
     found = compat.installed_fingerprints(compat.OFFLOAD_RELIED_ON)
     mixed = dict(found)
-    mixed["CPUOffloadingManager.touch"] = None if found["CPUOffloadingManager.touch"] else "6cb958a6181aa4ee"
+    touch = next(
+        fp for fp in compat.KNOWN_OFFLOAD_FINGERPRINTS["CPUOffloadingManager.touch"] if fp != compat.ABSENT
+    )
+    mixed["CPUOffloadingManager.touch"] = None if found["CPUOffloadingManager.touch"] else touch
     assert compat.changed_methods(mixed, compat.KNOWN_OFFLOAD_FINGERPRINTS) == []
     assert compat.common_releases(mixed, compat.KNOWN_OFFLOAD_FINGERPRINTS) == set()
     monkeypatch.setattr(compat, "installed_fingerprints", lambda relied_on=compat.RELIED_ON: mixed)

@@ -63,42 +63,61 @@ RELIED_ON = (
     ("vllm.v1.core.kv_cache_coordinator", "KVCacheCoordinator.allocate_new_computed_blocks"),
     ("vllm.v1.core.kv_cache_manager", "KVCacheManager.allocate_slots"),
     ("vllm.v1.core.single_type_kv_cache_manager", "SingleTypeKVCacheManager.add_local_computed_blocks"),
+    # WakmanScheduler's overrides: a known request id is a streaming input's next chunk (add_request);
+    # finish_requests returns the requests it finished; a request leaves ``requests`` as its blocks
+    # are freed (_free_request)
+    ("vllm.v1.core.sched.scheduler", "Scheduler.add_request"),
+    ("vllm.v1.core.sched.scheduler", "Scheduler.finish_requests"),
+    ("vllm.v1.core.sched.scheduler", "Scheduler._free_request"),
+    ("vllm.v1.core.sched.scheduler", "Scheduler._free_blocks"),
 )
 
 # Fingerprints read from vLLM 0.32.0, 0.33.0 and 0.34.0 (`python -m wakman.vllm_plugin.compat` prints
 # the installed ones). Where releases differ, each one's is listed.
 KNOWN_FINGERPRINTS: dict[str, dict[str, str]] = {
-    "BlockPool.touch": {"6e1193239b10a204": "0.32.0", "6e78aedd2d01b599": "0.33.0 0.34.0"},
+    "BlockPool.touch": {"d57e257481bec241": "0.32.0", "69fb1d93be6c3aef": "0.33.0 0.34.0"},
     "BlockPool.cache_full_blocks": {
-        "67ba63a14d10e6bd": "0.32.0",
-        "0ec14c8f28a31403": "0.33.0",
-        "d084b102429378ab": "0.34.0",
+        "e35bffb9ec6478e7": "0.32.0",
+        "dd23776648a047ff": "0.33.0",
+        "b800b0976e2e1e56": "0.34.0",
     },
     "BlockPool.cache_partial_block": {
-        "790aa7d11584aec1": "0.32.0",
-        "86ce74a42ef1e762": "0.33.0",
-        "483026b7d976836f": "0.34.0",
+        "db09a6e271ce6da0": "0.32.0",
+        "bc206201f68f9605": "0.33.0",
+        "ee34d1bdea4a795f": "0.34.0",
     },
     "BlockPool.free_blocks": {
-        "67d5013844ebc388": "0.32.0",
-        "4fe277d49a5612b0": "0.33.0",
-        "845a71e2a0035be4": "0.34.0",
+        "ece530627d551f58": "0.32.0",
+        "4cf398bbc9cf5b9a": "0.33.0",
+        "00f6d115764ab3f9": "0.34.0",
     },
-    "BlockPool.get_new_blocks": {"ea308ffcf482aed7": "0.32.0 0.33.0", "01383ca5039c7bd3": "0.34.0"},
-    "BlockPool._maybe_evict_cached_block": {"a7b39d0f55d0fe47": "0.32.0 0.33.0 0.34.0"},
-    "BlockPool._insert_block_hash": {"3e273327df7c0d8b": "0.32.0 0.33.0", "8533d56ba2755ab5": "0.34.0"},
+    "BlockPool.get_new_blocks": {"568dba05d2fb4415": "0.32.0 0.33.0", "337d89fe87ecefe7": "0.34.0"},
+    "BlockPool._maybe_evict_cached_block": {"97f9f54031a75bfa": "0.32.0 0.33.0 0.34.0"},
+    "BlockPool._insert_block_hash": {"5445fc5cd17e126f": "0.32.0 0.33.0", "474b16325f752c81": "0.34.0"},
     "BlockPool._remove_cached_block_hashes": {
-        "2fa780f0b44bea51": "0.32.0 0.33.0",
-        "bce514919b38dbab": "0.34.0",
+        "13e993bc5bd04d1a": "0.32.0 0.33.0",
+        "93ed7e805bbe3696": "0.34.0",
     },
-    "BlockPool.reset_prefix_cache": {"b9f758660e2e9b0c": "0.32.0 0.33.0", "060d7072c4926c65": "0.34.0"},
-    "BlockPool.unpin_blocks": {"3280eca1d701056c": "0.32.0 0.33.0 0.34.0"},
-    "BlockPool.evict_blocks": {"c7dbecfee5d8092f": "0.32.0 0.33.0 0.34.0"},
-    "BlockPool.move_block_hashes": {"5c1cb036a49f5456": "0.32.0 0.33.0 0.34.0"},
-    "BlockPool.get_num_free_blocks": {"e80b451d07e9555f": "0.32.0 0.33.0 0.34.0"},
-    "KVCacheCoordinator.allocate_new_computed_blocks": {"977a65c2f41edaa0": "0.32.0 0.33.0 0.34.0"},
-    "KVCacheManager.allocate_slots": {"d47c78ee238460e1": "0.32.0 0.33.0 0.34.0"},
-    "SingleTypeKVCacheManager.add_local_computed_blocks": {"748c2c4c297a70ad": "0.32.0 0.33.0 0.34.0"},
+    "BlockPool.reset_prefix_cache": {"d01cdda935ac34f8": "0.32.0 0.33.0", "70d5e7a5eb0dbfea": "0.34.0"},
+    "BlockPool.unpin_blocks": {"a3304b240bed2536": "0.32.0 0.33.0 0.34.0"},
+    "BlockPool.evict_blocks": {"e07b998a640f448c": "0.32.0 0.33.0 0.34.0"},
+    "BlockPool.move_block_hashes": {"d8eecb5f3ccaf96f": "0.32.0 0.33.0 0.34.0"},
+    "BlockPool.get_num_free_blocks": {"4073d940fe3d3eda": "0.32.0 0.33.0 0.34.0"},
+    "KVCacheCoordinator.allocate_new_computed_blocks": {"02b2dc4d139e2c26": "0.32.0 0.33.0 0.34.0"},
+    "KVCacheManager.allocate_slots": {"062b0f4c862ac71c": "0.32.0 0.33.0 0.34.0"},
+    "SingleTypeKVCacheManager.add_local_computed_blocks": {"28f86dbd5e9051f7": "0.32.0 0.33.0 0.34.0"},
+    "Scheduler.add_request": {"370e9dd70538241b": "0.32.0 0.33.0", "f4e5a5306c3a6836": "0.34.0"},
+    "Scheduler.finish_requests": {
+        "21a3c7e8e561b056": "0.32.0",
+        "2833fdd668c72af1": "0.33.0",
+        "6f18636d387e7e13": "0.34.0",
+    },
+    "Scheduler._free_request": {
+        "e214f67fccbbe126": "0.32.0",
+        "bdc3e02a249e7f7d": "0.33.0",
+        "69122d0f72ecad5d": "0.34.0",
+    },
+    "Scheduler._free_blocks": {"f80b0fe96079d972": "0.32.0 0.33.0 0.34.0"},
 }
 
 
@@ -128,42 +147,43 @@ OFFLOAD_RELIED_ON = (
     ),
 )
 ABSENT = "absent"  # a relied-on method a release does not have
+UNREADABLE = "unreadable"  # a relied-on method whose source cannot be read: never a known one
 KNOWN_OFFLOAD_FINGERPRINTS: dict[str, dict[str, str]] = {
-    "CPUOffloadingManager.__init__": {"4e63f88a7eb4c487": "0.32.0", "fa821c81940512cb": "0.33.0 0.34.0"},
-    "CPUOffloadingManager.lookup": {"d1f39b34623b2a4b": "0.32.0 0.33.0 0.34.0"},
-    "CPUOffloadingManager._prepare_load": {"8f88f46bba52b1ba": "0.32.0 0.33.0 0.34.0"},
-    "CPUOffloadingManager.touch": {"6cb958a6181aa4ee": "0.32.0 0.33.0", ABSENT: "0.34.0"},
-    "CPUOffloadingManager.complete_load": {"e5e7d4372761366c": "0.32.0 0.33.0 0.34.0"},
+    "CPUOffloadingManager.__init__": {"a5d4cdc8c9a94e8a": "0.32.0", "4d79782548e42774": "0.33.0 0.34.0"},
+    "CPUOffloadingManager.lookup": {"fb9690eec044fa1f": "0.32.0 0.33.0 0.34.0"},
+    "CPUOffloadingManager._prepare_load": {"fa23109e59adb952": "0.32.0 0.33.0 0.34.0"},
+    "CPUOffloadingManager.touch": {"c4c41737554ec8c9": "0.32.0 0.33.0", ABSENT: "0.34.0"},
+    "CPUOffloadingManager.complete_load": {"b9708b2fb0975921": "0.32.0 0.33.0 0.34.0"},
     "CPUOffloadingManager.prepare_store": {
-        "cbafbc10775e30d4": "0.32.0",
-        "9fd548f1388afa7a": "0.33.0",
-        "9c568462e4abbfa3": "0.34.0",
+        "3687eebef5f78809": "0.32.0",
+        "ddedb43eed54b07c": "0.33.0",
+        "733fd8391aa0e89e": "0.34.0",
     },
     "CPUOffloadingManager.complete_store": {
-        "98341e7af53d6f66": "0.32.0",
-        "16623c320ea6070c": "0.33.0",
-        "ca0452439e48edce": "0.34.0",
+        "84e8224a6562eb73": "0.32.0",
+        "3c53b7ed6d320bfb": "0.33.0",
+        "db54e19c5fec7fb5": "0.34.0",
     },
     "CPUOffloadingManager._record_request_cache_access": {
-        "e5aee3aba3d4af03": "0.32.0",
-        "cfc52ac0e3849b98": "0.33.0 0.34.0",
+        "8ab2b1eb43dc07eb": "0.32.0",
+        "fea2cf701559c4c5": "0.33.0 0.34.0",
     },
-    "CPUOffloadingManager.on_request_finished": {"2a820df079ed790a": "0.32.0 0.33.0 0.34.0"},
-    "CPUOffloadingManager.reset_cache": {"514d08b7429c282d": "0.32.0 0.33.0 0.34.0"},
-    "CPUOffloadingManager.take_events": {"94bec9ae4a95e189": "0.32.0", "c0a2c3b1bb600393": "0.33.0 0.34.0"},
+    "CPUOffloadingManager.on_request_finished": {"392835215afd1a57": "0.32.0 0.33.0 0.34.0"},
+    "CPUOffloadingManager.reset_cache": {"2f98779841a8c266": "0.32.0 0.33.0 0.34.0"},
+    "CPUOffloadingManager.take_events": {"eef37d88e96935ae": "0.32.0", "8e12a7f00b937f55": "0.33.0 0.34.0"},
     "CPUPrimaryTierOffloadingManager.__init__": {
-        "8d08811f8bde46c3": "0.32.0",
-        "6e2ef5af536d021e": "0.33.0",
-        "7bae92b57acf64ca": "0.34.0",
+        "582af3f85c004f9f": "0.32.0",
+        "3fd026db527a16bf": "0.33.0",
+        "02c5d05bef92e78e": "0.34.0",
     },
-    "CPUPrimaryTierOffloadingManager.prepare_read": {"9ade1fe28369cc16": "0.32.0 0.33.0 0.34.0"},
+    "CPUPrimaryTierOffloadingManager.prepare_read": {"dae45c8972662194": "0.32.0 0.33.0 0.34.0"},
     "CPUPrimaryTierOffloadingManager.defer_write_release": {
         ABSENT: "0.32.0 0.33.0",
-        "d13d36f5c83c3c70": "0.34.0",
+        "422bb30b6688f533": "0.34.0",
     },
     "CPUPrimaryTierOffloadingManager.reset_cache": {
-        "514d08b7429c282d": "0.32.0 0.33.0",  # CPUOffloadingManager's, inherited
-        "2d22c781247f4481": "0.34.0",
+        "2f98779841a8c266": "0.32.0 0.33.0",  # CPUOffloadingManager's, inherited
+        "0c6db064c9caf1b4": "0.34.0",
     },
 }
 SUPPORTED_NAMES = ", ".join(v + "x" for v in SUPPORTED_VLLM)  # "0.32.x, 0.33.x, 0.34.x"
@@ -181,11 +201,15 @@ class UnsupportedVllmVersion(RuntimeError):
 
 
 def fingerprint(fn: Callable) -> str:
-    """A short hash of a function's code: its syntax tree without docstrings, so comments, blank
-    lines and formatting do not count. Fields a newer Python adds empty (``type_params``) are left
-    out, so the fingerprint is the same on every Python vLLM runs on."""
+    """A short hash of a function's code: its syntax tree without docstrings and type annotations,
+    so comments, blank lines, formatting and annotations (which change nothing at run time) do not
+    count. Fields a newer Python adds empty (``type_params``) are left out, so the fingerprint is the
+    same on every Python vLLM runs on."""
     tree = ast.parse(textwrap.dedent(inspect.getsource(fn)))
     return hashlib.sha256(_canonical(tree).encode()).hexdigest()[:16]
+
+
+_ANNOTATIONS = ("annotation", "returns", "type_comment")  # an arg's, a def's, an AnnAssign's
 
 
 def _canonical(node: object) -> str:
@@ -204,6 +228,8 @@ def _canonical(node: object) -> str:
         body = body[1:]
     fields = []
     for name in node._fields:
+        if name in _ANNOTATIONS:
+            continue
         value = body if name == "body" and body is not None else getattr(node, name, None)
         if value is None or value == []:
             continue
@@ -225,7 +251,10 @@ def installed_fingerprints(relied_on: tuple[tuple[str, str], ...] = RELIED_ON) -
             obj = None
         for part in qualname.split("."):
             obj = getattr(obj, part, None)
-        out[qualname] = fingerprint(obj) if callable(obj) else None
+        try:
+            out[qualname] = fingerprint(obj) if callable(obj) else None
+        except (OSError, TypeError, SyntaxError):  # no source to read (compiled, .pyc only)
+            out[qualname] = UNREADABLE
     return out
 
 
@@ -300,7 +329,7 @@ def _refuse_code(
     if changed:
         raise UnsupportedVllmVersion(
             f"vLLM {version}: code wakman relies on {what} "
-            f"({SUPPORTED_NAMES}): {', '.join(changed)}. {_run_instead(stock)}"
+            f"({CHECKED_RELEASES}): {', '.join(changed)}. {_run_instead(stock)}"
         )
 
 
