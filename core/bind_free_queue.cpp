@@ -242,14 +242,15 @@ struct PyFreeQueue {
     if (!as_policy(policy).claim(this))
       throw std::invalid_argument("free queue: the policy already serves another pool (or a running replay); give each pool its own");
     try {
-      // The stock queue's links are dropped with it: no block points into a queue any more.
-      for (const nb::object& b : blocks)
-        if (PyObject_SetAttr(b.ptr(), prev_slot, Py_None) < 0 || PyObject_SetAttr(b.ptr(), next_slot, Py_None) < 0)
-          throw nb::python_error();
       queue = FreeQueue(blocks.size(), null_block, &as_policy(policy));
       queue.policy().reset();    // a ghost a used policy kept would stand for no block of this pool
       queue.policy().reserve();  // a serving pool: no table grows while it serves
       each_block(free_blocks, [&](PyObject* b) { queue.start_free(block_id(b)); });
+      // Last, once nothing above can refuse: the stock queue's links are dropped with it, so no
+      // block points into a queue any more.
+      for (const nb::object& b : blocks)
+        if (PyObject_SetAttr(b.ptr(), prev_slot, Py_None) < 0 || PyObject_SetAttr(b.ptr(), next_slot, Py_None) < 0)
+          throw nb::python_error();
     } catch (...) {
       as_policy(policy).release(this);  // no destructor runs for a constructor that throws
       throw;

@@ -658,3 +658,31 @@ def test_a_policy_serves_one_pool_at_a_time():
     gc.collect()
     install(BlockPool(9, enable_caching=True, hash_block_size=16), taken).check()  # its pool is gone
     third.check()
+
+
+@pytest.mark.parametrize("policy", ["lru", "s3fifo"])
+def test_a_stock_method_that_raises_part_way_still_reaches_the_queue(policy):
+    """``evict_blocks([a cached block, an id past the pool])``: stock evicts the first block, then
+    raises. The hook told the queue nothing, and the block kept its key with no hash (``check``
+    failed: "has a key but no hash"); now what stock changed reaches the queue all the same."""
+    pool = make_pool(8, policy)
+    serve_one(pool, vllm_keys([1, 2, 3]), 0)
+    cached = next(b for b in pool.blocks if b.block_hash is not None)
+    with pytest.raises(Exception):  # noqa: B017  (stock's own assertion or IndexError)
+        pool.evict_blocks([cached.block_id, 10_000])
+    assert cached.block_hash is None
+    pool.check()
+
+
+def test_a_refused_queue_leaves_the_stock_pool_working():
+    """The queue's constructor dropped every block's stock links before it could still refuse (a
+    block listed free twice): the pool, left with its stock queue, then failed at its next
+    allocation. Now the links go last, once nothing can refuse."""
+    from wakman.vllm_plugin.free_queue import PolicyFreeQueue
+
+    pool = BlockPool(9, enable_caching=True, hash_block_size=32)
+    free = pool.free_block_queue.get_all_free_blocks()
+    with pytest.raises(RuntimeError, match="free already"):
+        PolicyFreeQueue(pool.blocks, [*free, free[0]], make_policy("lru", 8))
+    assert [b.block_id for b in pool.get_new_blocks(3)] == [1, 2, 3]
+    assert pool.free_block_queue.num_free_blocks == 5

@@ -78,27 +78,35 @@ def cache_full_blocks(
     **kwargs: Any,
 ) -> None:
     stock = _stock(pool, "cache_full_blocks")
-    stock(pool, request, blocks, num_cached_blocks, num_full_blocks, *args, **kwargs)
-    pool.free_block_queue.sync(blocks, num_cached_blocks, num_full_blocks)
+    try:
+        stock(pool, request, blocks, num_cached_blocks, num_full_blocks, *args, **kwargs)
+    finally:  # what the stock method changed before it raised reaches the queue too
+        pool.free_block_queue.sync(blocks, num_cached_blocks, num_full_blocks)
 
 
 def cache_partial_block(pool: Any, request: Any, block: Any, *args: Any, **kwargs: Any) -> Any:
-    out = _stock(pool, "cache_partial_block")(pool, request, block, *args, **kwargs)
-    pool.free_block_queue.sync((block,))
-    return out
+    try:
+        return _stock(pool, "cache_partial_block")(pool, request, block, *args, **kwargs)
+    finally:
+        pool.free_block_queue.sync((block,))
 
 
 def move_block_hashes(pool: Any, src_block: Any, dst_block: Any) -> None:
-    _stock(pool, "move_block_hashes")(pool, src_block, dst_block)
-    pool.free_block_queue.sync((src_block, dst_block))
+    try:
+        _stock(pool, "move_block_hashes")(pool, src_block, dst_block)
+    finally:
+        pool.free_block_queue.sync((src_block, dst_block))
 
 
 def evict_blocks(pool: Any, block_ids: Iterable[int]) -> None:
     # the caller's collection itself goes to stock (a set rebuilt from it may iterate in another
     # order, and stock's loop emits its BlockRemoved events in that order)
     ids = block_ids if isinstance(block_ids, Collection) else list(block_ids)
-    _stock(pool, "evict_blocks")(pool, ids)
-    pool.free_block_queue.sync([pool.blocks[i] for i in ids])
+    try:
+        _stock(pool, "evict_blocks")(pool, ids)
+    finally:  # the blocks stock evicted before it raised (an id out of range) lose their keys too
+        blocks = pool.blocks
+        pool.free_block_queue.sync([blocks[i] for i in ids if isinstance(i, int) and 0 <= i < len(blocks)])
 
 
 def reset_prefix_cache(pool: Any) -> bool:
