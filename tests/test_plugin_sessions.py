@@ -93,3 +93,19 @@ def test_an_end_waits_for_its_steps_deferred_frees(hints):
     assert policy.heard == [("end", session_key("a"))]
     hints.tell_done(live=set(), order=["r3"], deferred=[(8, ["blocks"])], step=7)
     assert policy.heard[1:] == [("end", session_key("b")), ("end", session_key("c"))]
+
+
+def test_sibling_requests_of_a_session_end_it_once_after_the_last(hints):
+    """``n > 1`` (or a batch of prompts) makes several marked requests of one session run at once:
+    each ended the session as it finished (two ends counted, the first while its sibling still held
+    the prompt blocks); the session ends once, when the last of them is done."""
+    hints, policy = hints
+    hints.arrived(_request("r1-0", "a", marked=True))
+    hints.arrived(_request("r1-1", "a", marked=True))
+    policy.heard.clear()
+    assert hints.tell_done(live={"r1-1"}, order=["r1-0"]) == 0 and policy.heard == []
+    assert hints.tell_done(live=set(), order=["r1-1"]) == 1
+    assert policy.heard == [("end", session_key("a"))] and hints.ends_told == 1
+    hints.arrived(_request("r2", "a", marked=True))  # a later turn, marked again: ends again
+    hints.tell_done(live=set(), order=["r2"])
+    assert hints.ends_told == 2

@@ -302,3 +302,15 @@ def test_behind_a_slow_replay_the_next_decision_is_the_latest_due(policy):
         assert d.time_s - 1.0 <= last < d.time_s, d  # replaying traffic up to it
     due_times = round((manager.decisions[-1].time_s - 10.0) / 10.0) + 1  # at 10 s, 20 s, ...
     assert manager.totals.passed_over == due_times - len(manager.decisions) > len(taken)
+
+
+def test_session_mode_says_it_has_no_effect_where_the_groups_hear_no_hints(caplog):
+    """KV-cache groups with blocks larger than the hash blocks give the policy no request hints, so
+    chain-lru follows no session: the start-up said it "follows session ids" and nothing more."""
+    with caplog.at_level(logging.WARNING, logger="wakman"):
+        build_scheduler(128, "chain-lru", env={"WAKMAN_SESSIONS": "1"}, group_block_sizes=(32, 64))
+    assert any("WAKMAN_SESSIONS=1 has no effect here" in r.getMessage() for r in caplog.records)
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="wakman"):
+        build_scheduler(128, "chain-lru", env={"WAKMAN_SESSIONS": "1"})
+    assert not any("has no effect" in r.getMessage() for r in caplog.records)

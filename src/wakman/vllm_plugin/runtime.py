@@ -83,6 +83,12 @@ class PolicyRuntime:
         self._ends_timer: threading.Timer | None = None
         # None: the pool's groups do not cache the request's hash blocks, so no request hints
         self._group = request_group(manager, pool) if manager is not None else 0
+        if self._group is None and settings.sessions:
+            log.warning(
+                "wakman: WAKMAN_SESSIONS=1 has no effect here: this model's KV-cache groups cache "
+                "blocks larger than the request's hash blocks, so chain-lru hears no request hints "
+                "(no session is followed; ends are counted, not acted on)"
+            )
         self._replays = DecisionReplays(bool(self.manager) and settings.replay == "thread", "wakman-replay")
         # the logged outputs of requests not yet finished (log_outputs), by vLLM's request id
         self._decoding: dict[str, OutputBlocks] = {}

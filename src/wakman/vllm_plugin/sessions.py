@@ -66,11 +66,14 @@ class SessionHints:
     consumer's overlapping batches make), it *waits* under the step it was done in (vLLM's
     ``sched_step_seq``) until no deferred entry with a fence at or before that step is left (its own
     blocks are among those, vLLM frees them in fence order); then its end is told. Ends are told in
-    the order the requests were done (a call's own ``order`` first, then by arrival)."""
+    the order the requests were done (a call's own ``order`` first, then by arrival). A session with
+    several marked requests running at once (``n > 1``, a batch of prompts: vLLM's sibling requests)
+    ends once, when the last of them is done."""
 
     def __init__(self, queue: Any) -> None:
         self._queue = queue
         self._ending: dict[str, int] = {}  # request id -> session key, for marked requests not yet done
+        self._marked: dict[int, int] = {}  # session key -> its marked requests not yet done
         self._waiting: list[tuple[int, int]] = []  # (step done in, session key), in the order done
         self.ends_told = 0  # session ends told to the policy so far
 
@@ -81,8 +84,9 @@ class SessionHints:
             return
         key = session_key(str(session_id))
         self._queue.policy.in_session(key)
-        if ends_session(request):
+        if ends_session(request) and request.request_id not in self._ending:
             self._ending[request.request_id] = key
+            self._marked[key] = self._marked.get(key, 0) + 1
 
     def tell_done(
         self,
@@ -99,7 +103,12 @@ class SessionHints:
         if len(done) > 1:
             rank = {rid: i for i, rid in enumerate(order) if rid in self._ending}
             done.sort(key=lambda rid: rank.get(rid, len(rank)))
-        self._waiting.extend((step, self._ending.pop(rid)) for rid in done)
+        for rid in done:
+            key = self._ending.pop(rid)
+            self._marked[key] -= 1
+            if not self._marked[key]:  # the session's last marked request running is done
+                del self._marked[key]
+                self._waiting.append((step, key))
         if not self._waiting:
             return 0
         first_fence = min((fence for fence, _ in deferred), default=None)
