@@ -109,3 +109,16 @@ def test_sibling_requests_of_a_session_end_it_once_after_the_last(hints):
     hints.arrived(_request("r2", "a", marked=True))  # a later turn, marked again: ends again
     hints.tell_done(live=set(), order=["r2"])
     assert hints.ends_told == 2
+
+
+def test_a_mark_on_a_streaming_inputs_later_chunk_ends_its_session(hints):
+    """A streaming input's chunks share one request id; vLLM gives the request each chunk's
+    sampling parameters. A client that marks the last chunk ended nothing (the mark was read at
+    the first arrival only); it ends the session once the stream is done, once."""
+    hints, policy = hints
+    hints.arrived(_request("s1", "a"))  # the first chunk, unmarked
+    hints.chunk_arrived(_request("s1", "a", marked=True))
+    hints.chunk_arrived(_request("s1", "a", marked=True))  # marked twice: still one end
+    policy.heard.clear()
+    assert hints.tell_done(live={"s1"}) == 0
+    assert hints.tell_done(live=set(), order=["s1"]) == 1 and policy.heard == [("end", session_key("a"))]

@@ -136,6 +136,12 @@ class PolicyRuntime:
             arrival_s = max(arrival_s, self.manager.earliest_replayed_s())
             self.manager.estimator.record(arrival_s, prompt, block_size, prompt_tokens, outputs)
 
+    def on_request_chunk(self, request: Any) -> None:
+        """A streaming input's next chunk (vLLM's ``Request`` of a known id): its session end mark
+        (``WAKMAN_SESSIONS=1``); its blocks are the request's, already logged."""
+        if self.sessions is not None:
+            self.sessions.chunk_arrived(request)
+
     def on_requests_done(self, live: Any, order: Any = (), deferred: Any = (), step: int = 0) -> None:
         """After a scheduler call that may finish requests (``live``: the ids still held, vLLM's
         ``scheduler.requests``; ``order``: the ids in the order the call finished them; ``deferred``

@@ -73,6 +73,8 @@ class WakmanScheduler(Scheduler):
         if request.request_id not in self.requests:
             size, tokens = self._wakman_block_size, request.num_prompt_tokens
             self.wakman.on_request(request.arrival_time, request.block_hashes, size, tokens, request)
+        else:  # its end mark, where the client put it on a later chunk
+            self.wakman.on_request_chunk(request)
         super().add_request(request)
 
     def update_from_output(self, scheduler_output: Any, *args: Any, **kwargs: Any) -> Any:

@@ -84,8 +84,19 @@ class SessionHints:
             return
         key = session_key(str(session_id))
         self._queue.policy.in_session(key)
-        if ends_session(request) and request.request_id not in self._ending:
-            self._ending[request.request_id] = key
+        if ends_session(request):
+            self._mark(request.request_id, key)
+
+    def chunk_arrived(self, request: Any) -> None:
+        """A streaming input's next chunk arrived (vLLM gives the request the chunk's sampling
+        parameters): a mark on it ends the session when the stream is done, as a mark on its first."""
+        session_id = getattr(request, "session_id", None)
+        if session_id and ends_session(request):
+            self._mark(request.request_id, session_key(str(session_id)))
+
+    def _mark(self, request_id: str, key: int) -> None:
+        if request_id not in self._ending:
+            self._ending[request_id] = key
             self._marked[key] = self._marked.get(key, 0) + 1
 
     def tell_done(
